@@ -1,0 +1,15 @@
+//! Writes the MiningWorkflow CRD generated from the Rust types into `crds/`
+//! (or prints it with `--stdout`).
+use std::path::Path;
+
+fn main() -> std::io::Result<()> {
+    let yaml = mining_api::crd_yaml();
+    if std::env::args().any(|a| a == "--stdout") {
+        print!("{yaml}");
+        return Ok(());
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(mining_api::CRD_PATH);
+    std::fs::write(&path, yaml)?;
+    eprintln!("wrote {}", mining_api::CRD_PATH);
+    Ok(())
+}

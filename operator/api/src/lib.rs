@@ -1,0 +1,27 @@
+//! The MiningWorkflow API, defined once and shared by the operator, the MCP
+//! frontend and the CRD generator, plus the miner's per-block result document
+//! (so the miner's writer and the operator's parser cannot drift apart).
+
+mod result;
+pub use result::BlockResult;
+
+#[cfg(feature = "kubernetes")]
+mod workflow;
+#[cfg(feature = "kubernetes")]
+pub use workflow::*;
+
+/// The API group: a domain this project owns.
+pub const GROUP: &str = "mining-operator.dev";
+
+/// Label keys put on the objects the operator creates for a workflow.
+pub mod labels {
+    /// Names the workflow a Job or Pod belongs to.
+    pub const WORKFLOW: &str = "mining-operator.dev/workflow";
+    /// The 1-based block index a Job mines.
+    pub const BLOCK: &str = "mining-operator.dev/block";
+    /// Standard recommended label naming the managing component.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+}
+
+/// `prev` of the first block of every chain.
+pub const GENESIS: &str = "GENESIS";

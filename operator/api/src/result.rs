@@ -1,0 +1,63 @@
+use serde::{Deserialize, Serialize};
+
+/// The result of mining one block: printed by `miner mine` on stdout and written
+/// to the container's termination message, where the operator reads it.
+///
+/// Kept small on purpose: a termination message holds at most 4096 bytes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BlockResult {
+    /// 1-based position of the block in its chain.
+    pub index: u64,
+    /// The previous block's hash (64 uppercase hex digits), or `GENESIS`.
+    pub prev: String,
+    /// The smallest nonce whose digest has `difficulty` leading zero bits.
+    pub nonce: u64,
+    /// SHA-256 of `"{index}:{prev}:{nonce}"`, 64 uppercase hex digits.
+    pub hash: String,
+    /// `nonce + 1`: how many candidates a sequential scan tries.
+    pub attempts: u64,
+    /// Leading zero bits the hash was required to have.
+    pub difficulty: u32,
+    /// Wall-clock time the search took.
+    pub elapsed_ms: u64,
+}
+
+impl BlockResult {
+    /// Parses a termination message; whitespace around the document is ignored.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text.trim())
+    }
+
+    /// The single-line JSON form the miner prints.
+    pub fn to_json_line(&self) -> String {
+        // Serialising a struct of strings and integers cannot fail.
+        serde_json::to_string(self).expect("BlockResult serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_round_trips_through_its_json_line() {
+        let result = BlockResult {
+            index: 2,
+            prev: "AB".repeat(32),
+            nonce: 41,
+            hash: "00".repeat(32),
+            attempts: 42,
+            difficulty: 8,
+            elapsed_ms: 3,
+        };
+        let line = result.to_json_line();
+        assert!(!line.contains('\n'));
+        assert_eq!(BlockResult::from_json(&format!("  {line}\n")).unwrap(), result);
+    }
+
+    #[test]
+    fn result_missing_a_field_is_rejected() {
+        let err = BlockResult::from_json(r#"{"index":1,"prev":"GENESIS","nonce":1}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field"), "{err}");
+    }
+}

@@ -1,0 +1,284 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Chain length when `spec.blocks` is not given.
+pub const DEFAULT_BLOCKS: u32 = 4;
+
+/// The chain to mine.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mining-operator.dev",
+    version = "v1alpha1",
+    kind = "MiningWorkflow",
+    doc = "A proof-of-work chain to mine, one Kubernetes Job per block. The resource name is the workflow's id.",
+    plural = "miningworkflows",
+    shortname = "mwf",
+    namespaced,
+    status = "MiningWorkflowStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Difficulty","type":"integer","jsonPath":".spec.difficulty"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","priority":1}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MiningWorkflowSpec {
+    /// Leading zero bits each block's SHA-256 must have. Immutable.
+    #[schemars(
+        range(min = 1, max = 64),
+        extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "difficulty is immutable"}])
+    )]
+    pub difficulty: u32,
+
+    /// Number of blocks in the chain. Immutable.
+    #[serde(default = "default_blocks")]
+    #[schemars(
+        range(min = 1, max = 64),
+        extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "blocks is immutable"}])
+    )]
+    pub blocks: u32,
+
+    /// Delete the workflow this many seconds after it finished (the operator's
+    /// default applies when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i64>,
+
+    /// Fail the workflow with reason DeadlineExceeded when it has run this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// Set to true to stop mining; the workflow ends Cancelled.
+    #[serde(default)]
+    pub cancel: bool,
+}
+
+fn default_blocks() -> u32 {
+    DEFAULT_BLOCKS
+}
+
+/// Where a workflow is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum WorkflowPhase {
+    /// Accepted, not mining yet (possibly queued behind a concurrency limit).
+    #[default]
+    Pending,
+    Mining,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl WorkflowPhase {
+    /// Succeeded, Failed and Cancelled never change again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Mining => "Mining",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkflowPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the operator has observed and done.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MiningWorkflowStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<WorkflowPhase>,
+    /// Mined blocks over total, e.g. "2/4".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Verified blocks, in chain order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<MinedBlock>,
+    /// The block being mined now (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_block: Option<u32>,
+    /// A human-readable summary of the latest state change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One verified block of the chain.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MinedBlock {
+    /// 1-based position in the chain.
+    pub index: u32,
+    pub nonce: u64,
+    /// 64 uppercase hex digits.
+    pub hash: String,
+    pub attempts: u64,
+    /// The Job that mined this block.
+    pub job_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+/// A standard Kubernetes condition (`metav1.Condition` shape).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// A condition type, e.g. Ready.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    /// A CamelCase word for machines, e.g. BlockMined.
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    pub last_transition_time: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+/// Condition types a MiningWorkflow reports.
+pub mod condition_types {
+    /// True once the whole chain is mined and verified.
+    pub const READY: &str = "Ready";
+    /// True while a block is being mined.
+    pub const MINING: &str = "Mining";
+    /// False when the spec was rejected or is waiting behind a limit.
+    pub const ADMITTED: &str = "Admitted";
+}
+
+/// Reasons used in conditions and Events.
+pub mod reasons {
+    pub const PENDING: &str = "Pending";
+    pub const QUEUED: &str = "Queued";
+    pub const ADMITTED: &str = "Admitted";
+    pub const OVER_LIMIT: &str = "OverLimit";
+    pub const SPEC_CHANGED: &str = "SpecChanged";
+    pub const BLOCK_STARTED: &str = "BlockStarted";
+    pub const BLOCK_MINED: &str = "BlockMined";
+    pub const SUCCEEDED: &str = "WorkflowSucceeded";
+    pub const JOB_FAILED: &str = "JobFailed";
+    pub const INVALID_RESULT: &str = "InvalidResult";
+    pub const MISSING_RESULT: &str = "MissingResult";
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    pub const CANCELLED: &str = "Cancelled";
+}
+
+/// The CustomResourceDefinition as YAML, exactly as committed under `crds/`.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = MiningWorkflow::crd();
+    let body = serde_yaml::to_string(&crd).expect("a CRD serialises to YAML");
+    format!("# Generated by `cargo run -p mining-api --bin crdgen`; do not edit.\n{body}")
+}
+
+/// Where the generated CRD lives, relative to the repository root.
+pub const CRD_PATH: &str = "crds/mining-operator.dev_miningworkflows.yaml";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    #[test]
+    fn committed_crd_equals_what_the_types_generate() {
+        let path = repo_root().join(CRD_PATH);
+        let committed =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert!(
+            committed == crd_yaml(),
+            "{} is stale: run `cargo run -p mining-api --bin crdgen` and commit the result",
+            CRD_PATH
+        );
+    }
+
+    #[test]
+    fn spec_defaults_blocks_to_four_and_cancel_to_false() {
+        let spec: MiningWorkflowSpec = serde_json::from_str(r#"{"difficulty": 12}"#).unwrap();
+        assert_eq!(spec.blocks, DEFAULT_BLOCKS);
+        assert!(!spec.cancel);
+        assert_eq!(spec.ttl_seconds_after_finished, None);
+    }
+
+    #[test]
+    fn schema_bounds_difficulty_and_blocks_and_makes_them_immutable() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(MiningWorkflow::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        for field in ["difficulty", "blocks"] {
+            let prop = &spec["properties"][field];
+            assert_eq!(prop["minimum"], 1, "{field}");
+            assert_eq!(prop["maximum"], 64, "{field}");
+            assert_eq!(prop["x-kubernetes-validations"][0]["rule"], "self == oldSelf", "{field}");
+        }
+        assert_eq!(spec["required"], serde_json::json!(["difficulty"]));
+    }
+
+    #[test]
+    fn crd_has_status_subresource_short_name_and_printer_columns() {
+        use kube::CustomResourceExt;
+        let crd = MiningWorkflow::crd();
+        assert_eq!(crd.spec.names.short_names, Some(vec!["mwf".to_string()]));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let version = &crd.spec.versions[0];
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
+            .collect();
+        assert_eq!(columns, [("Phase", 0), ("Progress", 0), ("Difficulty", 0), ("Age", 0), ("Message", 1)]);
+    }
+
+    #[test]
+    fn conditions_are_a_list_keyed_by_type() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(MiningWorkflow::crd()).unwrap();
+        let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+            ["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], serde_json::json!(["type"]));
+    }
+
+    #[test]
+    fn finished_phases_are_exactly_succeeded_failed_cancelled() {
+        use WorkflowPhase::*;
+        let finished: Vec<_> =
+            [Pending, Mining, Succeeded, Failed, Cancelled].into_iter().filter(|p| p.is_finished()).collect();
+        assert_eq!(finished, [Succeeded, Failed, Cancelled]);
+    }
+}
