@@ -240,8 +240,8 @@ mod tests {
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         for field in ["difficulty", "blocks"] {
             let prop = &spec["properties"][field];
-            assert_eq!(prop["minimum"], 1, "{field}");
-            assert_eq!(prop["maximum"], 64, "{field}");
+            assert_eq!(prop["minimum"].as_f64(), Some(1.0), "{field}");
+            assert_eq!(prop["maximum"].as_f64(), Some(64.0), "{field}");
             assert_eq!(prop["x-kubernetes-validations"][0]["rule"], "self == oldSelf", "{field}");
         }
         assert_eq!(spec["required"], serde_json::json!(["difficulty"]));
