@@ -87,7 +87,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (rounds, budget) = if quick { (1, Duration::from_millis(300)) } else { (5, Duration::from_millis(1000)) };
+    let (rounds, budget) =
+        if quick { (1, Duration::from_millis(300)) } else { (5, Duration::from_millis(1000)) };
     let template = BlockTemplate::new(INDEX, PREV);
     let mut prefix = Sha256::new();
     prefix.update(format!("{INDEX}:{PREV}:").as_bytes());
@@ -97,7 +98,11 @@ fn main() {
     let mut variants: Vec<Variant> = vec![
         ("naive format+digest, 1 thread", Box::new(naive), 1 << 14),
         ("cloned midstate hasher, 1 thread", Box::new(|s, c| cloned_midstate(&prefix, s, c)), 1 << 15),
-        ("sha2 compress256 on prepared block, 1 thread", Box::new(|s, c| hash_range(&template, s, c, Engine::Portable)), 1 << 16),
+        (
+            "sha2 compress256 on prepared block, 1 thread",
+            Box::new(|s, c| hash_range(&template, s, c, Engine::Portable)),
+            1 << 16,
+        ),
         (best.name(), Box::new(|s, c| hash_range(&template, s, c, best)), 1 << 16),
         ("best engine, 2 threads", Box::new(|s, c| on_threads(2, s, c, &template, best)), 1 << 22),
     ];
@@ -112,7 +117,8 @@ fn main() {
     println!("engine detected: {}; {rounds} rounds of {budget:?} per variant, median shown", best.name());
     println!("{:<48} {:>14} {:>10}", "variant", "M attempts/s", "x naive");
     for ((name, _, _), rate) in variants.iter().zip(&medians) {
-        let label = if *name == best.name() { format!("{name} (best engine), 1 thread") } else { name.to_string() };
+        let label =
+            if *name == best.name() { format!("{name} (best engine), 1 thread") } else { name.to_string() };
         println!("{label:<48} {:>14.2} {:>10.2}", rate / 1e6, rate / naive_rate);
     }
     println!("2 threads / 1 thread (best engine): {:.2}x", medians[4] / medians[3]);
@@ -132,7 +138,9 @@ fn main() {
         );
     }
     match openssl_compressions_per_second() {
-        Some(rate) => println!("openssl speed -evp sha256 (16 KiB inputs): {:.2} M compressions/s", rate / 1e6),
+        Some(rate) => {
+            println!("openssl speed -evp sha256 (16 KiB inputs): {:.2} M compressions/s", rate / 1e6)
+        }
         None => println!("openssl speed: not available"),
     }
 }

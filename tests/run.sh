@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's one test command: every unit, CLI and cluster test.
+#
+# Cluster tests use $KUBECONFIG when it points at a reachable cluster (e.g. kind
+# with the images loaded); otherwise this script brings up the local control
+# plane + node agent (tests/cluster/cluster.sh) and always tears it down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+log() { printf '[tests] %s\n' "$*" >&2; }
+
+log "building the workspace (release binaries are what the cluster runs)"
+cargo build --release --workspace --bins
+cargo nextest run --workspace --no-run --cargo-quiet
+
+started_cluster=""
+if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
+  log "using the cluster at KUBECONFIG=$KUBECONFIG"
+elif [ -x tests/cluster/cluster.sh ]; then
+  trap 'tests/cluster/cluster.sh down || true' EXIT
+  tests/cluster/cluster.sh up
+  export KUBECONFIG="$(tests/cluster/cluster.sh kubeconfig)"
+  started_cluster=1
+fi
+
+cargo nextest run --workspace --no-fail-fast "$@"
