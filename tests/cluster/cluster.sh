@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, without Docker:
+# etcd + kube-apiserver + kube-controller-manager (Job, GC, TTL, namespace,
+# service-account, Deployment controllers) + our node agent as the kubelet.
+#
+#   cluster.sh up          start everything with fresh state (no-op when already up)
+#   cluster.sh down        stop exactly what `up` started, by pid, and remove its state
+#   cluster.sh kubeconfig  print the kubeconfig path
+#   cluster.sh status      say whether it is up
+#
+# Environment: MINING_CLUSTER_CACHE (binaries, default /var/cache/mining-operator),
+# MINING_CLUSTER_STATE (runtime state, default /tmp/mining-operator-cluster),
+# MINING_CLUSTER_API_PORT (16443), MINING_CLUSTER_ETCD_PORT (23790).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CACHE="${MINING_CLUSTER_CACHE:-/var/cache/mining-operator}"
+STATE="${MINING_CLUSTER_STATE:-/tmp/mining-operator-cluster}"
+BIN="$CACHE/bin"
+API_PORT="${MINING_CLUSTER_API_PORT:-16443}"
+ETCD_PORT="${MINING_CLUSTER_ETCD_PORT:-23790}"
+ETCD_PEER_PORT=$((ETCD_PORT + 10))
+KUBECONFIG_PATH="$STATE/kubeconfig"
+NODE_NAME="${MINING_CLUSTER_NODE:-local-node}"
+# Components in start order; `down` stops them in reverse.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager node-agent)
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+pid_alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+
+api_answers() {
+  [ -f "$KUBECONFIG_PATH" ] && kubectl --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz --request-timeout=3s >/dev/null 2>&1
+}
+
+is_up() {
+  for c in "${COMPONENTS[@]}"; do pid_alive "$c" || return 1; done
+  api_answers
+}
+
+# wait_for DESCRIPTION SECONDS COMMAND...: polls the command until it succeeds.
+wait_for() {
+  local what=$1 seconds=$2; shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "timed out after ${seconds}s waiting for $what; last log lines:"
+      tail -n 20 "$STATE"/logs/*.log >&2 || true
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+start() { # start NAME COMMAND...: runs in its own session, logs to logs/NAME.log
+  local name=$1; shift
+  setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$STATE/$name.pid"
+  log "started $name (pid $!)"
+}
+
+target_dir() {
+  (cd "$ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null) \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+stop_pid() { # stop_pid PID: TERM, then KILL after 10 s
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+cmd_down() {
+  [ -d "$STATE" ] || { log "nothing to stop"; return 0; }
+  local i c
+  for ((i=${#COMPONENTS[@]}-1; i>=0; i--)); do
+    c=${COMPONENTS[$i]}
+    if [ -f "$STATE/$c.pid" ]; then stop_pid "$(cat "$STATE/$c.pid")"; log "stopped $c"; fi
+  done
+  # Pod processes run in their own process groups (as containers outlive a
+  # kubelet restart); the agent records each one's group id.
+  local pgid
+  for f in "$STATE"/agent/pods/*/*.pgid; do
+    [ -f "$f" ] || continue
+    pgid=$(cat "$f")
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+  done
+  rm -rf "$STATE"
+  log "removed $STATE"
+}
+
+cmd_up() {
+  if is_up; then log "already up; KUBECONFIG=$KUBECONFIG_PATH"; return 0; fi
+  cmd_down
+  "$HERE/build-control-plane.sh"
+  for tool in etcd openssl kubectl python3; do command -v "$tool" >/dev/null || die "$tool is missing"; done
+
+  local target agent miner
+  target=$(target_dir)
+  agent="$target/release/node-agent"
+  miner="$target/release/miner"
+  if [ ! -x "$agent" ] || [ ! -x "$miner" ]; then
+    log "building node-agent and miner (release)"
+    (cd "$ROOT" && cargo build --release -p node-agent -p miner)
+  fi
+
+  mkdir -p "$STATE"/{etcd,certs,logs,agent}
+  chmod 700 "$STATE"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$STATE/sa.key" -out "$STATE/sa.crt" \
+    -days 30 -subj /CN=service-accounts 2>/dev/null
+  local token
+  token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  echo "$token,admin,1,system:masters" >"$STATE/tokens.csv"
+
+  start etcd etcd --name local --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT"
+
+  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --cert-dir "$STATE/certs" --token-auth-file "$STATE/tokens.csv" --authorization-mode RBAC \
+    --service-account-key-file "$STATE/sa.crt" --service-account-signing-key-file "$STATE/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16
+
+  # The apiserver writes its self-signed serving certificate (valid for
+  # 127.0.0.1) at start; the kubeconfig trusts exactly that certificate.
+  wait_for "the apiserver's serving certificate" 60 test -s "$STATE/certs/apiserver.crt"
+  cat >"$KUBECONFIG_PATH" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $STATE/certs/apiserver.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: local
+  context: {cluster: local, user: admin, namespace: default}
+current-context: local
+KCFG
+  chmod 600 "$KUBECONFIG_PATH"
+  wait_for "the API server to answer /readyz" 120 kubectl --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz
+
+  start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG_PATH" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --port 0 \
+    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset \
+    --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
+    --use-service-account-credentials=false
+
+  start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$agent" \
+    --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
+    --image "mining-operator/miner=$miner" --image "local/shell=/bin/sh"
+
+  wait_for "node $NODE_NAME to be Ready" 60 \
+    kubectl --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
+  wait_for "the default service account" 60 \
+    kubectl --kubeconfig "$KUBECONFIG_PATH" get serviceaccount default -n default
+  log "up: export KUBECONFIG=$KUBECONFIG_PATH"
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  kubeconfig) echo "$KUBECONFIG_PATH" ;;
+  status) if is_up; then echo up; else echo down; exit 1; fi ;;
+  *) echo "usage: $0 up|down|kubeconfig|status" >&2; exit 2 ;;
+esac

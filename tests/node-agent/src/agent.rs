@@ -1,0 +1,595 @@
+//! The agent loop: one task owns all pod bookkeeping; each running Pod has a
+//! task of its own that runs its containers and reports their status.
+//!
+//! Scheduling: a Pod with no `nodeName` (and the default scheduler) is bound
+//! to this node while fewer than `max_pods` of ours are running; the rest wait,
+//! oldest first. Deletion: a Pod with a `deletionTimestamp` gets SIGTERM on its
+//! process groups, SIGKILL after its grace period (at most 30 s), and is then
+//! removed with grace 0, which is the kubelet's part of a deletion.
+//! Restart: the agent cannot wait on processes a previous incarnation started,
+//! so a started, unfinished Pod it finds at start-up is killed and marked
+//! Failed (reason NodeAgentRestarted) rather than left Running forever; its
+//! Job then replaces it like any failed Pod.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{
+    Binding, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, ObjectReference, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use crate::Config;
+use crate::container::{self, ContainerFiles};
+
+const MAX_GRACE: Duration = Duration::from_secs(30);
+
+struct PodHandle {
+    /// Sends the grace period to stop with.
+    stop: watch::Sender<Option<Duration>>,
+}
+
+struct Agent {
+    client: kube::Client,
+    config: Config,
+    /// Pods whose processes this incarnation runs, by uid.
+    running: HashMap<String, PodHandle>,
+    /// Pods this incarnation ran to the end (events about them may still be in flight).
+    finished: HashSet<String>,
+    /// Unbound pods waiting for a free slot, by uid: (created, namespace, name).
+    unscheduled: HashMap<String, (Option<Timestamp>, String, String)>,
+    /// Pods bound here (by us or someone else) not started yet: waiting for a slot.
+    waiting: HashMap<String, Pod>,
+    /// Pods bound by us whose bound object has not been seen yet.
+    binding: HashSet<String>,
+    done_tx: mpsc::UnboundedSender<String>,
+}
+
+pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let mut agent = Agent {
+        client: client.clone(),
+        config,
+        running: HashMap::new(),
+        finished: HashSet::new(),
+        unscheduled: HashMap::new(),
+        waiting: HashMap::new(),
+        binding: HashSet::new(),
+        done_tx,
+    };
+    let pods: Api<Pod> = Api::all(client);
+    let mut events = watcher(pods, watcher::Config::default()).default_backoff().boxed();
+    let mut retry = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            event = events.try_next() => match event {
+                Ok(Some(event)) => agent.on_event(event).await,
+                Ok(None) => anyhow::bail!("pod watch ended"),
+                Err(err) => tracing::warn!(error = %err, "pod watch error"),
+            },
+            Some(uid) = done_rx.recv() => agent.on_pod_done(uid).await,
+            _ = retry.tick() => agent.fill_slots().await,
+        }
+    }
+}
+
+fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn pods_in(client: &kube::Client, pod: &Pod) -> Api<Pod> {
+    Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"))
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+impl Agent {
+    fn pod_dir(&self, pod: &Pod) -> PathBuf {
+        let meta = &pod.metadata;
+        self.config.state_dir.join("pods").join(format!(
+            "{}_{}_{}",
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or(""),
+            uid_of(pod)
+        ))
+    }
+
+    fn busy_slots(&self) -> usize {
+        self.running.len() + self.binding.len()
+    }
+
+    async fn on_event(&mut self, event: watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => self.on_pod(pod).await,
+            watcher::Event::Delete(pod) => self.on_pod_gone(&pod),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    async fn on_pod(&mut self, pod: Pod) {
+        let uid = uid_of(&pod);
+        let Some(spec) = pod.spec.as_ref() else { return };
+        match spec.node_name.as_deref() {
+            None => {
+                let ours = spec.scheduler_name.as_deref().is_none_or(|s| s == "default-scheduler");
+                if ours && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
+                    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                    self.unscheduled
+                        .insert(uid, (created, ns, pod.metadata.name.clone().unwrap_or_default()));
+                    self.fill_slots().await;
+                }
+            }
+            Some(node) if node == self.config.node_name => {
+                self.unscheduled.remove(&uid);
+                self.binding.remove(&uid);
+                self.on_own_pod(pod).await;
+            }
+            Some(_) => {
+                self.unscheduled.remove(&uid);
+            }
+        }
+    }
+
+    async fn on_own_pod(&mut self, pod: Pod) {
+        let uid = uid_of(&pod);
+        if let Some(handle) = self.running.get(&uid) {
+            if pod.metadata.deletion_timestamp.is_some() {
+                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
+                let _ = handle.stop.send(Some(Duration::from_secs(grace).min(MAX_GRACE)));
+            }
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.waiting.remove(&uid);
+            self.kill_recorded_processes(&pod);
+            finalize_deletion(&self.client, &pod).await;
+            return;
+        }
+        if self.finished.contains(&uid) || is_terminal(&pod) {
+            return;
+        }
+        let started_before = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
+        if started_before {
+            // Started by an earlier incarnation of this agent: we cannot wait on
+            // its processes, so end them and say so rather than leave it Running.
+            self.kill_recorded_processes(&pod);
+            fail_pod(
+                &self.client,
+                &pod,
+                "NodeAgentRestarted",
+                "the node agent restarted while this pod ran; its processes were killed",
+            )
+            .await;
+            self.finished.insert(uid);
+            return;
+        }
+        self.waiting.insert(uid, pod);
+        self.fill_slots().await;
+    }
+
+    fn on_pod_gone(&mut self, pod: &Pod) {
+        let uid = uid_of(pod);
+        self.unscheduled.remove(&uid);
+        self.waiting.remove(&uid);
+        self.binding.remove(&uid);
+        self.finished.remove(&uid);
+        if let Some(handle) = self.running.get(&uid) {
+            // Removed outright (e.g. force-deleted): no grace left.
+            let _ = handle.stop.send(Some(Duration::ZERO));
+        }
+    }
+
+    async fn on_pod_done(&mut self, uid: String) {
+        self.running.remove(&uid);
+        self.finished.insert(uid);
+        self.fill_slots().await;
+    }
+
+    /// Starts waiting pods, then binds unscheduled ones, oldest first, while slots are free.
+    async fn fill_slots(&mut self) {
+        while self.busy_slots() < self.config.max_pods {
+            let Some(uid) = self.waiting.keys().next().cloned() else { break };
+            let pod = self.waiting.remove(&uid).expect("key just listed");
+            self.start(pod);
+        }
+        let mut queue: Vec<_> = self.unscheduled.iter().map(|(uid, v)| (v.clone(), uid.clone())).collect();
+        queue.sort();
+        for ((_, namespace, name), uid) in queue {
+            if self.busy_slots() >= self.config.max_pods {
+                break;
+            }
+            self.unscheduled.remove(&uid);
+            match self.bind(&namespace, &name, &uid).await {
+                Ok(()) => {
+                    self.binding.insert(uid);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                Err(err) => {
+                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "binding failed; will retry");
+                    self.unscheduled.insert(uid, (None, namespace, name));
+                }
+            }
+        }
+    }
+
+    async fn bind(&self, namespace: &str, name: &str, uid: &str) -> kube::Result<()> {
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(self.config.node_name.clone()),
+                ..Default::default()
+            },
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let _: serde_json::Value =
+            pods.create_subresource("binding", name, &PostParams::default(), &binding).await?;
+        tracing::info!(pod = %format!("{namespace}/{name}"), node = %self.config.node_name, "bound");
+        Ok(())
+    }
+
+    fn start(&mut self, pod: Pod) {
+        let uid = uid_of(&pod);
+        let (stop, stop_rx) = watch::channel(None);
+        let runner = PodRunner {
+            client: self.client.clone(),
+            images: self.config.images.clone(),
+            dir: self.pod_dir(&pod),
+            pod,
+        };
+        let done = self.done_tx.clone();
+        let task_uid = uid.clone();
+        tokio::spawn(async move {
+            runner.run(stop_rx).await;
+            let _ = done.send(task_uid);
+        });
+        self.running.insert(uid, PodHandle { stop });
+    }
+
+    /// Kills the process groups an earlier incarnation recorded for this pod.
+    fn kill_recorded_processes(&self, pod: &Pod) {
+        let Ok(entries) = std::fs::read_dir(self.pod_dir(pod)) else { return };
+        for entry in entries.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "pgid") {
+                if let Some(pgid) =
+                    std::fs::read_to_string(entry.path()).ok().and_then(|s| s.trim().parse().ok())
+                {
+                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                    tracing::info!(pod = %key_of(pod), pgid, "killed processes of an earlier agent");
+                }
+            }
+        }
+    }
+}
+
+/// The kubelet's last step of a deletion: remove the object for good.
+async fn finalize_deletion(client: &kube::Client, pod: &Pod) {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+        ..Default::default()
+    };
+    match pods_in(client, pod).delete(pod.metadata.name.as_deref().unwrap_or(""), &params).await {
+        Ok(_) => tracing::info!(pod = %key_of(pod), "deleted"),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(err) => tracing::warn!(pod = %key_of(pod), error = %err, "final delete failed"),
+    }
+}
+
+async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &str) {
+    let now = Time(Timestamp::now());
+    let statuses: Vec<ContainerStatus> = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                    finished_at: Some(now.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let patch = json!({"status": {
+        "phase": "Failed", "reason": reason, "message": message, "containerStatuses": statuses,
+    }});
+    patch_status(client, pod, patch).await;
+}
+
+async fn patch_status(client: &kube::Client, pod: &Pod, patch: serde_json::Value) {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if let Err(err) =
+        pods_in(client, pod).patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await
+    {
+        tracing::warn!(pod = %key_of(pod), error = %err, "status update failed");
+    }
+}
+
+/// What one container is doing, as reported in `containerStatuses`.
+struct ContainerRun {
+    status: ContainerStatus,
+    pgid: Option<i32>,
+    done: bool,
+    exit_code: i32,
+}
+
+struct PodRunner {
+    client: kube::Client,
+    images: Vec<(String, PathBuf)>,
+    dir: PathBuf,
+    pod: Pod,
+}
+
+impl PodRunner {
+    async fn run(self, mut stop_rx: watch::Receiver<Option<Duration>>) {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        if let Err(err) = std::fs::create_dir_all(&self.dir) {
+            return fail_pod(
+                &self.client,
+                &self.pod,
+                "StartError",
+                &format!("creating {}: {err}", self.dir.display()),
+            )
+            .await;
+        }
+        if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+            return fail_pod(
+                &self.client,
+                &self.pod,
+                "InitContainersUnsupported",
+                "node-agent runs no init containers",
+            )
+            .await;
+        }
+        let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+        let start_time = Time(Timestamp::now());
+        let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, i32)>();
+        let mut runs: Vec<ContainerRun> = spec
+            .containers
+            .iter()
+            .map(|c| ContainerRun {
+                status: ContainerStatus {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                    image_id: String::new(),
+                    ..Default::default()
+                },
+                pgid: None,
+                done: false,
+                exit_code: 0,
+            })
+            .collect();
+        for index in 0..runs.len() {
+            self.start_container(index, &mut runs[index], &exit_tx);
+        }
+        self.report(&runs, &start_time).await;
+
+        loop {
+            tokio::select! {
+                Some((index, code)) = exit_rx.recv() => {
+                    let container = &spec.containers[index];
+                    let files = ContainerFiles::new(&self.dir, &container.name);
+                    let run = &mut runs[index];
+                    run.pgid = None;
+                    let _ = std::fs::remove_file(&files.pgid);
+                    let started_at = run.status.state.as_ref().and_then(|s| s.running.as_ref()).and_then(|r| r.started_at.clone());
+                    let terminated = ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: code,
+                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                            message: Some(container::termination_message(container, &files, code)).filter(|m| !m.is_empty()),
+                            started_at,
+                            finished_at: Some(Time(Timestamp::now())),
+                            container_id: run.status.container_id.clone(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    };
+                    tracing::info!(pod = %key_of(&self.pod), container = %container.name, exit_code = code, "container exited");
+                    let restart = match restart_policy.as_str() {
+                        "Always" => true,
+                        "OnFailure" => code != 0,
+                        _ => false,
+                    };
+                    if restart {
+                        run.status.last_state = Some(terminated);
+                        run.status.restart_count += 1;
+                        run.status.ready = false;
+                        run.status.state = Some(ContainerState {
+                            waiting: Some(ContainerStateWaiting { reason: Some("CrashLoopBackOff".into()), ..Default::default() }),
+                            ..Default::default()
+                        });
+                        let backoff = Duration::from_secs(1 << run.status.restart_count.clamp(1, 4) as u32 >> 1);
+                        self.report(&runs, &start_time).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = stop_rx.changed() => {
+                                let grace = *stop_rx.borrow();
+                                return self.stop(&mut runs, &mut exit_rx, grace).await;
+                            }
+                        }
+                        self.start_container(index, &mut runs[index], &exit_tx);
+                    } else {
+                        run.status.state = Some(terminated);
+                        run.status.ready = false;
+                        run.done = true;
+                        run.exit_code = code;
+                    }
+                    self.report(&runs, &start_time).await;
+                    if runs.iter().all(|r| r.done) {
+                        return;
+                    }
+                }
+                _ = stop_rx.changed() => {
+                    let grace = *stop_rx.borrow();
+                    return self.stop(&mut runs, &mut exit_rx, grace).await;
+                }
+            }
+        }
+    }
+
+    fn start_container(
+        &self,
+        index: usize,
+        run: &mut ContainerRun,
+        exit_tx: &mpsc::UnboundedSender<(usize, i32)>,
+    ) {
+        let container = &self.pod.spec.as_ref().expect("pod has a spec").containers[index];
+        let files = ContainerFiles::new(&self.dir, &container.name);
+        match container::spawn(&self.pod, container, &self.images, &files, &self.dir) {
+            Ok(mut child) => {
+                let pid = child.id().map_or(0, |p| p as i32);
+                run.pgid = Some(pid);
+                let _ = std::fs::write(&files.pgid, pid.to_string());
+                run.status.container_id = Some(format!("local-process://{pid}"));
+                run.status.ready = true;
+                run.status.started = Some(true);
+                run.status.state = Some(ContainerState {
+                    running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
+                    ..Default::default()
+                });
+                tracing::info!(pod = %key_of(&self.pod), container = %container.name, pid, "container started");
+                let exit_tx = exit_tx.clone();
+                tokio::spawn(async move {
+                    let code = match child.wait().await {
+                        Ok(status) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+                        }
+                        Err(_) => 255,
+                    };
+                    let _ = exit_tx.send((index, code));
+                });
+            }
+            Err(err) => {
+                // A real kubelet would keep such a container Waiting; failing it
+                // lets the Job see the failure instead of waiting forever.
+                tracing::warn!(pod = %key_of(&self.pod), container = %container.name, error = %err, "cannot start");
+                run.done = true;
+                run.exit_code = 128;
+                run.status.state = Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 128,
+                        reason: Some(err.reason().into()),
+                        message: Some(err.to_string()),
+                        finished_at: Some(Time(Timestamp::now())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    /// Writes phase, conditions and container statuses.
+    async fn report(&self, runs: &[ContainerRun], start_time: &Time) {
+        let all_done = runs.iter().all(|r| r.done);
+        let phase = if !all_done {
+            "Running"
+        } else if runs.iter().all(|r| r.exit_code == 0) {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
+        let ready = if runs.iter().all(|r| r.status.ready) { "True" } else { "False" };
+        let now = Time(Timestamp::now());
+        let condition =
+            |type_: &str, status: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
+        let statuses: Vec<&ContainerStatus> = runs.iter().map(|r| &r.status).collect();
+        let patch = json!({"status": {
+            "phase": phase,
+            "startTime": start_time,
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [
+                condition("PodScheduled", "True"), condition("Initialized", "True"),
+                condition("ContainersReady", ready), condition("Ready", ready),
+            ],
+            "containerStatuses": statuses,
+        }});
+        patch_status(&self.client, &self.pod, patch).await;
+    }
+
+    /// SIGTERM every process group, SIGKILL what is left after `grace`, then
+    /// remove the Pod object.
+    async fn stop(
+        &self,
+        runs: &mut [ContainerRun],
+        exit_rx: &mut mpsc::UnboundedReceiver<(usize, i32)>,
+        grace: Option<Duration>,
+    ) {
+        let grace = grace.unwrap_or(MAX_GRACE);
+        let live = |runs: &[ContainerRun]| runs.iter().filter(|r| r.pgid.is_some()).count();
+        for pgid in runs.iter().filter_map(|r| r.pgid) {
+            let _ =
+                killpg(Pid::from_raw(pgid), if grace.is_zero() { Signal::SIGKILL } else { Signal::SIGTERM });
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while live(runs) > 0 {
+            match tokio::time::timeout_at(deadline, exit_rx.recv()).await {
+                Ok(Some((index, _))) => runs[index].pgid = None,
+                Ok(None) => break,
+                Err(_) => {
+                    for pgid in runs.iter().filter_map(|r| r.pgid) {
+                        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                    }
+                    // Reap what SIGKILL ended so no zombie outlives the Pod.
+                    while live(runs) > 0 {
+                        match tokio::time::timeout(Duration::from_secs(5), exit_rx.recv()).await {
+                            Ok(Some((index, _))) => runs[index].pgid = None,
+                            _ => break,
+                        }
+                    }
+                }
+            }
+        }
+        // Also end anything a container left behind in its group.
+        for run in runs.iter() {
+            if let Some(pid) =
+                run.status.container_id.as_deref().and_then(|id| id.strip_prefix("local-process://"))
+            {
+                if let Ok(pgid) = pid.parse() {
+                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                }
+            }
+        }
+        tracing::info!(pod = %key_of(&self.pod), "stopped");
+        finalize_deletion(&self.client, &self.pod).await;
+    }
+}

@@ -1,0 +1,60 @@
+//! node-agent: a test-only stand-in for the kubelet (and the scheduler, for
+//! its one node). It registers a Node, binds pending Pods to it, runs their
+//! containers as local processes and reports their status back. See README.md
+//! next to this crate for where it differs from a real kubelet.
+
+mod agent;
+mod container;
+mod node;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Runs a Kubernetes Node's Pods as local processes (test use only)")]
+pub struct Config {
+    /// Name of the Node to register.
+    #[arg(long, env = "NODE_NAME", default_value = "local-node")]
+    pub node_name: String,
+    /// Where container logs, termination messages and process ids are kept.
+    #[arg(long, default_value = "/tmp/node-agent")]
+    pub state_dir: PathBuf,
+    /// Maps an image (repository, without tag) to a local binary: IMAGE=PATH. Repeatable.
+    #[arg(long = "image", value_parser = parse_image_mapping)]
+    pub images: Vec<(String, PathBuf)>,
+    /// Most Pods running at once; more stay Pending until one finishes.
+    #[arg(long, default_value_t = 8)]
+    pub max_pods: usize,
+    /// CPU capacity to report.
+    #[arg(long, default_value = "2")]
+    pub cpu: String,
+    /// Memory capacity to report.
+    #[arg(long, default_value = "16Gi")]
+    pub memory: String,
+}
+
+fn parse_image_mapping(value: &str) -> Result<(String, PathBuf), String> {
+    let (image, path) = value.split_once('=').ok_or("expected IMAGE=PATH")?;
+    if image.is_empty() || path.is_empty() {
+        return Err("expected IMAGE=PATH".into());
+    }
+    Ok((image.to_string(), PathBuf::from(path)))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::parse();
+    std::fs::create_dir_all(config.state_dir.join("pods")).context("creating the state dir")?;
+    let client = kube::Client::try_default().await.context("connecting to the API server")?;
+    node::register(&client, &config).await.context("registering the Node")?;
+    tokio::spawn(node::heartbeat(client.clone(), config.clone()));
+    agent::run(client, config).await
+}

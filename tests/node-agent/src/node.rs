@@ -1,0 +1,64 @@
+//! The Node object: registration and a Ready heartbeat.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::Config;
+
+const MANAGER: &str = "node-agent";
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+fn status(config: &Config) -> serde_json::Value {
+    let capacity = json!({"cpu": config.cpu, "memory": config.memory, "pods": config.max_pods.to_string()});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": config.node_name}],
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "NodeAgentReady",
+                "message": "node-agent runs pods as local processes",
+                "lastHeartbeatTime": now(), "lastTransitionTime": now(),
+            }],
+            "nodeInfo": {
+                "architecture": std::env::consts::ARCH, "operatingSystem": "linux",
+                "kubeletVersion": concat!("node-agent/", env!("CARGO_PKG_VERSION")),
+                "kubeProxyVersion": "", "bootID": "", "machineID": "", "systemUUID": "",
+                "containerRuntimeVersion": "local-process://", "kernelVersion": "", "osImage": "",
+            },
+        }
+    })
+}
+
+pub async fn register(client: &kube::Client, config: &Config) -> kube::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let params = PatchParams::apply(MANAGER).force();
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": config.node_name, "labels": {
+            "kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": "node-agent",
+        }},
+    });
+    nodes.patch(&config.node_name, &params, &Patch::Apply(node)).await?;
+    nodes.patch_status(&config.node_name, &params, &Patch::Apply(status(config))).await?;
+    tracing::info!(node = %config.node_name, "node registered");
+    Ok(())
+}
+
+/// Renews the Ready condition so the Node keeps looking alive.
+pub async fn heartbeat(client: kube::Client, config: Config) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        if let Err(err) = register(&client, &config).await {
+            tracing::warn!(error = %err, "node heartbeat failed");
+        }
+    }
+}
