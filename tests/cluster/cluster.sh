@@ -7,6 +7,7 @@
 #   cluster.sh down        stop exactly what `up` started, by pid, and remove its state
 #   cluster.sh kubeconfig  print the kubeconfig path
 #   cluster.sh status      say whether it is up
+#   cluster.sh restart-agent  SIGKILL the node agent and start it again (for tests)
 #
 # Environment: MINING_CLUSTER_CACHE (binaries, default /var/cache/mining-operator),
 # MINING_CLUSTER_STATE (runtime state, default /tmp/mining-operator-cluster),
@@ -71,6 +72,24 @@ stop_pid() { # stop_pid PID: TERM, then KILL after 10 s
   kill -TERM "$pid" 2>/dev/null || return 0
   for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
+}
+
+start_agent() { # start_agent AGENT_BINARY MINER_BINARY
+  echo "$1 $2" >"$STATE/node-agent.args"
+  start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1" \
+    --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
+    --image "mining-operator/miner=$2" --image "local/shell=/bin/sh"
+}
+
+# Kills the node agent with SIGKILL (its pods' processes live on, as containers
+# outlive a crashed kubelet) and starts it again.
+cmd_restart_agent() {
+  pid_alive node-agent || die "the node agent is not running"
+  kill -KILL "$(cat "$STATE/node-agent.pid")"
+  log "killed node-agent"
+  local args; read -r -a args <"$STATE/node-agent.args"
+  mv "$STATE/logs/node-agent.log" "$STATE/logs/node-agent.previous.log"
+  start_agent "${args[@]}"
 }
 
 cmd_down() {
@@ -155,9 +174,7 @@ KCFG
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
     --use-service-account-credentials=false
 
-  start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$agent" \
-    --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
-    --image "mining-operator/miner=$miner" --image "local/shell=/bin/sh"
+  start_agent "$agent" "$miner"
 
   wait_for "node $NODE_NAME to be Ready" 60 \
     kubectl --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
@@ -170,6 +187,7 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
+  restart-agent) cmd_restart_agent ;;
   status) if is_up; then echo up; else echo down; exit 1; fi ;;
-  *) echo "usage: $0 up|down|kubeconfig|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|kubeconfig|status|restart-agent" >&2; exit 2 ;;
 esac

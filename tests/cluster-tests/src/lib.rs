@@ -1,0 +1,144 @@
+//! Helpers for tests against a real cluster: a client from `$KUBECONFIG`, a
+//! fresh labelled namespace per test, and waits with timeouts.
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+/// Label on every namespace a test creates, for cleaning up after a crash.
+pub const TEST_LABEL: &str = "mining-operator.dev/test";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A client for the cluster in `$KUBECONFIG`. Panics with a hint when there is none.
+pub async fn client() -> Client {
+    assert!(
+        std::env::var_os("KUBECONFIG").is_some(),
+        "cluster tests need a cluster: run tests/run.sh, or point KUBECONFIG at one"
+    );
+    Client::try_default().await.expect("a client for the cluster in KUBECONFIG")
+}
+
+/// Whether the cluster is the local one from tests/cluster (whose node agent
+/// runs pods as local processes we can inspect).
+pub fn is_local_cluster() -> bool {
+    std::env::var("KUBECONFIG").is_ok_and(|k| k.ends_with("mining-operator-cluster/kubeconfig"))
+}
+
+/// A namespace of its own for one test.
+pub struct TestNamespace {
+    pub client: Client,
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `{prefix}-{random}` and waits for its default service account
+    /// (pods are refused until the controller made it).
+    pub async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut namespace = Namespace::default();
+        namespace.metadata.generate_name = Some(format!("{prefix}-"));
+        namespace.metadata.labels = Some([(TEST_LABEL.to_string(), "true".to_string())].into());
+        let created = namespaces.create(&PostParams::default(), &namespace).await.expect("create namespace");
+        let name = created.metadata.name.expect("generated name");
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_for(&accounts, "default", |sa: Option<&ServiceAccount>| sa.is_some(), Duration::from_secs(60))
+            .await;
+        Self { client, name }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Deletes the namespace (and with it everything the test made).
+    pub async fn delete(self) {
+        let namespaces: Api<Namespace> = Api::all(self.client);
+        let _ = namespaces.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+/// Waits until `condition` holds for the named object (or its absence) and
+/// returns the object; panics with what it last saw after `timeout`.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    condition: impl Condition<K>,
+    timeout: Duration,
+) -> Option<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, condition)).await {
+        Ok(Ok(object)) => object,
+        Ok(Err(err)) => panic!("watching {name}: {err}"),
+        Err(_) => {
+            let last = api.get_opt(name).await;
+            panic!("timed out after {timeout:?} waiting for {name}; last seen: {last:#?}")
+        }
+    }
+}
+
+/// Polls `probe` until it returns `Some`, for conditions that are not one
+/// object's state (e.g. "no pods left"). Panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Installs the CRD from crds/ and waits until it is established.
+///
+/// Create-or-replace rather than server-side apply: API servers older than
+/// 1.25 refuse to apply `x-kubernetes-validations` (unknown to them) but drop
+/// it silently on create and replace, which is how the CRD degrades there.
+pub async fn install_crd(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    let text = std::fs::read_to_string(repo_root().join(mining_api::CRD_PATH)).expect("crds/ is readable");
+    assert_eq!(text, mining_api::crd_yaml(), "crds/ is stale: run `cargo run -p mining-api --bin crdgen`");
+    // The file is byte-for-byte what the type generates, so the object stands for it.
+    let crd = mining_api::MiningWorkflow::crd();
+    let name = crd.metadata.name.clone().expect("CRD name");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for _ in 0..5 {
+        let result = match crds.get_opt(&name).await.expect("read CRD") {
+            None => crds.create(&PostParams::default(), &crd).await,
+            Some(existing) => {
+                let mut crd = crd.clone();
+                crd.metadata.resource_version = existing.metadata.resource_version;
+                crds.replace(&name, &PostParams::default(), &crd).await
+            }
+        };
+        match result {
+            Ok(_) => break,
+            // Another test installed it at the same moment: read again.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(err) => panic!("installing the CRD: {err}"),
+        }
+    }
+    wait_for(&crds, &name, kube::runtime::conditions::is_crd_established(), Duration::from_secs(30)).await;
+}

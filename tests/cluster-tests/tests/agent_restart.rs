@@ -1,0 +1,54 @@
+//! The node agent killed while a pod runs, then started again: the pod must
+//! end in a terminal phase, not stay Running forever. Runs alone (see
+//! .config/nextest.toml): a restart fails every pod running at that moment.
+
+use std::process::Command;
+use std::time::Duration;
+
+use cluster_tests::{TestNamespace, is_local_cluster, repo_root, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_pod_running_when_the_agent_is_killed_ends_failed_after_the_agent_restarts() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's node agent");
+        return;
+    }
+    let ns = TestNamespace::new("agent-restart").await;
+    let pods: Api<Pod> = ns.api();
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "long"},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}
+        ]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let phase = |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone());
+    wait_for(
+        &pods,
+        "long",
+        |p: Option<&Pod>| phase(p).as_deref() == Some("Running"),
+        Duration::from_secs(60),
+    )
+    .await;
+
+    let restarted =
+        Command::new(repo_root().join("tests/cluster/cluster.sh")).arg("restart-agent").status().unwrap();
+    assert!(restarted.success());
+
+    let ended = wait_for(
+        &pods,
+        "long",
+        |p: Option<&Pod>| matches!(phase(p).as_deref(), Some("Failed" | "Succeeded")),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let status = ended.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("NodeAgentRestarted"));
+    ns.delete().await;
+}

@@ -1,0 +1,170 @@
+//! The node agent under the real Job controller and garbage collector.
+
+use std::time::Duration;
+
+use cluster_tests::{TestNamespace, eventually, is_local_cluster, wait_for};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn job(name: &str, image: &str, command: Option<&[&str]>, args: &[&str], backoff_limit: i32) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                "containers": [{
+                    "name": "main", "image": image, "command": command, "args": args,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+            }},
+        },
+    }))
+    .expect("a valid Job")
+}
+
+fn sleeping_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}],
+        },
+    }))
+    .expect("a valid Pod")
+}
+
+fn job_condition(job: Option<&Job>, type_: &str) -> bool {
+    job.and_then(|j| j.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+fn is_running(pod: Option<&Pod>) -> bool {
+    pod.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn pods_of_job(pods: &Api<Pod>, job: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.expect("list pods").items
+}
+
+fn process_group_of(pod: &Pod) -> i32 {
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs[0].container_id.clone());
+    id.and_then(|id| id.strip_prefix("local-process://").and_then(|p| p.parse().ok()))
+        .expect("a local process id")
+}
+
+/// Whether a process of the group still runs. Zombies do not count: an
+/// orphaned grandchild waits for PID 1 to reap it, but it runs no more.
+fn process_group_alive(pgid: i32) -> bool {
+    let entries = std::fs::read_dir("/proc").expect("a Linux /proc");
+    entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+    })
+}
+
+#[tokio::test]
+async fn a_job_running_the_real_miner_completes_with_its_result_in_the_termination_message() {
+    let ns = TestNamespace::new("miner-job").await;
+    let jobs: Api<Job> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let args = ["mine", "--index", "1", "--prev", "GENESIS", "--difficulty", "16"];
+    jobs.create(&PostParams::default(), &job("mine", "mining-operator/miner:dev", None, &args, 0))
+        .await
+        .unwrap();
+    wait_for(&jobs, "mine", |j: Option<&Job>| job_condition(j, "Complete"), TIMEOUT).await;
+
+    let pods = pods_of_job(&pods, "mine").await;
+    assert_eq!(pods.len(), 1);
+    let status = pods[0].status.as_ref().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let terminated =
+        status.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
+    assert_eq!(terminated.exit_code, 0);
+    let message = terminated.message.expect("the miner's result as termination message");
+    let result = mining_api::BlockResult::from_json(&message).expect("a result document");
+    assert_eq!(miner::verify_result(&result, 1, "GENESIS", 16), Ok(()));
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_container_exiting_non_zero_fails_the_job_after_its_backoff_limit() {
+    let ns = TestNamespace::new("failing-job").await;
+    let jobs: Api<Job> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let command: &[&str] = &["sh", "-c", "echo mining went wrong >&2; exit 3"];
+    jobs.create(&PostParams::default(), &job("fail", "local/shell", Some(command), &[], 1)).await.unwrap();
+    let failed =
+        wait_for(&jobs, "fail", |j: Option<&Job>| job_condition(j, "Failed"), TIMEOUT).await.unwrap();
+    let reason =
+        failed.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Failed").unwrap().reason;
+    assert_eq!(reason.as_deref(), Some("BackoffLimitExceeded"));
+
+    let pods = pods_of_job(&pods, "fail").await;
+    assert_eq!(pods.len(), 2, "the first try and one retry");
+    for pod in pods {
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        let terminated = status.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        assert_eq!(terminated.exit_code, 3);
+        // Nothing was written to the message file, so the log tail stands in.
+        assert_eq!(terminated.message.as_deref().map(str::trim), Some("mining went wrong"));
+    }
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn deleting_a_running_pod_ends_its_process() {
+    let ns = TestNamespace::new("delete-pod").await;
+    let pods: Api<Pod> = ns.api();
+    pods.create(&PostParams::default(), &sleeping_pod("sleeper")).await.unwrap();
+    let running = wait_for(&pods, "sleeper", is_running, TIMEOUT).await.unwrap();
+    let pgid = is_local_cluster().then(|| process_group_of(&running));
+    if let Some(pgid) = pgid {
+        assert!(process_group_alive(pgid), "the container's processes run");
+    }
+    pods.delete("sleeper", &DeleteParams::default()).await.unwrap();
+    wait_for(&pods, "sleeper", |p: Option<&Pod>| p.is_none(), TIMEOUT).await;
+    if let Some(pgid) = pgid {
+        assert!(!process_group_alive(pgid), "no process of the deleted pod is left");
+    }
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn deleting_a_job_garbage_collects_its_pods() {
+    let ns = TestNamespace::new("delete-job").await;
+    let jobs: Api<Job> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let command: &[&str] = &["sh", "-c", "sleep 300"];
+    jobs.create(&PostParams::default(), &job("sleep", "local/shell", Some(command), &[], 0)).await.unwrap();
+    let pod_name = eventually("the Job's pod to run", TIMEOUT, || async {
+        pods_of_job(&pods, "sleep")
+            .await
+            .into_iter()
+            .find(|p| is_running(Some(p)))
+            .and_then(|p| p.metadata.name)
+    })
+    .await;
+
+    jobs.delete("sleep", &DeleteParams::background()).await.unwrap();
+    wait_for(&jobs, "sleep", |j: Option<&Job>| j.is_none(), TIMEOUT).await;
+    wait_for(&pods, &pod_name, |p: Option<&Pod>| p.is_none(), TIMEOUT).await;
+    assert!(pods_of_job(&pods, "sleep").await.is_empty());
+    ns.delete().await;
+}
