@@ -117,6 +117,13 @@ pub struct MiningWorkflowStatus {
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// The difficulty mining started with. `spec.difficulty` is immutable; on
+    /// API servers too old to enforce that, later changes are ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_difficulty: Option<u32>,
+    /// The chain length mining started with (see `admittedDifficulty`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_blocks: Option<u32>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -1,0 +1,72 @@
+//! Operator configuration, from flags or environment variables.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "operator", version, about = "Reconciles MiningWorkflows into one verified Job per block")]
+pub struct Config {
+    /// Namespace to watch; all namespaces when unset.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Image the block Jobs run; its entrypoint is `miner`.
+    #[arg(long, env = "MINER_IMAGE", default_value = "mining-operator/miner:dev")]
+    pub miner_image: String,
+    #[arg(long, env = "MINER_IMAGE_PULL_POLICY", default_value = "IfNotPresent")]
+    pub miner_image_pull_policy: String,
+    /// Search threads per miner (`miner mine --threads`).
+    #[arg(long, env = "MINER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub miner_threads: u32,
+    #[command(flatten)]
+    pub job: JobSettings,
+    #[command(flatten)]
+    pub limits: Limits,
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+}
+
+/// How each block's Job is run.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// Pod retries per block before the block, and the workflow, fails.
+    #[arg(long = "job-backoff-limit", env = "JOB_BACKOFF_LIMIT", default_value_t = 2)]
+    pub backoff_limit: i32,
+    /// Seconds a block's Job may run before it fails.
+    #[arg(long = "job-active-deadline-seconds", env = "JOB_ACTIVE_DEADLINE_SECONDS")]
+    pub active_deadline_seconds: Option<i64>,
+    #[arg(long = "job-cpu-request", env = "JOB_CPU_REQUEST", default_value = "100m")]
+    pub cpu_request: Option<String>,
+    #[arg(long = "job-cpu-limit", env = "JOB_CPU_LIMIT")]
+    pub cpu_limit: Option<String>,
+    #[arg(long = "job-memory-request", env = "JOB_MEMORY_REQUEST", default_value = "16Mi")]
+    pub memory_request: Option<String>,
+    #[arg(long = "job-memory-limit", env = "JOB_MEMORY_LIMIT", default_value = "64Mi")]
+    pub memory_limit: Option<String>,
+}
+
+/// What the operator accepts and how long it keeps finished workflows.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Workflows asking for more leading zero bits are rejected.
+    #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 40)]
+    pub max_difficulty: u32,
+    /// Workflows asking for longer chains are rejected.
+    #[arg(long, env = "MAX_BLOCKS", default_value_t = 64)]
+    pub max_blocks: u32,
+    /// Workflows mining at once; more wait as Pending (condition Admitted=False, reason Queued).
+    #[arg(long, env = "MAX_CONCURRENT_WORKFLOWS", default_value_t = 50)]
+    pub max_concurrent_workflows: usize,
+    /// Finished workflows are deleted after this long unless their spec says otherwise.
+    #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64))]
+    pub default_ttl_seconds: u64,
+}
+
+impl Limits {
+    pub fn default_ttl(&self) -> Duration {
+        Duration::from_secs(self.default_ttl_seconds)
+    }
+}

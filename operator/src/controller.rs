@@ -1,0 +1,308 @@
+//! The I/O around `plan`: observe, apply, write status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use mining_api::{MiningWorkflow, WorkflowPhase, labels};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::job::{MANAGER, MinerSettings, build_block_job};
+use crate::metrics::{ErrorLabels, Metrics};
+use crate::naming::workflow_label;
+use crate::plan::{Action, BlockJob, Observed, plan};
+use crate::{Error, Result};
+
+/// Longest Pod message carried into a workflow's status.
+const MAX_POD_MESSAGE: usize = 512;
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub config: Config,
+    /// All workflows the controller sees (to count those mining).
+    pub store: Store<MiningWorkflow>,
+    pub ready: Arc<AtomicBool>,
+}
+
+fn workflows_api(client: &Client, config: &Config) -> Api<MiningWorkflow> {
+    match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until a shutdown signal.
+pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+    let workflows = workflows_api(&client, &config);
+    let jobs: Api<Job> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(workflows, watcher::Config::default().any_semantic());
+    let store = controller.store();
+    let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        metrics,
+        config,
+        store: store.clone(),
+        ready: ready.clone(),
+    });
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            ready.store(true, Ordering::Relaxed);
+            info!("caches synced; ready");
+        }
+    });
+    controller
+        .owns(jobs, watcher::Config::default().labels(&format!("{}={MANAGER}", labels::MANAGED_BY)))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                warn!(error = %err, "reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    warn!(error = %error, source = ?std::error::Error::source(error), "reconcile error");
+    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
+    Requeue::requeue(Duration::from_secs(if matches!(error, Error::ForeignJob { .. }) { 2 } else { 5 }))
+}
+
+async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let result = reconcile_inner(&workflow, &ctx).await;
+    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| phase_of(w)));
+    result
+}
+
+fn phase_of(workflow: &MiningWorkflow) -> WorkflowPhase {
+    workflow.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Requeue> {
+    let name = workflow.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
+    let namespace = workflow.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
+    if workflow.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change()); // its Jobs go with it (owner references)
+    }
+    // Observe.
+    let jobs = observe_jobs(workflow, &name, &namespace, &ctx.client).await?;
+    let uid = workflow.metadata.uid.as_deref();
+    let others_mining = ctx
+        .store
+        .state()
+        .iter()
+        .filter(|w| w.metadata.uid.as_deref() != uid && phase_of(w) == WorkflowPhase::Mining)
+        .count();
+    // Plan.
+    let observed = Observed { workflow, jobs, others_mining, now: Timestamp::now() };
+    let plan = plan(&observed, &ctx.config.limits);
+    // Apply.
+    let job_api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    for action in &plan.actions {
+        match action {
+            Action::CreateJob { block, prev, difficulty } => {
+                create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?
+            }
+            Action::DeleteJob { name } => match job_api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => info!(workflow = %name, job = %name, "deleted Job"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(source) => return Err(Error::DeleteJob { name: name.clone(), source }),
+            },
+            Action::DeleteWorkflow => {
+                let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
+                match api.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => info!(workflow = %name, "retention over; deleted workflow"),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(source) => return Err(Error::DeleteWorkflow { workflow: name, source }),
+                }
+                return Ok(Requeue::await_change());
+            }
+        }
+    }
+    for seconds in &plan.mined_block_seconds {
+        ctx.metrics.block_duration.observe(*seconds);
+    }
+    // Status.
+    if workflow.status.as_ref() != Some(&plan.status) {
+        let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
+        let body = json!({
+            "apiVersion": MiningWorkflow::api_version(&()),
+            "kind": MiningWorkflow::kind(&()),
+            "status": plan.status,
+        });
+        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body))
+            .await
+            .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
+        info!(
+            workflow = %name,
+            namespace = %namespace,
+            phase = %plan.status.phase.unwrap_or_default(),
+            progress = plan.status.progress.as_deref().unwrap_or(""),
+            "status updated"
+        );
+    }
+    // Events last: they describe what was done.
+    let reference = workflow.object_ref(&());
+    for event in &plan.events {
+        let event = Event {
+            type_: if event.warning { EventType::Warning } else { EventType::Normal },
+            reason: event.reason.to_string(),
+            note: Some(event.note.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+            warn!(workflow = %name, error = %err, "could not record an Event");
+        }
+    }
+    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// This workflow's Jobs by block, each classified; a finished Job's Pods are
+/// read live (not from a cache), so a result is never missed for being late.
+async fn observe_jobs(
+    workflow: &MiningWorkflow,
+    name: &str,
+    namespace: &str,
+    client: &Client,
+) -> Result<BTreeMap<u32, BlockJob>> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("{}={}", labels::WORKFLOW, workflow_label(name));
+    let listed = jobs
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::ListJobs { workflow: name.to_string(), source })?;
+    let uid = workflow.metadata.uid.as_deref();
+    let mut observed = BTreeMap::new();
+    for job in listed.items {
+        // Only Jobs this workflow (this uid) controls: a same-named predecessor's are not ours.
+        let ours =
+            job.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
+        let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
+        let (true, Some(block)) = (ours, block) else { continue };
+        observed.insert(block, classify_job(&job, client).await?);
+    }
+    Ok(observed)
+}
+
+async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
+    let status = job.status.clone().unwrap_or_default();
+    let condition = |type_: &str| {
+        status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
+    };
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(BlockJob::Running);
+    }
+    if condition("Complete").is_some() {
+        let pods = job_pods(job, client).await?;
+        let message = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+            .find_map(terminated_message);
+        return Ok(BlockJob::Succeeded {
+            message,
+            started: status.start_time,
+            finished: status.completion_time,
+        });
+    }
+    if let Some(failed) = condition("Failed") {
+        let pods = job_pods(job, client).await?;
+        // The most recent failed Pod says best what went wrong.
+        let last_message = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+            .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
+            .and_then(terminated_message)
+            .unwrap_or_else(|| failed.message.clone().unwrap_or_default());
+        let mut message: String = last_message.trim().to_string();
+        if message.len() > MAX_POD_MESSAGE {
+            let cut = (0..=MAX_POD_MESSAGE).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
+            message.truncate(cut);
+        }
+        return Ok(BlockJob::Failed { reason: failed.reason.unwrap_or_else(|| "Failed".into()), message });
+    }
+    Ok(BlockJob::Running)
+}
+
+async fn job_pods(job: &Job, client: &Client) -> Result<Vec<Pod>> {
+    let name = job.name_any();
+    let pods: Api<Pod> =
+        Api::namespaced(client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
+    Ok(pods
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(|source| Error::ListPods { job: name, source })?
+        .items)
+}
+
+fn terminated_message(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let status = statuses.iter().find(|s| s.name == "miner").or(statuses.first())?;
+    status.state.as_ref()?.terminated.as_ref()?.message.clone().filter(|m| !m.trim().is_empty())
+}
+
+/// Creates the block's Job; when one of that name exists and this workflow
+/// controls it (a restart after create, before status), it is adopted.
+async fn create_or_adopt_job(
+    workflow: &MiningWorkflow,
+    api: &Api<Job>,
+    block: u32,
+    prev: &str,
+    difficulty: u32,
+    config: &Config,
+) -> Result<()> {
+    let settings = MinerSettings {
+        image: &config.miner_image,
+        image_pull_policy: &config.miner_image_pull_policy,
+        threads: config.miner_threads,
+        job: &config.job,
+    };
+    let job = build_block_job(workflow, block, prev, difficulty, &settings);
+    let name = job.metadata.name.clone().unwrap_or_default();
+    match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &job).await {
+        Ok(_) => {
+            info!(workflow = %workflow.name_any(), block, job = %name, "created Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing =
+                api.get(&name).await.map_err(|source| Error::CreateJob { name: name.clone(), source })?;
+            let uid = workflow.metadata.uid.as_deref();
+            if existing
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+            {
+                info!(workflow = %workflow.name_any(), block, job = %name, "adopted existing Job");
+                Ok(())
+            } else {
+                Err(Error::ForeignJob { name })
+            }
+        }
+        Err(source) => Err(Error::CreateJob { name, source }),
+    }
+}

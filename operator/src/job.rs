@@ -1,0 +1,183 @@
+//! The Job that mines one block (pure: no client).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::Resource;
+use mining_api::{MiningWorkflow, labels};
+use serde_json::json;
+
+use crate::config::JobSettings;
+use crate::naming::{block_job_name, workflow_label};
+
+/// The distroless `nonroot` user the miner image runs as.
+const MINER_UID: i64 = 65532;
+pub const MANAGER: &str = "mining-operator";
+
+/// What a block Job needs beyond the workflow itself.
+#[derive(Debug, Clone)]
+pub struct MinerSettings<'a> {
+    pub image: &'a str,
+    pub image_pull_policy: &'a str,
+    pub threads: u32,
+    pub job: &'a JobSettings,
+}
+
+/// Labels on a block's Job and its Pods.
+pub fn block_labels(workflow: &str, block: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::WORKFLOW.to_string(), workflow_label(workflow)),
+        (labels::BLOCK.to_string(), block.to_string()),
+        (labels::MANAGED_BY.to_string(), MANAGER.to_string()),
+    ])
+}
+
+/// Builds the Job for block `block` with previous hash `prev`.
+pub fn build_block_job(
+    workflow: &MiningWorkflow,
+    block: u32,
+    prev: &str,
+    difficulty: u32,
+    settings: &MinerSettings,
+) -> Job {
+    let name = workflow.metadata.name.clone().unwrap_or_default();
+    let labels = block_labels(&name, block);
+    let owner = workflow.controller_owner_ref(&()).expect("a stored workflow has a name and uid");
+    let quantities = |pairs: [(&str, &Option<String>); 2]| -> Option<BTreeMap<String, Quantity>> {
+        let map: BTreeMap<_, _> = pairs
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), Quantity(v.clone()))))
+            .collect();
+        (!map.is_empty()).then_some(map)
+    };
+    let resources = json!({
+        "requests": quantities([("cpu", &settings.job.cpu_request), ("memory", &settings.job.memory_request)]),
+        "limits": quantities([("cpu", &settings.job.cpu_limit), ("memory", &settings.job.memory_limit)]),
+    });
+    let job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": block_job_name(&name, block),
+            "namespace": workflow.metadata.namespace,
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "backoffLimit": settings.job.backoff_limit,
+            "activeDeadlineSeconds": settings.job.active_deadline_seconds,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": MINER_UID,
+                        "runAsGroup": MINER_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        "name": "miner",
+                        "image": settings.image,
+                        "imagePullPolicy": settings.image_pull_policy,
+                        "args": [
+                            "mine",
+                            "--index", block.to_string(),
+                            "--prev", prev,
+                            "--difficulty", difficulty.to_string(),
+                            "--threads", settings.threads.to_string(),
+                        ],
+                        "resources": resources,
+                        "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "runAsNonRoot": true,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }],
+                },
+            },
+        },
+    });
+    serde_json::from_value(job).expect("the block Job is a valid Job")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::workflow;
+
+    fn settings(job: &JobSettings) -> MinerSettings<'_> {
+        MinerSettings { image: "reg/miner:1", image_pull_policy: "IfNotPresent", threads: 2, job }
+    }
+
+    fn job_settings() -> JobSettings {
+        JobSettings {
+            backoff_limit: 3,
+            active_deadline_seconds: Some(600),
+            cpu_request: Some("100m".into()),
+            cpu_limit: None,
+            memory_request: None,
+            memory_limit: Some("64Mi".into()),
+        }
+    }
+
+    #[test]
+    fn block_job_is_owned_by_its_workflow_and_labelled_with_workflow_and_block() {
+        let js = job_settings();
+        let job = build_block_job(&workflow("demo", 12, 4), 3, "ABC", 12, &settings(&js));
+        assert_eq!(job.metadata.name.as_deref(), Some("demo-b3"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("MiningWorkflow", "demo", Some(true))
+        );
+        let labels = job.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[labels::WORKFLOW], "demo");
+        assert_eq!(labels[labels::BLOCK], "3");
+        let template_labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.as_ref();
+        assert_eq!(template_labels, Some(labels));
+    }
+
+    #[test]
+    fn block_job_runs_the_miner_for_that_block_with_configured_limits() {
+        let js = job_settings();
+        let job = build_block_job(&workflow("demo", 12, 4), 3, "ABC", 12, &settings(&js));
+        let spec = job.spec.unwrap();
+        assert_eq!((spec.backoff_limit, spec.active_deadline_seconds), (Some(3), Some(600)));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let container = &pod.containers[0];
+        assert_eq!(container.image.as_deref(), Some("reg/miner:1"));
+        assert_eq!(
+            container.args.as_deref().unwrap(),
+            ["mine", "--index", "3", "--prev", "ABC", "--difficulty", "12", "--threads", "2"]
+        );
+        assert_eq!(container.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
+        let resources = container.resources.as_ref().unwrap();
+        assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "100m");
+        assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "64Mi");
+        assert!(!resources.requests.as_ref().unwrap().contains_key("memory"));
+    }
+
+    #[test]
+    fn block_job_runs_restricted_non_root_read_only_without_capabilities() {
+        let js = job_settings();
+        let job = build_block_job(&workflow("demo", 12, 4), 1, "GENESIS", 12, &settings(&js));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let pod_ctx = pod.security_context.unwrap();
+        assert_eq!(pod_ctx.run_as_non_root, Some(true));
+        assert_eq!(pod_ctx.run_as_user, Some(65532));
+        assert_eq!(pod_ctx.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let ctx = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(ctx.allow_privilege_escalation, Some(false));
+        assert_eq!(ctx.read_only_root_filesystem, Some(true));
+        assert_eq!(ctx.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+    }
+}

@@ -1,0 +1,79 @@
+//! The MiningWorkflow operator.
+//!
+//! Each reconcile is a pipeline: **observe** (the workflow and its Jobs, plus
+//! each finished Job's Pod) → **plan** (a pure function: next block, status,
+//! actions) → **apply** (create or delete Jobs, adopting any that exist) →
+//! **status** (server-side apply on `/status`, skipped when unchanged).
+
+pub mod conditions;
+pub mod config;
+pub mod controller;
+pub mod job;
+pub mod metrics;
+pub mod naming;
+pub mod plan;
+#[cfg(test)]
+mod testing;
+
+/// Everything a reconcile can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listing the Jobs of workflow {workflow}")]
+    ListJobs {
+        workflow: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("listing the Pods of Job {job}")]
+    ListPods {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("creating Job {name}")]
+    CreateJob {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Job {name} exists but belongs to another object; waiting for it to go")]
+    ForeignJob { name: String },
+    #[error("deleting Job {name}")]
+    DeleteJob {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting workflow {workflow}")]
+    DeleteWorkflow {
+        workflow: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the status of workflow {workflow}")]
+    WriteStatus {
+        workflow: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("workflow has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Error {
+    /// A fixed label for metrics (never the error text: unbounded values).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::ListJobs { .. } => "list_jobs",
+            Self::ListPods { .. } => "list_pods",
+            Self::CreateJob { .. } => "create_job",
+            Self::ForeignJob { .. } => "foreign_job",
+            Self::DeleteJob { .. } => "delete_job",
+            Self::DeleteWorkflow { .. } => "delete_workflow",
+            Self::WriteStatus { .. } => "write_status",
+            Self::MissingMetadata(_) => "missing_metadata",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

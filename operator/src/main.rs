@@ -1,0 +1,62 @@
+//! The operator binary: configuration, telemetry, the controller and a small
+//! HTTP server for /metrics, /healthz and /readyz.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use clap::Parser;
+use mining_operator::config::Config;
+use mining_operator::controller;
+use mining_operator::metrics::Metrics;
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+}
+
+async fn metrics(State(state): State<HttpState>) -> ([(&'static str, &'static str); 1], String) {
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
+}
+
+async fn ready(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::parse();
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };
+
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    tracing::info!(addr = %config.http_addr, namespace = config.namespace.as_deref().unwrap_or("(all)"), image = %config.miner_image, "starting");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    controller::run(client, config, state.metrics, state.ready).await;
+    server.abort();
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! Prometheus metrics, with label values from fixed sets only.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use mining_api::WorkflowPhase;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Phase {
+    Pending,
+    Mining,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl From<WorkflowPhase> for Phase {
+    fn from(phase: WorkflowPhase) -> Self {
+        match phase {
+            WorkflowPhase::Pending => Self::Pending,
+            WorkflowPhase::Mining => Self::Mining,
+            WorkflowPhase::Succeeded => Self::Succeeded,
+            WorkflowPhase::Failed => Self::Failed,
+            WorkflowPhase::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: Phase,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Counter,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    pub block_duration: Histogram,
+    pub workflows: Family<PhaseLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("mining_operator");
+        let reconciles = Counter::default();
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by kind of error",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took",
+            reconcile_duration.clone(),
+        );
+        let block_duration = Histogram::new(exponential_buckets(0.05, 2.0, 16));
+        registry.register(
+            "block_duration_seconds",
+            "Time a block's Job took, start to completion",
+            block_duration.clone(),
+        );
+        let workflows = Family::<PhaseLabels, Gauge>::default();
+        registry.register("workflows", "MiningWorkflows by phase", workflows.clone());
+        Self { registry, reconciles, reconcile_errors, reconcile_duration, block_duration, workflows }
+    }
+}
+
+impl Metrics {
+    /// Sets the workflows-by-phase gauge from a count of phases.
+    pub fn set_workflow_phases(&self, phases: impl IntoIterator<Item = WorkflowPhase>) {
+        let mut counts = [0i64; 5];
+        for phase in phases {
+            counts[phase as usize] += 1;
+        }
+        for phase in [
+            WorkflowPhase::Pending,
+            WorkflowPhase::Mining,
+            WorkflowPhase::Succeeded,
+            WorkflowPhase::Failed,
+            WorkflowPhase::Cancelled,
+        ] {
+            self.workflows.get_or_create(&PhaseLabels { phase: phase.into() }).set(counts[phase as usize]);
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
+        text
+    }
+}
