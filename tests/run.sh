@@ -14,14 +14,13 @@ log "building the workspace (release binaries are what the cluster runs)"
 cargo build --release --workspace --bins
 cargo nextest run --workspace --no-run --cargo-quiet
 
-started_cluster=""
 if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
   log "using the cluster at KUBECONFIG=$KUBECONFIG"
 elif [ -x tests/cluster/cluster.sh ]; then
   trap 'tests/cluster/cluster.sh down || true' EXIT
   tests/cluster/cluster.sh up
-  export KUBECONFIG="$(tests/cluster/cluster.sh kubeconfig)"
-  started_cluster=1
+  KUBECONFIG="$(tests/cluster/cluster.sh kubeconfig)"
+  export KUBECONFIG MINING_CLUSTER_LOCAL=1
 fi
 
 cargo nextest run --workspace --no-fail-fast "$@"

@@ -66,9 +66,19 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         ready: ready.clone(),
     });
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            ready.store(true, Ordering::Relaxed);
-            info!("caches synced; ready");
+        // Re-polled rather than awaited once: a second waiter on the store is
+        // not always woken (the controller itself waits on it too), but a
+        // fresh wait after the initial list returns at once.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => {
+                    ready.store(true, Ordering::Relaxed);
+                    info!("caches synced; ready");
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
         }
     });
     controller

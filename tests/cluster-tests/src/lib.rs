@@ -29,9 +29,10 @@ pub async fn client() -> Client {
 }
 
 /// Whether the cluster is the local one from tests/cluster (whose node agent
-/// runs pods as local processes we can inspect).
+/// runs pods as local processes we can inspect, and maps the test-only
+/// images). tests/run.sh says so with `MINING_CLUSTER_LOCAL=1`.
 pub fn is_local_cluster() -> bool {
-    std::env::var("KUBECONFIG").is_ok_and(|k| k.ends_with("mining-operator-cluster/kubeconfig"))
+    std::env::var("MINING_CLUSTER_LOCAL").is_ok_and(|v| v == "1")
 }
 
 /// A namespace of its own for one test.
@@ -141,4 +142,68 @@ pub async fn install_crd(client: &Client) {
         }
     }
     wait_for(&crds, &name, kube::runtime::conditions::is_crd_established(), Duration::from_secs(30)).await;
+}
+
+/// The operator binary built by `cargo build --release` (tests/run.sh does).
+pub fn operator_binary() -> PathBuf {
+    // Test binaries live in <target>/<profile>/deps/.
+    let exe = std::env::current_exe().expect("test binary path");
+    let target = exe.ancestors().nth(3).expect("<target>/<profile>/deps/<test>").to_path_buf();
+    let binary = target.join("release/operator");
+    assert!(
+        binary.exists(),
+        "{} is missing: run `cargo build --release -p mining-operator`",
+        binary.display()
+    );
+    binary
+}
+
+/// An operator process watching one namespace; SIGKILLed when dropped.
+pub struct OperatorProcess {
+    child: std::process::Child,
+    pub http: std::net::SocketAddr,
+}
+
+impl OperatorProcess {
+    pub fn start(namespace: &str, extra_args: &[&str]) -> Self {
+        // A free port for /metrics: bind, read it, release it.
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let child = std::process::Command::new(operator_binary())
+            .args(["--namespace", namespace, "--http-addr", &http.to_string()])
+            .args(extra_args)
+            // The default image; a --miner-image in extra_args overrides it.
+            .env("MINER_IMAGE", "mining-operator/miner:dev")
+            .env("RUST_LOG", "info,kube=warn")
+            .spawn()
+            .expect("start the operator");
+        Self { child, http }
+    }
+
+    /// SIGKILL, as a crash or an OOM kill would end it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// GET a path of the operator's HTTP server; retries until it answers.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        eventually(&format!("the operator to answer {path}"), Duration::from_secs(30), || async {
+            let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
+            let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.ok()?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.ok()?;
+            let code = response.split_whitespace().nth(1)?.parse().ok()?;
+            let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+            Some((code, body))
+        })
+        .await
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

@@ -20,7 +20,7 @@ async fn a_pod_running_when_the_agent_is_killed_ends_failed_after_the_agent_rest
     let pods: Api<Pod> = ns.api();
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "long"},
-        "spec": {"restartPolicy": "Never", "containers": [
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false, "containers": [
             {"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}
         ]},
     }))

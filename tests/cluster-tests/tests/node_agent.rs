@@ -34,7 +34,7 @@ fn sleeping_pod(name: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
-            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "automountServiceAccountToken": false,
             "containers": [{"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}],
         },
     }))

@@ -1,0 +1,267 @@
+//! The operator end to end: a real API server, the real Job controller, the
+//! real miner. Each test has its own namespace and its own operator process
+//! watching only that namespace.
+
+use std::process::Command;
+use std::time::Duration;
+
+use cluster_tests::{
+    OperatorProcess, TestNamespace, eventually, install_crd, is_local_cluster, repo_root, wait_for,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, labels};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn setup(prefix: &str) -> TestNamespace {
+    let ns = TestNamespace::new(prefix).await;
+    install_crd(&ns.client).await;
+    ns
+}
+
+async fn create_workflow(ns: &TestNamespace, name: &str, spec: Value) -> Api<MiningWorkflow> {
+    let workflows: Api<MiningWorkflow> = ns.api();
+    let workflow: MiningWorkflow = serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    workflows.create(&PostParams::default(), &workflow).await.expect("create workflow");
+    workflows
+}
+
+fn phase(workflow: Option<&MiningWorkflow>) -> Option<WorkflowPhase> {
+    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
+}
+
+async fn wait_phase(api: &Api<MiningWorkflow>, name: &str, want: WorkflowPhase) -> MiningWorkflow {
+    wait_for(api, name, move |w: Option<&MiningWorkflow>| phase(w) == Some(want), TIMEOUT).await.unwrap()
+}
+
+async fn workflow_jobs(ns: &TestNamespace, workflow: &str) -> Vec<Job> {
+    let jobs: Api<Job> = ns.api();
+    jobs.list(&ListParams::default().labels(&format!("{}={workflow}", labels::WORKFLOW))).await.unwrap().items
+}
+
+fn ready_reason(workflow: &MiningWorkflow) -> String {
+    let conditions = &workflow.status.as_ref().unwrap().conditions;
+    conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::READY)
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+/// The chain from the independent Python implementation.
+fn reference_chain(blocks: u32, difficulty: u32) -> Vec<Value> {
+    let output = Command::new("python3")
+        .arg(repo_root().join("miner/tests/reference_miner.py"))
+        .args([blocks.to_string(), difficulty.to_string()])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Checks every block of a status against SHA-256 and the chain's linkage.
+fn assert_chain_is_valid(workflow: &MiningWorkflow, difficulty: u32) {
+    let mut prev = mining_api::GENESIS.to_string();
+    for (i, block) in workflow.status.as_ref().unwrap().blocks.iter().enumerate() {
+        assert_eq!(block.index as usize, i + 1);
+        let hash =
+            miner::verify_block(block.index as u64, &prev, block.nonce, difficulty).expect("a valid block");
+        assert_eq!(block.hash, hash);
+        assert_eq!(block.attempts, block.nonce + 1);
+        prev = hash;
+    }
+}
+
+#[tokio::test]
+async fn a_four_block_workflow_succeeds_with_the_hashes_of_an_independent_implementation() {
+    let ns = setup("mwf-success").await;
+    let operator = OperatorProcess::start(&ns.name, &[]);
+    let workflows = create_workflow(&ns, "chain", json!({"difficulty": 16, "blocks": 4})).await;
+    let done = wait_phase(&workflows, "chain", WorkflowPhase::Succeeded).await;
+
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.progress.as_deref(), Some("4/4"));
+    assert!(status.finished_at.is_some() && status.started_at.is_some());
+    assert_eq!(ready_reason(&done), mining_api::reasons::SUCCEEDED);
+    let mined: Vec<(u64, String, u64)> =
+        status.blocks.iter().map(|b| (b.nonce, b.hash.clone(), b.attempts)).collect();
+    let reference: Vec<(u64, String, u64)> = reference_chain(4, 16)
+        .iter()
+        .map(|b| {
+            (
+                b["nonce"].as_u64().unwrap(),
+                b["hash"].as_str().unwrap().to_string(),
+                b["attempts"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(mined, reference);
+
+    let jobs = workflow_jobs(&ns, "chain").await;
+    assert_eq!(jobs.len(), 4, "one Job per block");
+
+    // What a person sees.
+    let output = Command::new("kubectl").args(["get", "mwf", "-n", &ns.name]).output().unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let row = table.lines().find(|l| l.starts_with("chain")).unwrap_or_else(|| panic!("{table}"));
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&columns[1..4], ["Succeeded", "4/4", "16"], "{table}");
+
+    let (code, metrics) = operator.get("/metrics").await;
+    assert_eq!(code, 200);
+    assert!(metrics.contains("mining_operator_reconciles_total"), "{metrics}");
+    assert!(metrics.contains("mining_operator_block_duration_seconds_count 4"), "{metrics}");
+    assert_eq!(operator.get("/readyz").await.0, 200);
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_forged_termination_message_is_rejected_and_fails_the_workflow() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's local/forger image");
+        return;
+    }
+    let ns = setup("mwf-forged").await;
+    let _operator = OperatorProcess::start(&ns.name, &["--miner-image", "local/forger"]);
+    let workflows = create_workflow(&ns, "forged", json!({"difficulty": 16, "blocks": 2})).await;
+    let failed = wait_phase(&workflows, "forged", WorkflowPhase::Failed).await;
+    assert_eq!(ready_reason(&failed), mining_api::reasons::INVALID_RESULT);
+    let message = failed.status.as_ref().unwrap().message.clone().unwrap();
+    assert!(message.starts_with("block 1: result rejected"), "{message}");
+    assert!(failed.status.unwrap().blocks.is_empty(), "nothing forged is recorded");
+    assert_eq!(workflow_jobs(&ns, "forged").await.len(), 1, "no block is mined on top of a forgery");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_failing_miner_ends_the_workflow_failed_with_the_reason_and_its_message() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's local/failing-miner image");
+        return;
+    }
+    let ns = setup("mwf-failing").await;
+    let _operator = OperatorProcess::start(
+        &ns.name,
+        &["--miner-image", "local/failing-miner", "--job-backoff-limit", "0"],
+    );
+    let workflows = create_workflow(&ns, "broken", json!({"difficulty": 8, "blocks": 2})).await;
+    let failed = wait_phase(&workflows, "broken", WorkflowPhase::Failed).await;
+    assert_eq!(ready_reason(&failed), mining_api::reasons::JOB_FAILED);
+    let message = failed.status.unwrap().message.unwrap();
+    assert!(message.contains("BackoffLimitExceeded"), "{message}");
+    assert!(message.contains("simulated failure"), "the Pod's own words reach the status: {message}");
+    ns.delete().await;
+}
+
+/// A workflow whose first block takes minutes, with its Job running.
+async fn long_running_workflow(ns: &TestNamespace, name: &str) -> (Api<MiningWorkflow>, String) {
+    let workflows = create_workflow(ns, name, json!({"difficulty": 40, "blocks": 1})).await;
+    wait_phase(&workflows, name, WorkflowPhase::Mining).await;
+    let pods: Api<Pod> = ns.api();
+    let job = format!("{name}-b1");
+    eventually("the block's Pod to run", TIMEOUT, || async {
+        let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.ok()?;
+        list.items
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .then_some(())
+    })
+    .await;
+    (workflows, job)
+}
+
+#[tokio::test]
+async fn cancel_ends_the_workflow_cancelled_and_removes_its_job_and_pods() {
+    let ns = setup("mwf-cancel").await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let (workflows, job) = long_running_workflow(&ns, "slow").await;
+
+    let patch = json!({"spec": {"cancel": true}});
+    workflows.patch("slow", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let cancelled = wait_phase(&workflows, "slow", WorkflowPhase::Cancelled).await;
+    assert_eq!(ready_reason(&cancelled), mining_api::reasons::CANCELLED);
+
+    let jobs: Api<Job> = ns.api();
+    wait_for(&jobs, &job, |j: Option<&Job>| j.is_none(), TIMEOUT).await;
+    let pods: Api<Pod> = ns.api();
+    eventually("the Job's Pods to go", TIMEOUT, || async {
+        let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn deleting_a_workflow_removes_its_jobs() {
+    let ns = setup("mwf-delete").await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let (workflows, job) = long_running_workflow(&ns, "doomed").await;
+    workflows.delete("doomed", &DeleteParams::background()).await.unwrap();
+    wait_for(&workflows, "doomed", |w: Option<&MiningWorkflow>| w.is_none(), TIMEOUT).await;
+    let jobs: Api<Job> = ns.api();
+    wait_for(&jobs, &job, |j: Option<&Job>| j.is_none(), TIMEOUT).await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_workflow_resumes_and_succeeds_with_exactly_one_job_per_block() {
+    let ns = setup("mwf-sigkill").await;
+    let mut operator = OperatorProcess::start(&ns.name, &[]);
+    // ~16 M attempts per block: long enough to be caught in the middle.
+    let workflows = create_workflow(&ns, "survivor", json!({"difficulty": 24, "blocks": 4})).await;
+    let progressed = |w: Option<&MiningWorkflow>| {
+        w.and_then(|w| w.status.as_ref())
+            .is_some_and(|s| !s.blocks.is_empty() && s.phase == Some(WorkflowPhase::Mining))
+    };
+    wait_for(&workflows, "survivor", progressed, TIMEOUT).await;
+    operator.kill();
+    let at_kill = workflows.get("survivor").await.unwrap().status.unwrap();
+    assert_eq!(at_kill.phase, Some(WorkflowPhase::Mining), "killed in the middle");
+
+    let _restarted = OperatorProcess::start(&ns.name, &[]);
+    let done = wait_phase(&workflows, "survivor", WorkflowPhase::Succeeded).await;
+    assert_chain_is_valid(&done, 24);
+    let status = done.status.as_ref().unwrap();
+    assert_eq!(status.blocks.len(), 4);
+    assert_eq!(
+        &status.blocks[..at_kill.blocks.len()],
+        &at_kill.blocks[..],
+        "no mined block was lost or changed"
+    );
+
+    let jobs = workflow_jobs(&ns, "survivor").await;
+    let mut blocks: Vec<String> =
+        jobs.iter().map(|j| j.metadata.labels.as_ref().unwrap()[labels::BLOCK].clone()).collect();
+    blocks.sort();
+    assert_eq!(blocks, ["1", "2", "3", "4"], "exactly one Job per block");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_workflow_above_the_operators_difficulty_limit_is_rejected_with_a_condition() {
+    let ns = setup("mwf-limit").await;
+    let _operator = OperatorProcess::start(&ns.name, &["--max-difficulty", "20"]);
+    let workflows = create_workflow(&ns, "greedy", json!({"difficulty": 30, "blocks": 1})).await;
+    let failed = wait_phase(&workflows, "greedy", WorkflowPhase::Failed).await;
+    let admitted = failed
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::ADMITTED)
+        .cloned()
+        .unwrap();
+    assert_eq!(admitted.reason, mining_api::reasons::OVER_LIMIT);
+    assert!(workflow_jobs(&ns, "greedy").await.is_empty());
+    ns.delete().await;
+}
