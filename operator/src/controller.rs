@@ -175,19 +175,26 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             "status updated"
         );
     }
-    // Events last: they describe what was done.
-    let reference = workflow.object_ref(&());
-    for event in &plan.events {
-        let event = Event {
-            type_: if event.warning { EventType::Warning } else { EventType::Normal },
-            reason: event.reason.to_string(),
-            note: Some(event.note.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
-            warn!(workflow = %name, error = %err, "could not record an Event");
-        }
+    // Events last, off the reconcile's path: they describe what was done,
+    // and waiting for them would delay this workflow's next step.
+    if !plan.events.is_empty() {
+        let recorder = ctx.recorder.clone();
+        let reference = workflow.object_ref(&());
+        let events = plan.events.clone();
+        tokio::spawn(async move {
+            for event in events {
+                let event = Event {
+                    type_: if event.warning { EventType::Warning } else { EventType::Normal },
+                    reason: event.reason.to_string(),
+                    note: Some(event.note),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                };
+                if let Err(err) = recorder.publish(&event, &reference).await {
+                    warn!(workflow = %name, error = %err, "could not record an Event");
+                }
+            }
+        });
     }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
@@ -207,6 +214,9 @@ async fn observe_jobs(
         .await
         .map_err(|source| Error::ListJobs { workflow: name.to_string(), source })?;
     let uid = workflow.metadata.uid.as_deref();
+    // Blocks already verified in the status need no second look (and no Pod
+    // reads: those would grow with the chain on every reconcile).
+    let verified = workflow.status.as_ref().map_or(0, |s| s.blocks.len() as u32);
     let mut observed = BTreeMap::new();
     for job in listed.items {
         // Only Jobs this workflow (this uid) controls: a same-named predecessor's are not ours.
@@ -214,7 +224,9 @@ async fn observe_jobs(
             job.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
         let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
         let (true, Some(block)) = (ours, block) else { continue };
-        observed.insert(block, classify_job(&job, client).await?);
+        if block > verified {
+            observed.insert(block, classify_job(&job, client).await?);
+        }
     }
     Ok(observed)
 }

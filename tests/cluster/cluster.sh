@@ -173,7 +173,7 @@ KCFG
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --port 0 \
     --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset \
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
-    --use-service-account-credentials=false
+    --use-service-account-credentials=false --kube-api-qps 200 --kube-api-burst 400
 
   start_agent "$agent" "$miner"
 

@@ -146,16 +146,17 @@ pub async fn install_crd(client: &Client) {
 
 /// The operator binary built by `cargo build --release` (tests/run.sh does).
 pub fn operator_binary() -> PathBuf {
-    // Test binaries live in <target>/<profile>/deps/.
-    let exe = std::env::current_exe().expect("test binary path");
-    let target = exe.ancestors().nth(3).expect("<target>/<profile>/deps/<test>").to_path_buf();
-    let binary = target.join("release/operator");
-    assert!(
-        binary.exists(),
-        "{} is missing: run `cargo build --release -p mining-operator`",
-        binary.display()
-    );
-    binary
+    // Test binaries live in <target>/<profile>/deps/, other binaries one level up.
+    let exe = std::env::current_exe().expect("this binary's path");
+    exe.ancestors()
+        .map(|dir| dir.join("release/operator"))
+        .find(|candidate| candidate.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "no release/operator above {}: run `cargo build --release -p mining-operator`",
+                exe.display()
+            )
+        })
 }
 
 /// An operator process watching one namespace; SIGKILLed when dropped.
