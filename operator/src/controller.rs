@@ -38,6 +38,35 @@ pub struct Context {
     /// All workflows the controller sees (to count those mining).
     pub store: Store<MiningWorkflow>,
     pub ready: Arc<AtomicBool>,
+    /// The status last written per workflow uid. This operator is the only
+    /// writer of `status`, so what it wrote is at least as new as the cache,
+    /// which may not have caught up when a Job event triggers the next
+    /// reconcile; planning on a stale status would verify a block twice.
+    pub written: std::sync::Mutex<std::collections::HashMap<String, mining_api::MiningWorkflowStatus>>,
+}
+
+impl Context {
+    /// The workflow as of this operator's last status write.
+    fn freshest(&self, workflow: &MiningWorkflow) -> MiningWorkflow {
+        let mut workflow = workflow.clone();
+        let uid = workflow.metadata.uid.clone().unwrap_or_default();
+        let mut written = self.written.lock().expect("no panics while holding the lock");
+        // Forget workflows that are gone (bounded by the number that exist).
+        if written.len() > self.store.state().len() + 64 {
+            let live: std::collections::HashSet<String> =
+                self.store.state().iter().filter_map(|w| w.metadata.uid.clone()).collect();
+            written.retain(|uid, _| live.contains(uid));
+        }
+        if let Some(status) = written.get(&uid) {
+            workflow.status = Some(status.clone());
+        }
+        workflow
+    }
+
+    fn remember(&self, workflow: &MiningWorkflow, status: &mining_api::MiningWorkflowStatus) {
+        let uid = workflow.metadata.uid.clone().unwrap_or_default();
+        self.written.lock().expect("no panics while holding the lock").insert(uid, status.clone());
+    }
 }
 
 fn workflows_api(client: &Client, config: &Config) -> Api<MiningWorkflow> {
@@ -64,6 +93,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         config,
         store: store.clone(),
         ready: ready.clone(),
+        written: Default::default(),
     });
     tokio::spawn(async move {
         // Re-polled rather than awaited once: a second waiter on the store is
@@ -102,6 +132,7 @@ fn error_policy(_workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>
 async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
+    let workflow = ctx.freshest(&workflow);
     let result = reconcile_inner(&workflow, &ctx).await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| phase_of(w)));
@@ -167,6 +198,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body))
             .await
             .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
+        ctx.remember(workflow, &plan.status);
         info!(
             workflow = %name,
             namespace = %namespace,

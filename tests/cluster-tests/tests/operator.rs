@@ -120,6 +120,36 @@ async fn a_four_block_workflow_succeeds_with_the_hashes_of_an_independent_implem
     assert!(metrics.contains("mining_operator_reconciles_total"), "{metrics}");
     assert!(metrics.contains("mining_operator_block_duration_seconds_count 4"), "{metrics}");
     assert_eq!(operator.get("/readyz").await.0, 200);
+
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    eventually("BlockStarted, BlockMined and WorkflowSucceeded Events", TIMEOUT, || async {
+        let reasons: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        let has = |r: &str| reasons.iter().any(|x| x == r);
+        (has("BlockStarted") && has("BlockMined") && has("WorkflowSucceeded")).then_some(())
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_finished_workflow_is_deleted_with_its_jobs_after_its_ttl() {
+    let ns = setup("mwf-ttl").await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let workflows =
+        create_workflow(&ns, "brief", json!({"difficulty": 8, "blocks": 2, "ttlSecondsAfterFinished": 1}))
+            .await;
+    wait_for(&workflows, "brief", |w: Option<&MiningWorkflow>| w.is_none(), TIMEOUT).await;
+    eventually("the workflow's Jobs to be collected", TIMEOUT, || async {
+        workflow_jobs(&ns, "brief").await.is_empty().then_some(())
+    })
+    .await;
     ns.delete().await;
 }
 
