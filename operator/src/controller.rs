@@ -168,10 +168,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             Action::CreateJob { block, prev, difficulty } => {
                 create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?
             }
-            Action::DeleteJob { name } => match job_api.delete(name, &DeleteParams::background()).await {
-                Ok(_) => info!(workflow = %name, job = %name, "deleted Job"),
+            Action::DeleteJob { name: job } => match job_api.delete(job, &DeleteParams::background()).await {
+                Ok(_) => info!(workflow = %name, job = %job, "deleted Job"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(source) => return Err(Error::DeleteJob { name: name.clone(), source }),
+                Err(source) => return Err(Error::DeleteJob { name: job.clone(), source }),
             },
             Action::DeleteWorkflow => {
                 let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
