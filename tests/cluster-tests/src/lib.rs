@@ -208,3 +208,13 @@ impl Drop for OperatorProcess {
         self.kill();
     }
 }
+
+/// An image with `sh` and `sleep`: the local agent maps `local/shell` to
+/// /bin/sh; elsewhere (e.g. kind) a real image does the job.
+pub fn shell_image() -> String {
+    if is_local_cluster() {
+        "local/shell".into()
+    } else {
+        std::env::var("TEST_SHELL_IMAGE").unwrap_or_else(|_| "busybox:1.36".into())
+    }
+}

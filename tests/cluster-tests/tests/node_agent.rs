@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cluster_tests::{TestNamespace, eventually, is_local_cluster, wait_for};
+use cluster_tests::{TestNamespace, eventually, is_local_cluster, shell_image, wait_for};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -35,7 +35,7 @@ fn sleeping_pod(name: &str) -> Pod {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "automountServiceAccountToken": false,
-            "containers": [{"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}],
+            "containers": [{"name": "main", "image": shell_image(), "command": ["sh", "-c", "sleep 300"]}],
         },
     }))
     .expect("a valid Pod")
@@ -108,7 +108,7 @@ async fn a_container_exiting_non_zero_fails_the_job_after_its_backoff_limit() {
     let jobs: Api<Job> = ns.api();
     let pods: Api<Pod> = ns.api();
     let command: &[&str] = &["sh", "-c", "echo mining went wrong >&2; exit 3"];
-    jobs.create(&PostParams::default(), &job("fail", "local/shell", Some(command), &[], 1)).await.unwrap();
+    jobs.create(&PostParams::default(), &job("fail", &shell_image(), Some(command), &[], 1)).await.unwrap();
     let failed =
         wait_for(&jobs, "fail", |j: Option<&Job>| job_condition(j, "Failed"), TIMEOUT).await.unwrap();
     let reason =
@@ -152,7 +152,7 @@ async fn deleting_a_job_garbage_collects_its_pods() {
     let jobs: Api<Job> = ns.api();
     let pods: Api<Pod> = ns.api();
     let command: &[&str] = &["sh", "-c", "sleep 300"];
-    jobs.create(&PostParams::default(), &job("sleep", "local/shell", Some(command), &[], 0)).await.unwrap();
+    jobs.create(&PostParams::default(), &job("sleep", &shell_image(), Some(command), &[], 0)).await.unwrap();
     let pod_name = eventually("the Job's pod to run", TIMEOUT, || async {
         pods_of_job(&pods, "sleep")
             .await
