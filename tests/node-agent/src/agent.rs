@@ -394,8 +394,8 @@ impl PodRunner {
                 exit_code: 0,
             })
             .collect();
-        for index in 0..runs.len() {
-            self.start_container(index, &mut runs[index], &exit_tx);
+        for (index, run) in runs.iter_mut().enumerate() {
+            self.start_container(index, run, &exit_tx);
         }
         self.report(&runs, &start_time).await;
 
