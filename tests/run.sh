@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 log() { printf '[tests] %s\n' "$*" >&2; }
 
+log "formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
 log "building the workspace (release binaries are what the cluster runs)"
 cargo build --release --workspace --bins
 cargo nextest run --workspace --no-run --cargo-quiet
