@@ -21,6 +21,9 @@ pub mod labels {
     pub const BLOCK: &str = "mining-operator.dev/block";
     /// Standard recommended label naming the managing component.
     pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// On workflows started through MCP: a hash of the caller that started it
+    /// (never the caller's name), so every caller sees only its own.
+    pub const CALLER: &str = "mining-operator.dev/caller";
 }
 
 /// `prev` of the first block of every chain.

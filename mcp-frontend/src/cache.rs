@@ -1,0 +1,235 @@
+//! One watch of the namespace's MCP-started MiningWorkflows, shared by every
+//! request: tools read from its store, and waiting callers are woken by its
+//! events — no watch per request, no polling, no API read per poll.
+//!
+//! Objects are cached untyped and read into `MiningWorkflow` on use, so an
+//! object the Rust types cannot hold (a value the schema allows but a field
+//! cannot, a hand-edited status) is answered with a clear error for that one
+//! workflow instead of failing the list that every other workflow needs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use mining_api::{MiningWorkflow, labels};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+
+/// What the cache knows of one name.
+#[derive(Debug, Clone)]
+pub enum Cached {
+    /// Not in the cache (never created, deleted, or not seen yet).
+    Missing,
+    /// There, but not readable as a MiningWorkflow; the text says why.
+    Unreadable {
+        caller_label: Option<String>,
+        problem: String,
+    },
+    Found(Box<MiningWorkflow>),
+}
+
+pub struct WorkflowCache {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    namespace: String,
+    ready: AtomicBool,
+    /// One sender per name somebody waits on; woken on that name's events.
+    waiters: Mutex<HashMap<String, watch::Sender<()>>>,
+    metrics: Arc<Metrics>,
+}
+
+/// A caller's interest in one workflow; leaving it dropped unregisters it.
+pub struct Subscription<'a> {
+    cache: &'a WorkflowCache,
+    name: String,
+    receiver: Option<watch::Receiver<()>>,
+}
+
+impl Subscription<'_> {
+    /// Resolves at the next event for this workflow (or a re-list).
+    pub async fn changed(&mut self) {
+        if let Some(receiver) = self.receiver.as_mut()
+            && receiver.changed().await.is_err()
+        {
+            // The cache is gone (shutting down): never wake again.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription<'_> {
+    fn drop(&mut self) {
+        drop(self.receiver.take());
+        let mut waiters = self.cache.lock_waiters();
+        if waiters.get(&self.name).is_some_and(|sender| sender.receiver_count() == 0) {
+            waiters.remove(&self.name);
+        }
+        self.cache.metrics.waiters.dec();
+    }
+}
+
+impl WorkflowCache {
+    /// The cache and the future that keeps it filled (run it on a task).
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        metrics: Arc<Metrics>,
+    ) -> (Arc<Self>, impl std::future::Future<Output = ()> + Send + 'static) {
+        let resource = ApiResource::erase::<MiningWorkflow>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let cache = Arc::new(Self {
+            store,
+            resource: resource.clone(),
+            namespace: namespace.to_string(),
+            ready: AtomicBool::new(false),
+            waiters: Mutex::new(HashMap::new()),
+            metrics,
+        });
+        // Only workflows started through MCP carry the caller label.
+        let config = watcher::Config::default().labels(labels::CALLER);
+        let runner = cache.clone();
+        let run = async move {
+            let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => runner.on_event(event),
+                    Err(err) => {
+                        runner.metrics.watch_errors.inc();
+                        tracing::warn!(error = %err, "watching MiningWorkflows failed; retrying");
+                    }
+                }
+            }
+        };
+        (cache, run)
+    }
+
+    fn on_event(&self, event: watcher::Event<DynamicObject>) {
+        self.metrics.watch_events.inc();
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                if let Some(name) = object.metadata.name.as_deref() {
+                    self.wake(name);
+                }
+            }
+            watcher::Event::InitDone => {
+                self.ready.store(true, Ordering::Release);
+                // After a re-list anything may have changed or gone.
+                self.wake_all();
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    fn lock_waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn wake(&self, name: &str) {
+        if let Some(sender) = self.lock_waiters().get(name) {
+            sender.send_replace(());
+        }
+    }
+
+    fn wake_all(&self) {
+        for sender in self.lock_waiters().values() {
+            sender.send_replace(());
+        }
+    }
+
+    /// Registers interest in `name` before reading it, so no change between
+    /// the read and the wait is missed.
+    pub fn subscribe(&self, name: &str) -> Subscription<'_> {
+        let receiver =
+            self.lock_waiters().entry(name.to_string()).or_insert_with(|| watch::channel(()).0).subscribe();
+        self.metrics.waiters.inc();
+        Subscription { cache: self, name: name.to_string(), receiver: Some(receiver) }
+    }
+
+    /// True once the first list has completed.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Waits for the first list (for start-up).
+    pub async fn wait_until_ready(&self) {
+        let _ = self.store.wait_until_ready().await;
+    }
+
+    pub fn get(&self, name: &str) -> Cached {
+        let key = ObjectRef::new_with(name, self.resource.clone()).within(&self.namespace);
+        match self.store.get(&key) {
+            None => Cached::Missing,
+            Some(object) => read_workflow(&object),
+        }
+    }
+
+    /// Every cached workflow carrying `caller_label`.
+    pub fn list_for(&self, caller_label: &str) -> Vec<Cached> {
+        self.store
+            .state()
+            .iter()
+            .filter(|object| caller_label_of(object) == Some(caller_label))
+            .map(|object| read_workflow(object))
+            .collect()
+    }
+}
+
+fn caller_label_of(object: &DynamicObject) -> Option<&str> {
+    object.metadata.labels.as_ref()?.get(labels::CALLER).map(String::as_str)
+}
+
+/// Reads a cached object as a MiningWorkflow, or says why it cannot be.
+pub fn read_workflow(object: &DynamicObject) -> Cached {
+    let parsed = serde_json::to_value(object).and_then(serde_json::from_value::<MiningWorkflow>);
+    match parsed {
+        Ok(workflow) => Cached::Found(Box::new(workflow)),
+        Err(err) => Cached::Unreadable {
+            caller_label: caller_label_of(object).map(str::to_string),
+            problem: format!("the stored workflow cannot be read: {err}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_readable_object_is_found() {
+        let cached = read_workflow(&object(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+            "metadata": {"name": "w", "labels": {labels::CALLER: "abc"}},
+            "spec": {"difficulty": 8, "blocks": 2},
+            "status": {"phase": "Mining", "currentBlock": 1},
+        })));
+        let Cached::Found(workflow) = cached else { panic!("{cached:?}") };
+        assert_eq!(workflow.spec.blocks, 2);
+    }
+
+    #[test]
+    fn a_status_wider_than_the_rust_type_is_unreadable_not_fatal() {
+        let cached = read_workflow(&object(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+            "metadata": {"name": "w", "labels": {labels::CALLER: "abc"}},
+            "spec": {"difficulty": 8},
+            "status": {"currentBlock": 99_999_999_999u64, "phase": "Bogus"},
+        })));
+        let Cached::Unreadable { caller_label, problem } = cached else { panic!("{cached:?}") };
+        assert_eq!(caller_label.as_deref(), Some("abc"));
+        assert!(problem.starts_with("the stored workflow cannot be read"), "{problem}");
+    }
+}

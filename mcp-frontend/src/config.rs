@@ -1,0 +1,144 @@
+//! Command-line flags, each with an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::tools::{Limits, MAX_BLOCKS};
+
+/// Longest wait a call may be given: clients time out tool calls at about 60 s
+/// (Claude Desktop) to 5 min (VS Code), and a wait must end well before.
+pub const MAX_WAIT_BUDGET_SECONDS: u32 = 50;
+/// Highest difficulty the operator's miner accepts.
+pub const MAX_DIFFICULTY: u32 = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// Everyone is one anonymous caller (for a laptop; never on a shared cluster).
+    None,
+    /// Bearer tokens from --tokens-file (`token caller-name` lines).
+    Tokens,
+    /// Kubernetes bearer tokens, checked by TokenReview and SubjectAccessReview.
+    Kubernetes,
+}
+
+/// MCP server (Streamable HTTP at /mcp) that mines proof-of-work chains as MiningWorkflows.
+#[derive(Parser, Debug, Clone)]
+#[command(version)]
+pub struct Config {
+    /// Address to serve /mcp, /healthz, /readyz and /metrics on.
+    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Namespace of the MiningWorkflows (default: the pod's own namespace, or
+    /// the kubeconfig's, else `default`).
+    #[arg(long, env = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Longest a call may wait for a result before answering `running`.
+    #[arg(long, env = "WAIT_BUDGET_SECONDS", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_WAIT_BUDGET_SECONDS)))]
+    pub wait_budget_seconds: u32,
+
+    /// Difficulty when start_mining is not given one.
+    #[arg(long, env = "DEFAULT_DIFFICULTY", default_value_t = 21,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DIFFICULTY)))]
+    pub default_difficulty: u32,
+
+    /// Chain length when start_mining is not given one.
+    #[arg(long, env = "DEFAULT_BLOCKS", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BLOCKS)))]
+    pub default_blocks: u32,
+
+    /// Highest difficulty a caller may ask for.
+    #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DIFFICULTY)))]
+    pub max_difficulty: u32,
+
+    /// Extra Host names to accept (e.g. the Service's DNS names), comma-separated;
+    /// loopback names are always accepted.
+    #[arg(long, env = "ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Browser origins allowed to call /mcp, comma-separated (requests from
+    /// any other Origin are refused; requests without one are not affected).
+    #[arg(long, env = "ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// How callers authenticate.
+    #[arg(long, env = "AUTH", value_enum, default_value_t = AuthMode::None)]
+    pub auth: AuthMode,
+
+    /// With --auth tokens: the file of `token caller-name` lines (re-read when it changes).
+    #[arg(long, env = "TOKENS_FILE", required_if_eq("auth", "tokens"))]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Most unfinished workflows one caller may have.
+    #[arg(long, env = "MAX_RUNNING_PER_CALLER", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_running_per_caller: u32,
+
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = 256 * 1024,
+          value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
+    pub max_request_bytes: u32,
+}
+
+impl Config {
+    /// The bounds tool arguments are checked against; refuses a default
+    /// difficulty above the maximum.
+    pub fn limits(&self) -> Result<Limits, String> {
+        if self.default_difficulty > self.max_difficulty {
+            return Err(format!(
+                "--default-difficulty {} is above --max-difficulty {}",
+                self.default_difficulty, self.max_difficulty
+            ));
+        }
+        Ok(Limits {
+            max_difficulty: self.max_difficulty,
+            default_difficulty: self.default_difficulty,
+            default_blocks: self.default_blocks,
+            wait_budget_seconds: self.wait_budget_seconds,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let config = Config::try_parse_from(["mcp-frontend"]).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.auth, AuthMode::None);
+        assert_eq!(
+            config.limits().unwrap(),
+            Limits { max_difficulty: 32, default_difficulty: 21, default_blocks: 4, wait_budget_seconds: 20 }
+        );
+        assert_eq!(config.max_running_per_caller, 20);
+    }
+
+    #[test]
+    fn out_of_range_flags_are_refused_at_start() {
+        for args in [
+            &["mcp-frontend", "--wait-budget-seconds", "51"][..],
+            &["mcp-frontend", "--max-difficulty", "65"],
+            &["mcp-frontend", "--default-blocks", "0"],
+            &["mcp-frontend", "--auth", "tokens"],
+            &["mcp-frontend", "--max-difficulty", "99999999999999999999"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+        }
+        let config = Config::try_parse_from(["mcp-frontend", "--max-difficulty", "10"]).unwrap();
+        assert!(config.limits().unwrap_err().contains("above --max-difficulty"));
+    }
+
+    #[test]
+    fn allowed_hosts_are_a_comma_separated_list() {
+        let config =
+            Config::try_parse_from(["mcp-frontend", "--allowed-hosts", "a.svc,a.svc.cluster.local"]).unwrap();
+        assert_eq!(config.allowed_hosts, ["a.svc", "a.svc.cluster.local"]);
+    }
+}

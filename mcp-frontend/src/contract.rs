@@ -1,0 +1,303 @@
+//! The result contract: what a workflow's status means to a model (pure).
+//!
+//! Every tool that names a workflow answers with a [`MiningOutcome`]; its
+//! `status` is a behavioural signal — use the result, poll again, stop and
+//! report, stop, or start anew.
+
+use k8s_openapi::jiff::Timestamp;
+use mining_api::{GENESIS, MiningWorkflow, WorkflowPhase, condition_types, reasons};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Longest wait a `poll_after_seconds` may suggest.
+pub const MAX_POLL_AFTER_SECONDS: u32 = 60;
+
+/// What to do next, in one word.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// The chain is mined and verified: use `result`.
+    Completed,
+    /// Still pending or mining: call `get_mining_result` again after `poll_after_seconds`.
+    Running,
+    /// Mining failed for good: report `reason` and `error`; do not poll again.
+    Failed,
+    /// Stopped by a cancel: do not poll again.
+    Cancelled,
+    /// No such workflow for this caller (unknown, malformed, expired or
+    /// another caller's id): start anew, or find the id with `list_mining_workflows`.
+    NotFound,
+}
+
+impl OutcomeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Running => "running",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::NotFound => "not_found",
+        }
+    }
+}
+
+/// Blocks mined so far over the chain's length.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub struct Progress {
+    pub blocks_done: u32,
+    pub blocks_total: u32,
+}
+
+/// One mined block.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ChainBlock {
+    /// 1-based position in the chain.
+    pub index: u32,
+    /// The previous block's hash, or `GENESIS` for block 1.
+    pub prev: String,
+    /// The smallest nonce whose hash has `difficulty` leading zero bits.
+    pub nonce: u64,
+    /// SHA-256 of `"{index}:{prev}:{nonce}"`, 64 uppercase hex digits.
+    pub hash: String,
+    /// Candidates tried: `nonce + 1`.
+    pub attempts: u64,
+}
+
+/// The mined chain of a completed workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct MinedChain {
+    /// Leading zero bits every block's hash has.
+    pub difficulty: u32,
+    pub blocks: Vec<ChainBlock>,
+    pub total_attempts: u64,
+    /// From the start of mining to the last block verified.
+    pub elapsed_seconds: f64,
+}
+
+/// The answer of `start_mining`, `get_mining_result` and `cancel_mining`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct MiningOutcome {
+    pub status: OutcomeStatus,
+    /// The id to pass to `get_mining_result` and `cancel_mining`.
+    pub workflow_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// One sentence on where the workflow is, e.g. "Mined 2 of 4 blocks; mining block 3".
+    pub status_message: String,
+    /// Present when `status` is `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<MinedChain>,
+    /// When `status` is `failed`: a CamelCase reason such as `JobFailed`,
+    /// `InvalidResult`, `DeadlineExceeded` or `OverLimit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When `status` is `failed`: what went wrong, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When `status` is `running`: seconds to wait before polling again (1 to 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_after_seconds: Option<u32>,
+    /// When `status` is `running` or `not_found`: exactly what to do next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+impl MiningOutcome {
+    /// The same answer for an unknown, malformed, expired or foreign id.
+    pub fn not_found(workflow_id: &str) -> Self {
+        Self {
+            status: OutcomeStatus::NotFound,
+            workflow_id: workflow_id.to_string(),
+            progress: None,
+            status_message: "No mining workflow with this id exists for you (it may have expired).".into(),
+            result: None,
+            reason: None,
+            error: None,
+            poll_after_seconds: None,
+            next: Some(
+                "Call list_mining_workflows to find your workflows, or start_mining to start a new one."
+                    .into(),
+            ),
+        }
+    }
+
+    /// A short text rendering for clients that show text only.
+    pub fn to_text(&self) -> String {
+        let mut text = format!("[{}] {}: {}", self.status.as_str(), self.workflow_id, self.status_message);
+        if let Some(chain) = &self.result {
+            for block in &chain.blocks {
+                text.push_str(&format!("\nblock {}: nonce {} hash {}", block.index, block.nonce, block.hash));
+            }
+        }
+        if let Some(error) = &self.error {
+            text.push_str(&format!("\nerror ({}): {error}", self.reason.as_deref().unwrap_or("Unknown")));
+        }
+        if let Some(next) = &self.next {
+            text.push_str(&format!("\nnext: {next}"));
+        }
+        text
+    }
+}
+
+/// Where a workflow stands, read from its status (pure; `now` injected).
+pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
+    let id = workflow.metadata.name.clone().unwrap_or_default();
+    let status = workflow.status.clone().unwrap_or_default();
+    let total = status.admitted_blocks.unwrap_or(workflow.spec.blocks);
+    let difficulty = status.admitted_difficulty.unwrap_or(workflow.spec.difficulty);
+    let done = u32::try_from(status.blocks.len()).unwrap_or(u32::MAX).min(total);
+    let progress = Some(Progress { blocks_done: done, blocks_total: total });
+    let mut answer = MiningOutcome {
+        status: OutcomeStatus::Running,
+        workflow_id: id.clone(),
+        progress,
+        status_message: String::new(),
+        result: None,
+        reason: None,
+        error: None,
+        poll_after_seconds: None,
+        next: None,
+    };
+    match status.phase.unwrap_or_default() {
+        WorkflowPhase::Succeeded => match verified_chain(workflow, difficulty, total) {
+            Ok(chain) => {
+                answer.status = OutcomeStatus::Completed;
+                answer.status_message =
+                    format!("Mined all {total} {} at difficulty {difficulty}", plural(total));
+                answer.result = Some(chain);
+            }
+            Err(problem) => {
+                answer.status = OutcomeStatus::Failed;
+                answer.status_message = "The recorded chain does not verify".into();
+                answer.reason = Some(reasons::INVALID_RESULT.into());
+                answer.error = Some(problem);
+            }
+        },
+        WorkflowPhase::Failed => {
+            answer.status = OutcomeStatus::Failed;
+            let reason = ready_reason(workflow).unwrap_or("Failed").to_string();
+            let error = status.message.clone().unwrap_or_else(|| "mining failed".into());
+            answer.status_message =
+                format!("Failed after mining {done} of {total} {}: {error}", plural(total));
+            answer.reason = Some(reason);
+            answer.error = Some(error);
+        }
+        WorkflowPhase::Cancelled => {
+            answer.status = OutcomeStatus::Cancelled;
+            answer.status_message = format!("Cancelled after mining {done} of {total} {}", plural(total));
+        }
+        phase @ (WorkflowPhase::Pending | WorkflowPhase::Mining) => {
+            answer.status_message = running_message(workflow, phase, done, total);
+            let wait = poll_after_seconds(workflow, now);
+            answer.poll_after_seconds = Some(wait);
+            answer.next = Some(format!(
+                "Call get_mining_result with workflow_id \"{id}\" in about {wait} seconds \
+                 (or pass wait_seconds to let the server wait for you)."
+            ));
+        }
+    }
+    answer
+}
+
+fn plural(blocks: u32) -> &'static str {
+    if blocks == 1 { "block" } else { "blocks" }
+}
+
+fn ready_reason(workflow: &MiningWorkflow) -> Option<&str> {
+    let conditions = &workflow.status.as_ref()?.conditions;
+    conditions.iter().find(|c| c.type_ == condition_types::READY).map(|c| c.reason.as_str())
+}
+
+fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, total: u32) -> String {
+    let mined = format!("Mined {done} of {total} {}", plural(total));
+    if workflow.spec.cancel {
+        return format!("Cancel requested; {mined}");
+    }
+    match phase {
+        WorkflowPhase::Mining => format!("{mined}; mining block {}", done.saturating_add(1).min(total)),
+        _ => {
+            let queued = workflow.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == condition_types::ADMITTED && c.reason == reasons::QUEUED)
+            });
+            match queued {
+                Some(condition) if !condition.message.is_empty() => format!("Queued: {}", condition.message),
+                Some(_) => "Queued: waiting for a free mining slot".into(),
+                None => "Accepted; mining has not started yet".into(),
+            }
+        }
+    }
+}
+
+/// Seconds to wait before polling again: the remaining work estimated from the
+/// blocks mined so far, else a wait that grows with the workflow's age;
+/// always within 1..=60.
+pub fn poll_after_seconds(workflow: &MiningWorkflow, now: Timestamp) -> u32 {
+    let status = workflow.status.clone().unwrap_or_default();
+    let total = status.admitted_blocks.unwrap_or(workflow.spec.blocks);
+    let durations: Vec<i64> = status
+        .blocks
+        .iter()
+        .filter_map(|b| {
+            Some(b.finished_at.as_ref()?.0.as_second().saturating_sub(b.started_at.as_ref()?.0.as_second()))
+        })
+        .map(|seconds| seconds.max(0))
+        .collect();
+    let seconds = if durations.is_empty() {
+        let created = workflow.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+        let age = created.map_or(0, |c| now.as_second().saturating_sub(c));
+        age / 2
+    } else {
+        let count = i64::try_from(durations.len()).unwrap_or(i64::MAX);
+        let mean = durations.iter().fold(0i64, |sum, d| sum.saturating_add(*d)) / count;
+        let done = u32::try_from(status.blocks.len()).unwrap_or(u32::MAX);
+        let remaining = i64::from(total.saturating_sub(done));
+        let since_last = status
+            .blocks
+            .last()
+            .and_then(|b| b.finished_at.as_ref())
+            .map_or(0, |t| now.as_second().saturating_sub(t.0.as_second()).max(0));
+        mean.saturating_mul(remaining).saturating_sub(since_last)
+    };
+    u32::try_from(seconds.clamp(1, i64::from(MAX_POLL_AFTER_SECONDS))).unwrap_or(MAX_POLL_AFTER_SECONDS)
+}
+
+/// The chain as recorded, re-verified: a status anyone with write access could
+/// have forged is checked (one SHA-256 a block) before it is called mined.
+fn verified_chain(workflow: &MiningWorkflow, difficulty: u32, total: u32) -> Result<MinedChain, String> {
+    let status = workflow.status.clone().unwrap_or_default();
+    if status.blocks.len() != total as usize {
+        return Err(format!("the status holds {} blocks, the chain has {total}", status.blocks.len()));
+    }
+    let mut prev = GENESIS.to_string();
+    let mut blocks = Vec::with_capacity(status.blocks.len());
+    let mut total_attempts = 0u64;
+    for (position, block) in status.blocks.iter().enumerate() {
+        let expected_index = u32::try_from(position).map_or(u32::MAX, |p| p.saturating_add(1));
+        if block.index != expected_index {
+            return Err(format!("block {expected_index} is recorded as block {}", block.index));
+        }
+        let hash = miner::verify_block(u64::from(block.index), &prev, block.nonce, difficulty)
+            .map_err(|err| format!("block {}: {err}", block.index))?;
+        if hash != block.hash {
+            return Err(format!("block {}: recorded hash {} is not {hash}", block.index, block.hash));
+        }
+        total_attempts = total_attempts.saturating_add(block.attempts);
+        blocks.push(ChainBlock {
+            index: block.index,
+            prev: std::mem::replace(&mut prev, hash.clone()),
+            nonce: block.nonce,
+            hash,
+            attempts: block.attempts,
+        });
+    }
+    let elapsed_seconds = match (&status.started_at, &status.finished_at) {
+        (Some(start), Some(end)) => end.0.duration_since(start.0).as_secs_f64().max(0.0),
+        _ => 0.0,
+    };
+    Ok(MinedChain { difficulty, blocks, total_attempts, elapsed_seconds })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,82 @@
+//! The HTTP edge: `/mcp` (rmcp's Streamable HTTP service behind the auth
+//! middleware), `/healthz`, `/readyz` and `/metrics` on one listener.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{AuthLayerState, require_caller};
+use crate::cache::WorkflowCache;
+use crate::metrics::Metrics;
+use crate::server::{App, MiningServer};
+
+/// Host names always accepted (rmcp's defaults: loopback only).
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+pub struct HttpOptions {
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub max_request_bytes: usize,
+    pub shutdown: CancellationToken,
+}
+
+#[derive(Clone)]
+struct Health {
+    cache: Arc<WorkflowCache>,
+    metrics: Arc<Metrics>,
+}
+
+async fn metrics(State(health): State<Health>) -> ([(&'static str, &'static str); 1], String) {
+    (
+        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        health.metrics.encode(),
+    )
+}
+
+async fn ready(State(health): State<Health>) -> (StatusCode, &'static str) {
+    if health.cache.is_ready() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "the MiningWorkflow cache has not synced yet\n")
+    }
+}
+
+/// The whole router. Stateless for every protocol version: any replica can
+/// answer any request, and a restart loses nothing but open waits.
+pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) -> Router {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+    hosts.extend(options.allowed_hosts.iter().filter(|h| !h.is_empty()).cloned());
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_allowed_hosts(hosts)
+        .with_max_request_body_bytes(options.max_request_bytes)
+        .with_cancellation_token(options.shutdown.child_token());
+    let origins: Vec<&String> = options.allowed_origins.iter().filter(|o| !o.is_empty()).collect();
+    if !origins.is_empty() {
+        config = config.with_allowed_origins(origins);
+    }
+    let health = Health { cache: app.cache.clone(), metrics: app.metrics.clone() };
+    // Shared state is built once, outside the per-request factory.
+    let factory_app = app.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(MiningServer::new(factory_app.clone())),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let mcp = Router::new()
+        .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(auth, require_caller));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(health)
+        .merge(mcp)
+}

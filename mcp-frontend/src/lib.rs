@@ -1,0 +1,36 @@
+//! The MCP frontend: an MCP server (Streamable HTTP, stateless) whose tools
+//! start, poll, cancel and list `MiningWorkflow`s. The resource is the only
+//! record: a restarted or replaced frontend loses nothing.
+//!
+//! Layout: the protocol edge is thin (`http`, `auth`, `server`); decisions are
+//! pure (`contract` maps a status to an answer, `tools` checks arguments,
+//! `ids` makes and checks ids); `cache` is the one watch that every waiting
+//! call shares; `workflows` holds the few API writes.
+
+pub mod auth;
+pub mod cache;
+pub mod config;
+pub mod contract;
+pub mod http;
+pub mod ids;
+pub mod metrics;
+pub mod server;
+pub mod tools;
+pub mod workflows;
+
+/// Everything an API call of the frontend can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the Kubernetes API refused the {call}: {source}")]
+    Api {
+        call: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the Kubernetes API did not answer the {call} within {after:?}")]
+    ApiTimeout { call: &'static str, after: std::time::Duration },
+    #[error("workflow {name} was deleted while it was being read")]
+    Conflict { name: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

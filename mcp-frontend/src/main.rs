@@ -1,0 +1,92 @@
+//! The mcp-frontend binary: configuration, telemetry, the workflow cache and
+//! the HTTP server; everything else lives in the library.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube::api::Api;
+use mcp_frontend::auth::{AuthLayerState, Authenticator, KubernetesReviews, TokenFile};
+use mcp_frontend::cache::WorkflowCache;
+use mcp_frontend::config::{AuthMode, Config};
+use mcp_frontend::http::{HttpOptions, router};
+use mcp_frontend::metrics::Metrics;
+use mcp_frontend::server::App;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::parse();
+    let limits = config.limits().map_err(anyhow::Error::msg)?;
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let namespace = config.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let metrics = Arc::new(Metrics::default());
+
+    let authenticator = match config.auth {
+        AuthMode::None => {
+            tracing::warn!(
+                "AUTHENTICATION IS OFF (--auth none): anyone who reaches this server can mine as one shared \
+                 caller; use --auth tokens or --auth kubernetes on any shared network"
+            );
+            Authenticator::None
+        }
+        AuthMode::Tokens => {
+            let path = config.tokens_file.clone().context("--auth tokens needs --tokens-file")?;
+            Authenticator::Tokens(TokenFile::open(path).map_err(anyhow::Error::msg)?)
+        }
+        AuthMode::Kubernetes => Authenticator::Kubernetes(KubernetesReviews::new(client.clone(), &namespace)),
+    };
+
+    let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
+    let cache_task = tokio::spawn(run_cache);
+    let app = Arc::new(App {
+        tools: limits.tools(),
+        limits,
+        max_running_per_caller: config.max_running_per_caller,
+        api: Api::namespaced(client, &namespace),
+        cache,
+        metrics: metrics.clone(),
+    });
+    let shutdown = CancellationToken::new();
+    let auth = Arc::new(AuthLayerState { authenticator, metrics });
+    let options = HttpOptions {
+        allowed_hosts: config.allowed_hosts.clone(),
+        allowed_origins: config.allowed_origins.clone(),
+        max_request_bytes: config.max_request_bytes as usize,
+        shutdown: shutdown.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(addr = %config.listen, %namespace, auth = ?config.auth, "serving MCP at /mcp");
+    axum::serve(listener, router(app, auth, options))
+        .with_graceful_shutdown(async move {
+            stop_signal().await;
+            tracing::info!("stopping");
+            shutdown.cancel();
+        })
+        .await
+        .context("serving HTTP")?;
+    cache_task.abort();
+    Ok(())
+}
+
+/// SIGTERM (Kubernetes) or Ctrl-C.
+async fn stop_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}

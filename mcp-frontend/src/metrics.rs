@@ -1,0 +1,91 @@
+//! Prometheus metrics, with label values from fixed sets only (never ids,
+//! callers or error texts: unbounded label values).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    /// One of the four tool names, or "unknown".
+    pub tool: &'static str,
+    /// An outcome status, `invalid_arguments`, `refused` or `error`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolNameLabels {
+    pub tool: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub tool_calls: Family<ToolLabels, Counter>,
+    pub tool_duration: Family<ToolNameLabels, Histogram>,
+    pub waiters: Gauge,
+    pub watch_events: Counter,
+    pub watch_errors: Counter,
+    pub auth_failures: Family<ReasonLabels, Counter>,
+    pub api_errors: Family<ReasonLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("mcp_frontend");
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register("tool_calls", "Tool calls answered, by tool and outcome", tool_calls.clone());
+        let tool_duration = Family::<ToolNameLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+        });
+        registry.register(
+            "tool_duration_seconds",
+            "Time to answer a tool call, waits included",
+            tool_duration.clone(),
+        );
+        let waiters = Gauge::default();
+        registry.register("waiters", "Calls waiting for a workflow to change", waiters.clone());
+        let watch_events = Counter::default();
+        registry.register("watch_events", "Events from the one MiningWorkflow watch", watch_events.clone());
+        let watch_errors = Counter::default();
+        registry.register(
+            "watch_errors",
+            "Errors of the MiningWorkflow watch (it retries)",
+            watch_errors.clone(),
+        );
+        let auth_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Requests refused by authentication, by reason",
+            auth_failures.clone(),
+        );
+        let api_errors = Family::<ReasonLabels, Counter>::default();
+        registry.register("api_errors", "Kubernetes API calls that failed, by call", api_errors.clone());
+        Self {
+            registry,
+            tool_calls,
+            tool_duration,
+            waiters,
+            watch_events,
+            watch_errors,
+            auth_failures,
+            api_errors,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

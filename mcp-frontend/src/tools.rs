@@ -1,0 +1,412 @@
+//! The four tools: argument types, their checks, and the tool definitions a
+//! client lists. Schemas are generated from these types; only the bounds that
+//! come from configuration are filled in at start-up.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::common::{schema_for_input, schema_for_output};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::contract::{MiningOutcome, OutcomeStatus, Progress};
+use crate::ids::{MAX_IDEMPOTENCY_KEY_LEN, check_idempotency_key};
+
+pub const START_MINING: &str = "start_mining";
+pub const GET_MINING_RESULT: &str = "get_mining_result";
+pub const CANCEL_MINING: &str = "cancel_mining";
+pub const LIST_MINING_WORKFLOWS: &str = "list_mining_workflows";
+
+/// Most blocks a chain may have (the CRD's bound).
+pub const MAX_BLOCKS: u32 = 64;
+/// Most workflows one list answer holds.
+pub const MAX_LIST_LIMIT: u32 = 100;
+const DEFAULT_LIST_LIMIT: u32 = 20;
+
+/// The bounds tool arguments are checked against (from the flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_difficulty: u32,
+    pub default_difficulty: u32,
+    pub default_blocks: u32,
+    pub wait_budget_seconds: u32,
+}
+
+/// Arguments of `start_mining`.
+#[derive(Deserialize, JsonSchema, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StartMiningArgs {
+    /// Leading zero bits every block's SHA-256 must have. Each extra bit doubles the work.
+    #[serde(default)]
+    pub difficulty: Option<u32>,
+    /// Number of blocks in the chain.
+    #[serde(default)]
+    pub blocks: Option<u32>,
+    /// Seconds to wait for the result before answering `running` (0 answers at once).
+    #[serde(default)]
+    pub wait_seconds: Option<u32>,
+    /// Any string unique to this request. Retrying with the same key returns
+    /// the workflow the first call started instead of starting a second one.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// Arguments of `get_mining_result`.
+#[derive(Deserialize, JsonSchema, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GetMiningResultArgs {
+    /// The `workflow_id` that `start_mining` returned.
+    pub workflow_id: String,
+    /// Seconds to wait for the workflow to finish before answering (default 0).
+    #[serde(default)]
+    pub wait_seconds: Option<u32>,
+}
+
+/// Arguments of `cancel_mining`.
+#[derive(Deserialize, JsonSchema, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CancelMiningArgs {
+    /// The `workflow_id` that `start_mining` returned.
+    pub workflow_id: String,
+}
+
+/// Arguments of `list_mining_workflows`.
+#[derive(Deserialize, JsonSchema, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ListMiningWorkflowsArgs {
+    /// Only workflows in this state.
+    #[serde(default)]
+    pub status: Option<ListedStatus>,
+    /// Most workflows to return, newest first.
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// The states a listed workflow can be in.
+#[derive(Deserialize, Serialize, JsonSchema, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ListedStatus {
+    Completed,
+    Running,
+    Failed,
+    Cancelled,
+}
+
+impl ListedStatus {
+    pub fn matches(self, status: OutcomeStatus) -> bool {
+        matches!(
+            (self, status),
+            (Self::Completed, OutcomeStatus::Completed)
+                | (Self::Running, OutcomeStatus::Running)
+                | (Self::Failed, OutcomeStatus::Failed)
+                | (Self::Cancelled, OutcomeStatus::Cancelled)
+        )
+    }
+}
+
+/// One row of `list_mining_workflows`.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct ListedWorkflow {
+    pub workflow_id: String,
+    pub status: OutcomeStatus,
+    pub progress: Progress,
+    pub difficulty: u32,
+    /// When the workflow was started (RFC 3339).
+    pub created: String,
+    pub status_message: String,
+}
+
+/// The answer of `list_mining_workflows`.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct WorkflowList {
+    /// Your workflows, newest first.
+    pub workflows: Vec<ListedWorkflow>,
+    /// How many of your workflows matched, before `limit` cut the list.
+    pub total: u32,
+}
+
+/// What `start_mining` will do, once its arguments are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartRequest {
+    pub difficulty: u32,
+    pub blocks: u32,
+    pub wait_seconds: u32,
+    pub idempotency_key: Option<String>,
+}
+
+impl Limits {
+    /// Checks `start_mining`'s arguments; the error names what is allowed.
+    pub fn start_request(&self, args: StartMiningArgs) -> Result<StartRequest, String> {
+        let difficulty = args.difficulty.unwrap_or(self.default_difficulty);
+        if !(1..=self.max_difficulty).contains(&difficulty) {
+            return Err(format!(
+                "difficulty must be an integer from 1 to {} (got {difficulty})",
+                self.max_difficulty
+            ));
+        }
+        let blocks = args.blocks.unwrap_or(self.default_blocks);
+        if !(1..=MAX_BLOCKS).contains(&blocks) {
+            return Err(format!("blocks must be an integer from 1 to {MAX_BLOCKS} (got {blocks})"));
+        }
+        let wait_seconds = self.wait_seconds(args.wait_seconds, self.wait_budget_seconds)?;
+        if let Some(key) = &args.idempotency_key {
+            check_idempotency_key(key)?;
+        }
+        Ok(StartRequest { difficulty, blocks, wait_seconds, idempotency_key: args.idempotency_key })
+    }
+
+    /// A wait within the budget; `default` when none was asked for.
+    pub fn wait_seconds(&self, asked: Option<u32>, default: u32) -> Result<u32, String> {
+        let seconds = asked.unwrap_or(default);
+        if seconds > self.wait_budget_seconds {
+            return Err(format!(
+                "wait_seconds must be an integer from 0 to {} (got {seconds}); poll with get_mining_result for longer",
+                self.wait_budget_seconds
+            ));
+        }
+        Ok(seconds)
+    }
+
+    /// The list limit, 1..=100 (default 20).
+    pub fn list_limit(&self, asked: Option<u32>) -> Result<u32, String> {
+        let limit = asked.unwrap_or(DEFAULT_LIST_LIMIT);
+        if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+            return Err(format!("limit must be an integer from 1 to {MAX_LIST_LIMIT} (got {limit})"));
+        }
+        Ok(limit)
+    }
+
+    /// What each tool accepts, in words, for error messages.
+    pub fn allowed(&self, tool: &str) -> String {
+        match tool {
+            START_MINING => format!(
+                "start_mining takes difficulty (integer 1-{}, default {}), blocks (integer 1-{MAX_BLOCKS}, default {}), \
+                 wait_seconds (integer 0-{}, default {}) and idempotency_key (string of 1-{MAX_IDEMPOTENCY_KEY_LEN} characters), all optional",
+                self.max_difficulty,
+                self.default_difficulty,
+                self.default_blocks,
+                self.wait_budget_seconds,
+                self.wait_budget_seconds
+            ),
+            GET_MINING_RESULT => format!(
+                "get_mining_result takes workflow_id (string, required) and wait_seconds (integer 0-{}, default 0)",
+                self.wait_budget_seconds
+            ),
+            CANCEL_MINING => "cancel_mining takes workflow_id (string, required)".into(),
+            _ => format!(
+                "list_mining_workflows takes status (one of completed, running, failed, cancelled) and limit \
+                 (integer 1-{MAX_LIST_LIMIT}, default {DEFAULT_LIST_LIMIT}), both optional"
+            ),
+        }
+    }
+
+    /// The tools as clients list them, with the configured bounds in their schemas.
+    pub fn tools(&self) -> Vec<Tool> {
+        let budget = self.wait_budget_seconds;
+        let start = with_bounds(
+            input_schema::<StartMiningArgs>(),
+            &[
+                ("difficulty", 1, self.max_difficulty, Some(self.default_difficulty)),
+                ("blocks", 1, MAX_BLOCKS, Some(self.default_blocks)),
+                ("wait_seconds", 0, budget, Some(budget)),
+            ],
+        );
+        let get = with_bounds(input_schema::<GetMiningResultArgs>(), &[("wait_seconds", 0, budget, Some(0))]);
+        let list = with_bounds(
+            input_schema::<ListMiningWorkflowsArgs>(),
+            &[("limit", 1, MAX_LIST_LIMIT, Some(DEFAULT_LIST_LIMIT))],
+        );
+        vec![
+            Tool::new(
+                START_MINING,
+                format!(
+                    "Start mining a proof-of-work chain and wait up to wait_seconds (at most {budget}) for it. \
+                     Small difficulties finish within the wait and return status \"completed\" with the chain. \
+                     Otherwise you get status \"running\" and a workflow_id: the work continues on the cluster, \
+                     and you call get_mining_result with that workflow_id after poll_after_seconds. \
+                     Pass an idempotency_key to make a retry after a lost connection safe."
+                ),
+                start,
+            )
+            .with_title("Start mining")
+            .with_output_schema::<MiningOutcome>()
+            .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).open_world(false)),
+            Tool::new(
+                GET_MINING_RESULT,
+                "Get the state or result of a mining workflow by its workflow_id. status \"completed\" carries \
+                 the chain; \"running\" means call again after poll_after_seconds; \"failed\" and \"cancelled\" \
+                 are final; \"not_found\" means the id is unknown to you (use list_mining_workflows).",
+                get,
+            )
+            .with_title("Get mining result")
+            .with_output_schema::<MiningOutcome>()
+            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+            Tool::new(
+                CANCEL_MINING,
+                "Cancel a mining workflow by its workflow_id. Answers \"cancelled\" once mining has stopped, \
+                 \"running\" while the cancel is on its way; a finished workflow is left as it is.",
+                with_bounds(input_schema::<CancelMiningArgs>(), &[]),
+            )
+            .with_title("Cancel mining")
+            .with_output_schema::<MiningOutcome>()
+            .with_annotations(
+                ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false),
+            ),
+            Tool::new(
+                LIST_MINING_WORKFLOWS,
+                "List your mining workflows, newest first, with their workflow_id, status and progress. \
+                 Use it to find a workflow_id you lost.",
+                list,
+            )
+            .with_title("List mining workflows")
+            .with_output_schema::<WorkflowList>()
+            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+        ]
+    }
+}
+
+/// Parses a tool's arguments; the error says what was wrong and what is allowed.
+pub fn parse_args<T: DeserializeOwned>(
+    limits: &Limits,
+    tool: &str,
+    arguments: Option<JsonObject>,
+) -> Result<T, String> {
+    serde_json::from_value(Value::Object(arguments.unwrap_or_default()))
+        .map_err(|err| format!("invalid arguments: {err}. {}", limits.allowed(tool)))
+}
+
+fn input_schema<T: JsonSchema + 'static>() -> JsonObject {
+    // Generated from our own types, which are objects: a failure is a bug caught by the unit tests.
+    schema_for_input::<T>().map(|schema| schema.as_ref().clone()).unwrap_or_default()
+}
+
+/// Sets `minimum`, `maximum` and `default` of integer properties.
+fn with_bounds(mut schema: JsonObject, bounds: &[(&str, u32, u32, Option<u32>)]) -> Arc<JsonObject> {
+    for (name, min, max, default) in bounds {
+        if let Some(Value::Object(property)) = schema.get_mut("properties").and_then(|p| p.get_mut(*name)) {
+            // Option<u32> generates `type: [integer, null]`; a bounded integer is clearer to a model.
+            property.insert("type".into(), json!("integer"));
+            property.insert("minimum".into(), json!(min));
+            property.insert("maximum".into(), json!(max));
+            property.remove("format");
+            if let Some(default) = default {
+                property.insert("default".into(), json!(default));
+            }
+        }
+    }
+    Arc::new(schema)
+}
+
+/// The output schema of a tool, for tests and documentation.
+pub fn output_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    schema_for_output::<T>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { max_difficulty: 32, default_difficulty: 21, default_blocks: 4, wait_budget_seconds: 20 }
+    }
+
+    fn args(value: Value) -> Option<JsonObject> {
+        value.as_object().cloned()
+    }
+
+    #[test]
+    fn start_defaults_fill_what_was_not_given() {
+        let request = limits().start_request(StartMiningArgs::default()).unwrap();
+        assert_eq!(
+            request,
+            StartRequest { difficulty: 21, blocks: 4, wait_seconds: 20, idempotency_key: None }
+        );
+    }
+
+    #[test]
+    fn out_of_range_start_arguments_name_the_allowed_range() {
+        let cases = [
+            (json!({"difficulty": 0}), "difficulty must be an integer from 1 to 32"),
+            (json!({"difficulty": 33}), "from 1 to 32 (got 33)"),
+            (json!({"blocks": 65}), "blocks must be an integer from 1 to 64"),
+            (json!({"wait_seconds": 21}), "wait_seconds must be an integer from 0 to 20"),
+            (json!({"idempotency_key": ""}), "idempotency_key must be 1 to 128"),
+        ];
+        for (value, expected) in cases {
+            let parsed: StartMiningArgs = parse_args(&limits(), START_MINING, args(value.clone())).unwrap();
+            let err = limits().start_request(parsed).unwrap_err();
+            assert!(err.contains(expected), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn wrong_types_unknown_fields_and_huge_numbers_are_tool_errors_that_say_what_is_allowed() {
+        for value in [
+            json!({"difficulty": "hard"}),
+            json!({"difficulty": 3.5}),
+            json!({"difficulty": -1}),
+            json!({"difficulty": 1e300}),
+            serde_json::from_str(r#"{"blocks": 18446744073709551616}"#).unwrap(),
+            json!({"difficulty_bits": 4}),
+            json!({"idempotency_key": 7}),
+        ] {
+            let err =
+                parse_args::<StartMiningArgs>(&limits(), START_MINING, args(value.clone())).unwrap_err();
+            assert!(err.starts_with("invalid arguments: "), "{value}: {err}");
+            assert!(err.contains("difficulty (integer 1-32, default 21)"), "{value}: {err}");
+        }
+        let err = parse_args::<GetMiningResultArgs>(&limits(), GET_MINING_RESULT, None).unwrap_err();
+        assert!(
+            err.contains("missing field `workflow_id`") && err.contains("workflow_id (string, required)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn list_limit_is_bounded() {
+        assert_eq!(limits().list_limit(None), Ok(20));
+        assert!(limits().list_limit(Some(0)).unwrap_err().contains("from 1 to 100"));
+        assert!(limits().list_limit(Some(101)).is_err());
+        let parsed: ListMiningWorkflowsArgs =
+            parse_args(&limits(), LIST_MINING_WORKFLOWS, args(json!({"status": "running"}))).unwrap();
+        assert_eq!(parsed.status, Some(ListedStatus::Running));
+        assert!(
+            parse_args::<ListMiningWorkflowsArgs>(
+                &limits(),
+                LIST_MINING_WORKFLOWS,
+                args(json!({"status": "done"}))
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn tool_schemas_carry_the_configured_bounds() {
+        let tools = limits().tools();
+        let names: Vec<_> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, [START_MINING, GET_MINING_RESULT, CANCEL_MINING, LIST_MINING_WORKFLOWS]);
+        let start = Value::Object(tools[0].input_schema.as_ref().clone());
+        assert_eq!(start["type"], "object");
+        assert_eq!(start["properties"]["difficulty"]["maximum"], 32);
+        assert_eq!(start["properties"]["difficulty"]["minimum"], 1);
+        assert_eq!(start["properties"]["wait_seconds"]["maximum"], 20);
+        assert_eq!(start["additionalProperties"], false);
+        let get = Value::Object(tools[1].input_schema.as_ref().clone());
+        assert_eq!(get["required"], json!(["workflow_id"]));
+        for tool in &tools {
+            assert!(tool.output_schema.is_some(), "{}", tool.name);
+            assert!(tool.description.as_ref().unwrap().len() > 40);
+        }
+    }
+
+    #[test]
+    fn outcome_schema_requires_status_id_and_message() {
+        let schema = Value::Object(output_schema::<MiningOutcome>().as_ref().clone());
+        let mut required: Vec<_> =
+            schema["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        required.sort();
+        assert_eq!(required, ["status", "status_message", "workflow_id"]);
+    }
+}

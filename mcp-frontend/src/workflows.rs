@@ -1,0 +1,100 @@
+//! The few writes and reads the frontend makes on the API server, each bounded
+//! in time so that an unreachable API server never holds a caller past its budget.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use mining_api::{MiningWorkflow, MiningWorkflowSpec, labels};
+use serde_json::json;
+
+use crate::ids::{Caller, WorkflowId};
+use crate::tools::StartRequest;
+use crate::{Error, Result};
+
+/// Longest any one API call may take.
+pub const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The value of `app.kubernetes.io/managed-by` on workflows started here.
+pub const MANAGER: &str = "mcp-frontend";
+
+/// The object `start_mining` creates: named by its id, labelled by its caller.
+pub fn build_workflow(id: &WorkflowId, caller: &Caller, request: &StartRequest) -> MiningWorkflow {
+    let mut workflow = MiningWorkflow::new(
+        id.as_str(),
+        MiningWorkflowSpec {
+            difficulty: request.difficulty,
+            blocks: request.blocks,
+            ttl_seconds_after_finished: None,
+            active_deadline_seconds: None,
+            cancel: false,
+        },
+    );
+    workflow.metadata.labels = Some(
+        [
+            (labels::CALLER.to_string(), caller.label.clone()),
+            (labels::MANAGED_BY.to_string(), MANAGER.to_string()),
+        ]
+        .into(),
+    );
+    workflow
+}
+
+/// What came of a create.
+pub enum Created {
+    New(Box<MiningWorkflow>),
+    /// The name was taken: the existing object, as it is now.
+    Existing(Box<MiningWorkflow>),
+}
+
+async fn bounded<T>(call: &'static str, future: impl Future<Output = kube::Result<T>>) -> Result<T> {
+    match tokio::time::timeout(API_TIMEOUT, future).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => Err(Error::Api { call, source }),
+        Err(_) => Err(Error::ApiTimeout { call, after: API_TIMEOUT }),
+    }
+}
+
+/// Creates the workflow, or returns the one already holding its name.
+pub async fn create(api: &Api<MiningWorkflow>, workflow: &MiningWorkflow) -> Result<Created> {
+    match tokio::time::timeout(API_TIMEOUT, api.create(&PostParams::default(), workflow)).await {
+        Ok(Ok(created)) => Ok(Created::New(Box::new(created))),
+        Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+            let name = workflow.metadata.name.as_deref().unwrap_or_default();
+            match get(api, name).await? {
+                Some(existing) => Ok(Created::Existing(Box::new(existing))),
+                // Deleted between the two calls: the caller may simply retry.
+                None => Err(Error::Conflict { name: name.to_string() }),
+            }
+        }
+        Ok(Err(source)) => Err(Error::Api { call: "create", source }),
+        Err(_) => Err(Error::ApiTimeout { call: "create", after: API_TIMEOUT }),
+    }
+}
+
+/// Reads one workflow from the API server (for names the cache has not seen yet).
+pub async fn get(api: &Api<MiningWorkflow>, name: &str) -> Result<Option<MiningWorkflow>> {
+    bounded("get", api.get_opt(name)).await
+}
+
+/// Asks the operator to stop: sets `spec.cancel`.
+pub async fn request_cancel(api: &Api<MiningWorkflow>, name: &str) -> Result<MiningWorkflow> {
+    let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
+    bounded("patch", api.patch(name, &PatchParams::default(), &patch)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_workflow_is_named_by_its_id_and_labelled_by_its_caller() {
+        let id = WorkflowId::parse(&format!("mw-{}", "b".repeat(26))).unwrap();
+        let caller = Caller::new("alice");
+        let request = StartRequest { difficulty: 9, blocks: 3, wait_seconds: 0, idempotency_key: None };
+        let workflow = build_workflow(&id, &caller, &request);
+        assert_eq!(workflow.metadata.name.as_deref(), Some(id.as_str()));
+        assert_eq!(workflow.metadata.generate_name, None);
+        assert_eq!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.label);
+        assert_eq!((workflow.spec.difficulty, workflow.spec.blocks, workflow.spec.cancel), (9, 3, false));
+    }
+}
