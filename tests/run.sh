@@ -18,6 +18,9 @@ log "building the workspace (release binaries are what the cluster runs)"
 cargo build --release --workspace --bins
 cargo nextest run --workspace --no-run --cargo-quiet
 
+log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"
+tests/mcp-clients/install.sh
+
 if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
   log "using the cluster at KUBECONFIG=$KUBECONFIG"
 elif [ -x tests/cluster/cluster.sh ]; then

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::middleware;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -72,6 +74,7 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
     );
     let mcp = Router::new()
         .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -79,4 +82,34 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
         .route("/metrics", get(metrics))
         .with_state(health)
         .merge(mcp)
+}
+
+/// Answers a POST body that is not JSON with JSON-RPC's parse error (-32700),
+/// as the JSON-RPC spec asks, instead of a bare HTTP error; larger bodies
+/// than the limit get 413 without being read further.
+async fn reject_unparseable_json(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("Payload Too Large: request body exceeds {limit} bytes\n"),
+            )
+                .into_response();
+        }
+    };
+    if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        let error = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32700, "message": format!("Parse error: the body is not JSON ({err})")},
+        });
+        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], error.to_string())
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
 }

@@ -39,17 +39,13 @@ pub struct Limits {
 #[serde(deny_unknown_fields)]
 pub struct StartMiningArgs {
     /// Leading zero bits every block's SHA-256 must have. Each extra bit doubles the work.
-    #[serde(default)]
     pub difficulty: Option<u32>,
     /// Number of blocks in the chain.
-    #[serde(default)]
     pub blocks: Option<u32>,
     /// Seconds to wait for the result before answering `running` (0 answers at once).
-    #[serde(default)]
     pub wait_seconds: Option<u32>,
     /// Any string unique to this request. Retrying with the same key returns
     /// the workflow the first call started instead of starting a second one.
-    #[serde(default)]
     pub idempotency_key: Option<String>,
 }
 
@@ -60,7 +56,6 @@ pub struct GetMiningResultArgs {
     /// The `workflow_id` that `start_mining` returned.
     pub workflow_id: String,
     /// Seconds to wait for the workflow to finish before answering (default 0).
-    #[serde(default)]
     pub wait_seconds: Option<u32>,
 }
 
@@ -77,10 +72,8 @@ pub struct CancelMiningArgs {
 #[serde(deny_unknown_fields)]
 pub struct ListMiningWorkflowsArgs {
     /// Only workflows in this state.
-    #[serde(default)]
     pub status: Option<ListedStatus>,
     /// Most workflows to return, newest first.
-    #[serde(default)]
     pub limit: Option<u32>,
 }
 
@@ -231,7 +224,7 @@ impl Limits {
                 start,
             )
             .with_title("Start mining")
-            .with_output_schema::<MiningOutcome>()
+            .with_raw_output_schema(output_schema::<MiningOutcome>())
             .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).open_world(false)),
             Tool::new(
                 GET_MINING_RESULT,
@@ -241,7 +234,7 @@ impl Limits {
                 get,
             )
             .with_title("Get mining result")
-            .with_output_schema::<MiningOutcome>()
+            .with_raw_output_schema(output_schema::<MiningOutcome>())
             .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
             Tool::new(
                 CANCEL_MINING,
@@ -250,7 +243,7 @@ impl Limits {
                 with_bounds(input_schema::<CancelMiningArgs>(), &[]),
             )
             .with_title("Cancel mining")
-            .with_output_schema::<MiningOutcome>()
+            .with_raw_output_schema(output_schema::<MiningOutcome>())
             .with_annotations(
                 ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false),
             ),
@@ -261,7 +254,7 @@ impl Limits {
                 list,
             )
             .with_title("List mining workflows")
-            .with_output_schema::<WorkflowList>()
+            .with_raw_output_schema(output_schema::<WorkflowList>())
             .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
         ]
     }
@@ -279,7 +272,32 @@ pub fn parse_args<T: DeserializeOwned>(
 
 fn input_schema<T: JsonSchema + 'static>() -> JsonObject {
     // Generated from our own types, which are objects: a failure is a bug caught by the unit tests.
-    schema_for_input::<T>().map(|schema| schema.as_ref().clone()).unwrap_or_default()
+    let mut schema =
+        Value::Object(schema_for_input::<T>().map(|schema| schema.as_ref().clone()).unwrap_or_default());
+    strip_integer_formats(&mut schema);
+    match schema {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
+    }
+}
+
+/// Removes schemars' `uint32`/`uint64` formats: they are not JSON Schema
+/// formats, and validators in clients warn about each (the bounds stay).
+fn strip_integer_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            if object
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+            {
+                object.remove("format");
+            }
+            object.values_mut().for_each(strip_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_integer_formats),
+        _ => {}
+    }
 }
 
 /// Sets `minimum`, `maximum` and `default` of integer properties.
@@ -299,9 +317,14 @@ fn with_bounds(mut schema: JsonObject, bounds: &[(&str, u32, u32, Option<u32>)])
     Arc::new(schema)
 }
 
-/// The output schema of a tool, for tests and documentation.
+/// The output schema of a tool, without non-standard integer formats.
 pub fn output_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    schema_for_output::<T>()
+    let mut schema = Value::Object(schema_for_output::<T>().as_ref().clone());
+    strip_integer_formats(&mut schema);
+    match schema {
+        Value::Object(object) => Arc::new(object),
+        _ => Arc::new(JsonObject::new()),
+    }
 }
 
 #[cfg(test)]
@@ -395,6 +418,7 @@ mod tests {
         assert_eq!(start["additionalProperties"], false);
         let get = Value::Object(tools[1].input_schema.as_ref().clone());
         assert_eq!(get["required"], json!(["workflow_id"]));
+        assert!(!serde_json::to_string(&tools).unwrap().contains("uint"), "non-standard formats are gone");
         for tool in &tools {
             assert!(tool.output_schema.is_some(), "{}", tool.name);
             assert!(tool.description.as_ref().unwrap().len() > 40);

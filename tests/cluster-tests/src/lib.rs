@@ -11,6 +11,8 @@ use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+pub mod mcp;
+
 /// Label on every namespace a test creates, for cleaning up after a crash.
 pub const TEST_LABEL: &str = "mining-operator.dev/test";
 
@@ -217,4 +219,16 @@ pub fn shell_image() -> String {
     } else {
         std::env::var("TEST_SHELL_IMAGE").unwrap_or_else(|_| "busybox:1.36".into())
     }
+}
+
+/// The chain from the independent Python implementation (hashlib), one JSON
+/// object per block: index, prev, nonce, hash, attempts, difficulty.
+pub fn reference_chain(blocks: u32, difficulty: u32) -> Vec<serde_json::Value> {
+    let output = std::process::Command::new("python3")
+        .arg(repo_root().join("miner/tests/reference_miner.py"))
+        .args([blocks.to_string(), difficulty.to_string()])
+        .output()
+        .expect("python3 runs the reference miner");
+    assert!(output.status.success(), "reference miner: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster_tests::{
-    OperatorProcess, TestNamespace, eventually, install_crd, is_local_cluster, repo_root, wait_for,
+    OperatorProcess, TestNamespace, eventually, install_crd, is_local_cluster, reference_chain, repo_root,
+    wait_for,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -53,17 +54,6 @@ fn ready_reason(workflow: &MiningWorkflow) -> String {
         .find(|c| c.type_ == condition_types::READY)
         .map(|c| c.reason.clone())
         .unwrap_or_default()
-}
-
-/// The chain from the independent Python implementation.
-fn reference_chain(blocks: u32, difficulty: u32) -> Vec<Value> {
-    let output = Command::new("python3")
-        .arg(repo_root().join("miner/tests/reference_miner.py"))
-        .args([blocks.to_string(), difficulty.to_string()])
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// Checks every block of a status against SHA-256 and the chain's linkage.

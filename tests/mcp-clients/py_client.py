@@ -1,0 +1,52 @@
+"""Drives the official Python SDK client (`mcp`) against the frontend, for the
+cluster tests. Usage:
+    python3 py_client.py URL tools
+    python3 py_client.py URL call TOOL 'JSON-ARGUMENTS'
+The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks for
+progress notifications. Prints one JSON document on stdout:
+{tools} | {result, progress} | {error: {message}}.
+"""
+import asyncio
+import json
+import os
+import sys
+from datetime import timedelta
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+
+async def main(url: str, command: str, tool: str | None, arguments: str | None) -> dict:
+    token = os.environ.get("MCP_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with streamablehttp_client(url, headers=headers) as (read, write, _):
+        async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=120)) as session:
+            initialized = await session.initialize()
+            # Listing first makes the SDK validate structuredContent against each outputSchema.
+            tools = await session.list_tools()
+            if command == "tools":
+                return {
+                    "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.tools],
+                    "protocolVersion": initialized.protocolVersion,
+                }
+            progress = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append({"progress": value, "total": total, "message": message})
+
+            callback = on_progress if os.environ.get("MCP_PROGRESS") == "1" else None
+            result = await session.call_tool(tool, json.loads(arguments or "{}"), progress_callback=callback)
+            return {"result": result.model_dump(mode="json", by_alias=True, exclude_none=True), "progress": progress}
+
+
+if __name__ == "__main__":
+    url, command, *rest = sys.argv[1:]
+    tool = rest[0] if rest else None
+    arguments = rest[1] if len(rest) > 1 else None
+    try:
+        output = asyncio.run(main(url, command, tool, arguments))
+    except BaseException as error:  # noqa: BLE001 - every failure is reported as data
+        while isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]
+        output = {"error": {"message": f"{type(error).__name__}: {error}"}}
+    print(json.dumps(output))

@@ -1,0 +1,41 @@
+// Drives the official TypeScript SDK client against the frontend, for the
+// cluster tests. Usage:
+//   node ts-client.mjs URL tools
+//   node ts-client.mjs URL call TOOL 'JSON-ARGUMENTS'
+// The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks
+// for progress notifications. Prints one JSON document on stdout:
+// {tools} | {result, progress} | {error: {code, message}}.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const [url, command, tool, json] = process.argv.slice(2);
+const headers = process.env.MCP_TOKEN ? { Authorization: `Bearer ${process.env.MCP_TOKEN}` } : {};
+const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+const client = new Client({ name: "mining-operator-tests-ts", version: "1.0.0" });
+
+function print(value) {
+  process.stdout.write(JSON.stringify(value) + "\n");
+}
+
+try {
+  await client.connect(transport);
+  // Listing first makes the SDK validate structuredContent against each outputSchema.
+  const { tools } = await client.listTools();
+  if (command === "tools") {
+    print({ tools, protocolVersion: transport.protocolVersion ?? null });
+  } else if (command === "call") {
+    const progress = [];
+    const options = { timeout: 120_000 };
+    if (process.env.MCP_PROGRESS === "1") {
+      options.onprogress = (p) => progress.push(p);
+    }
+    const result = await client.callTool({ name: tool, arguments: JSON.parse(json ?? "{}") }, undefined, options);
+    print({ result, progress });
+  } else {
+    throw new Error(`unknown command ${command}`);
+  }
+} catch (error) {
+  print({ error: { code: error.code ?? null, message: String(error.message ?? error) } });
+} finally {
+  await client.close().catch(() => {});
+}
