@@ -147,7 +147,7 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 /// Parses `token caller-name` lines; `#` starts a comment.
-pub fn parse_tokens(text: &str) -> Result<HashMap<[u8; 32], Caller>, String> {
+pub fn parse_tokens(text: &str) -> Result<TokenTable, String> {
     let mut tokens = HashMap::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -165,11 +165,16 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<[u8; 32], Caller>, String> {
     Ok(tokens)
 }
 
+/// Callers by token digest.
+type TokenTable = HashMap<[u8; 32], Caller>;
+/// A file's modification time and size, to notice that it changed.
+type FileStamp = (SystemTime, u64);
+
 /// The tokens file, re-read when its modification time or size changes (a
 /// mounted Secret is updated by swapping a symlink, which `metadata` follows).
 pub struct TokenFile {
     path: PathBuf,
-    loaded: RwLock<(Option<(SystemTime, u64)>, HashMap<[u8; 32], Caller>)>,
+    loaded: RwLock<(Option<FileStamp>, TokenTable)>,
 }
 
 impl TokenFile {
@@ -180,7 +185,7 @@ impl TokenFile {
         Ok(file)
     }
 
-    fn stamp(&self) -> Option<(SystemTime, u64)> {
+    fn stamp(&self) -> Option<FileStamp> {
         let metadata = std::fs::metadata(&self.path).ok()?;
         Some((metadata.modified().ok()?, metadata.len()))
     }

@@ -3,7 +3,7 @@ cluster tests. Usage:
     python3 py_client.py URL tools
     python3 py_client.py URL call TOOL 'JSON-ARGUMENTS'
 The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks for
-progress notifications. Prints one JSON document on stdout:
+progress notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). Prints one JSON document on stdout:
 {tools} | {result, progress} | {error: {message}}.
 """
 import asyncio
@@ -20,7 +20,7 @@ async def main(url: str, command: str, tool: str | None, arguments: str | None) 
     token = os.environ.get("MCP_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with streamablehttp_client(url, headers=headers) as (read, write, _):
-        async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=120)) as session:
+        async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=float(os.environ.get("MCP_TIMEOUT_SECONDS", "120")))) as session:
             initialized = await session.initialize()
             # Listing first makes the SDK validate structuredContent against each outputSchema.
             tools = await session.list_tools()

@@ -25,7 +25,7 @@ try {
     print({ tools, protocolVersion: transport.protocolVersion ?? null });
   } else if (command === "call") {
     const progress = [];
-    const options = { timeout: 120_000 };
+    const options = { timeout: 1000 * Number(process.env.MCP_TIMEOUT_SECONDS ?? 120) };
     if (process.env.MCP_PROGRESS === "1") {
       options.onprogress = (p) => progress.push(p);
     }

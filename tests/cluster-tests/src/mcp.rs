@@ -206,3 +206,50 @@ pub fn tool_error_text(document: &Value) -> String {
     assert_eq!(document["result"]["isError"], true, "expected a tool error, got {document:#}");
     document["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string()
 }
+
+/// Runs the MCP Inspector CLI (`--cli`) against `url`; returns its exit
+/// status and its stdout parsed as JSON (Null when it printed none).
+pub async fn inspector(url: &str, args: &[&str]) -> (bool, Value, String) {
+    let dir = clients_dir();
+    let catalog = std::env::temp_dir().join(format!("inspector-catalog-{}.json", std::process::id()));
+    let output = tokio::process::Command::new(node22())
+        .arg(dir.join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"))
+        .args(["--cli", url])
+        .args(args)
+        .env("MCP_CATALOG_PATH", catalog)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("the Inspector finished")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    (
+        output.status.success(),
+        serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        format!("{stdout}{stderr}"),
+    )
+}
+
+/// Runs the MCP conformance suite's server scenarios for one protocol version
+/// against `url`, with that version's expected-failures baseline; returns
+/// whether the baseline held and the suite's output.
+pub async fn conformance(url: &str, spec_version: &str) -> (bool, String) {
+    let dir = clients_dir();
+    let results = std::env::temp_dir().join(format!("conformance-{}-{spec_version}", std::process::id()));
+    let output = tokio::process::Command::new(node22())
+        .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["server", "--url", url, "--spec-version", spec_version, "--expected-failures"])
+        .arg(dir.join(format!("conformance-expected-failures-{spec_version}.yaml")))
+        .arg("-o")
+        .arg(&results)
+        .kill_on_drop(true)
+        .output();
+    let output =
+        tokio::time::timeout(Duration::from_secs(300), output).await.expect("the suite finished").unwrap();
+    let _ = std::fs::remove_dir_all(results);
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}

@@ -152,16 +152,11 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
     let again = structured(&Sdk::Python.call(&url, None, "start_mining", start.clone()).await).clone();
     assert_eq!(again["workflow_id"], id.as_str(), "the retry found the first workflow");
 
-    // SIGKILL during a wait: the waiting client loses its connection.
-    let waiting = Sdk::TypeScript
-        .command(
-            &url,
-            None,
-            false,
-            &["call", "get_mining_result", &json!({"workflow_id": id, "wait_seconds": 20}).to_string()],
-        )
-        .spawn()
-        .unwrap();
+    // SIGKILL during a wait: the waiting client loses its connection and, as
+    // SDK clients do, waits out its own request timeout (30 s here).
+    let wait_args = json!({"workflow_id": id, "wait_seconds": 20}).to_string();
+    let mut waiting = Sdk::TypeScript.command(&url, None, false, &["call", "get_mining_result", &wait_args]);
+    let waiting = waiting.env("MCP_TIMEOUT_SECONDS", "30").spawn().unwrap();
     eventually("the wait to be registered", Duration::from_secs(30), || async {
         let (_, metrics) = stack.frontend.get("/metrics").await;
         metrics.lines().any(|l| l.starts_with("mcp_frontend_waiters ") && !l.ends_with(" 0")).then_some(())

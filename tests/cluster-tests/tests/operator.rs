@@ -6,8 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster_tests::{
-    OperatorProcess, TestNamespace, eventually, install_crd, is_local_cluster, reference_chain, repo_root,
-    wait_for,
+    OperatorProcess, TestNamespace, eventually, install_crd, is_local_cluster, reference_chain, wait_for,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
