@@ -154,18 +154,17 @@ impl MiningServer {
         }
     }
 
-    /// Waits up to `seconds` for the workflow to finish, woken by the watch,
+    /// Waits until `deadline` for the workflow to finish, woken by the watch,
     /// sending progress notifications when the request asked for them.
     async fn wait(
         &self,
         caller: &Caller,
         id: &WorkflowId,
         mut latest: Box<MiningWorkflow>,
-        seconds: u32,
+        deadline: Instant,
         ctx: &RequestContext<RoleServer>,
     ) -> View {
         let mut subscription = self.app.cache.subscribe(id.as_str());
-        let deadline = Instant::now() + Duration::from_secs(u64::from(seconds));
         let progress_token = ctx.meta.get_progress_token();
         let mut reported: Option<u32> = None;
         let mut seen_in_cache = false;
@@ -250,6 +249,8 @@ impl MiningServer {
             Ok(request) => request,
             Err(text) => return Answer::InvalidArguments(text),
         };
+        // The budget covers the whole call, API calls included.
+        let deadline = Instant::now() + Duration::from_secs(u64::from(request.wait_seconds));
         let id = match &request.idempotency_key {
             Some(key) => WorkflowId::for_idempotency_key(caller, key),
             None => match WorkflowId::random() {
@@ -313,7 +314,7 @@ impl MiningServer {
                 workflow.spec.difficulty, workflow.spec.blocks
             ));
         }
-        let view = self.wait(caller, &id, workflow, request.wait_seconds, ctx).await;
+        let view = self.wait(caller, &id, workflow, deadline, ctx).await;
         Self::answer(&id, view)
     }
 
@@ -330,12 +331,13 @@ impl MiningServer {
             Ok(parsed) => parsed,
             Err(text) => return Answer::InvalidArguments(text),
         };
+        let deadline = Instant::now() + Duration::from_secs(u64::from(wait));
         let Some(id) = WorkflowId::parse(&args.workflow_id) else {
             return Answer::Outcome(MiningOutcome::not_found(&args.workflow_id));
         };
         match self.visible(caller, &id).await {
             Ok(View::Found(workflow)) => {
-                let view = self.wait(caller, &id, workflow, wait, ctx).await;
+                let view = self.wait(caller, &id, workflow, deadline, ctx).await;
                 Self::answer(&id, view)
             }
             Ok(view) => Self::answer(&id, view),
@@ -376,8 +378,9 @@ impl MiningServer {
             }
         };
         tracing::info!(workflow = %id, caller = %caller.name, "cancel requested");
-        let wait = CANCEL_CONFIRM_WAIT.as_secs().min(u64::from(self.app.limits.wait_budget_seconds));
-        let view = self.wait(caller, &id, patched, u32::try_from(wait).unwrap_or(0), ctx).await;
+        let wait =
+            CANCEL_CONFIRM_WAIT.min(Duration::from_secs(u64::from(self.app.limits.wait_budget_seconds)));
+        let view = self.wait(caller, &id, patched, Instant::now() + wait, ctx).await;
         Self::answer(&id, view)
     }
 

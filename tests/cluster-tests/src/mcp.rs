@@ -39,18 +39,32 @@ impl FrontendProcess {
     }
 
     async fn start_at(addr: SocketAddr, namespace: &str, args: Vec<String>) -> Self {
-        let child = Command::new(release_binary("mcp-frontend"))
-            .args(["--listen", &addr.to_string(), "--namespace", namespace])
-            .args(&args)
-            .env("RUST_LOG", "info,kube=warn")
-            .spawn()
-            .expect("start the frontend");
-        let frontend = Self { child, addr, namespace: namespace.to_string(), args };
+        let frontend = Self::spawn_at(addr, namespace, args, &[]);
         eventually("the frontend to be ready", Duration::from_secs(30), || async {
             (frontend.get("/readyz").await.0 == 200).then_some(())
         })
         .await;
         frontend
+    }
+
+    /// Starts it with extra environment variables, without waiting for readiness.
+    pub fn spawn(namespace: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_at(free_port(), namespace, args.iter().map(|a| a.to_string()).collect(), env)
+    }
+
+    fn spawn_at(addr: SocketAddr, namespace: &str, args: Vec<String>, env: &[(&str, &str)]) -> Self {
+        let child = Command::new(release_binary("mcp-frontend"))
+            .args(["--listen", &addr.to_string(), "--namespace", namespace])
+            .args(&args)
+            .env("RUST_LOG", "info,kube=warn")
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("start the frontend");
+        Self { child, addr, namespace: namespace.to_string(), args }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn url(&self) -> String {

@@ -308,3 +308,35 @@ async fn bad_input_gets_clear_errors_and_creates_nothing() {
     assert_eq!(stack.frontend.post_mcp("localhost", &[], list).await.0, 200);
     stack.ns.delete().await;
 }
+
+#[tokio::test]
+async fn an_unreachable_api_server_gets_a_tool_error_within_the_budget() {
+    // A kubeconfig whose API server refuses every connection.
+    let dir = std::env::temp_dir().join(format!("mcp-unreachable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let frontend = FrontendProcess::spawn("default", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    eventually("the frontend to listen", Duration::from_secs(30), || async {
+        (frontend.get("/healthz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(frontend.get("/readyz").await.0, 503, "not ready without its cache");
+    let started = std::time::Instant::now();
+    let document = Sdk::TypeScript
+        .call(&frontend.url(), None, "start_mining", json!({"difficulty": 8, "wait_seconds": 5}))
+        .await;
+    let text = tool_error_text(&document);
+    assert!(text.contains("could not start mining") && text.contains("Kubernetes API"), "{text}");
+    let id = format!("mw-{}", "a".repeat(26));
+    let document =
+        Sdk::Python.call(&frontend.url(), None, "get_mining_result", json!({"workflow_id": id})).await;
+    assert!(tool_error_text(&document).contains("cannot read the workflow"));
+    assert!(started.elapsed() < Duration::from_secs(25), "answered in {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(dir);
+}
