@@ -249,6 +249,22 @@ impl KubernetesReviews {
         Ok(caller)
     }
 
+    /// Creates a review object (cluster-scoped, never stored) within the API timeout.
+    async fn submit<K>(&self, kind: &str, review: &K) -> Result<K, Refusal>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        tokio::time::timeout(crate::workflows::API_TIMEOUT, api.create(&PostParams::default(), review))
+            .await
+            .map_err(|_| Refusal::Unavailable(format!("the {kind} timed out")))?
+            .map_err(|e| Refusal::Unavailable(format!("{kind} failed: {e}")))
+    }
+
     async fn review_token(
         &self,
         token: &str,
@@ -257,12 +273,7 @@ impl KubernetesReviews {
             spec: TokenReviewSpec { token: Some(token.to_string()), ..Default::default() },
             ..Default::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer =
-            tokio::time::timeout(crate::workflows::API_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| Refusal::Unavailable("the TokenReview timed out".into()))?
-                .map_err(|e| Refusal::Unavailable(format!("TokenReview failed: {e}")))?;
+        let answer = self.submit("TokenReview", &review).await?;
         let status = answer.status.unwrap_or_default();
         match (status.authenticated, status.user) {
             (Some(true), Some(user)) if user.username.as_deref().is_some_and(|u| !u.is_empty()) => Ok(user),
@@ -291,12 +302,7 @@ impl KubernetesReviews {
             },
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer =
-            tokio::time::timeout(crate::workflows::API_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| Refusal::Unavailable("the SubjectAccessReview timed out".into()))?
-                .map_err(|e| Refusal::Unavailable(format!("SubjectAccessReview failed: {e}")))?;
+        let answer = self.submit("SubjectAccessReview", &review).await?;
         if answer.status.is_some_and(|s| s.allowed) {
             Ok(())
         } else {
