@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn,rmcp=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

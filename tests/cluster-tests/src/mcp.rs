@@ -56,7 +56,7 @@ impl FrontendProcess {
         let child = Command::new(release_binary("mcp-frontend"))
             .args(["--listen", &addr.to_string(), "--namespace", namespace])
             .args(&args)
-            .env("RUST_LOG", "info,kube=warn")
+            .env("RUST_LOG", "info,kube=warn,rmcp=warn")
             .envs(env.iter().copied())
             .spawn()
             .expect("start the frontend");

@@ -340,3 +340,30 @@ async fn an_unreachable_api_server_gets_a_tool_error_within_the_budget() {
     assert!(started.elapsed() < Duration::from_secs(25), "answered in {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn two_replicas_racing_on_one_idempotency_key_make_one_workflow() {
+    let stack = stack("mcp-race", &[]).await;
+    let second = FrontendProcess::start(&stack.ns.name, &[]).await;
+    let start =
+        json!({"difficulty": 10, "blocks": 2, "wait_seconds": 20, "idempotency_key": "raced"}).to_string();
+    let clients: Vec<_> = [
+        (Sdk::TypeScript, stack.frontend.url()),
+        (Sdk::Python, second.url()),
+        (Sdk::TypeScript, second.url()),
+    ]
+    .into_iter()
+    .map(|(sdk, url)| {
+        (sdk, sdk.command(&url, None, false, &["call", "start_mining", &start]).spawn().unwrap())
+    })
+    .collect();
+    let mut ids = Vec::new();
+    for (sdk, child) in clients {
+        let outcome = structured(&collect(sdk, child).await).clone();
+        assert_eq!(outcome["status"], "completed", "{outcome:#}");
+        ids.push(outcome["workflow_id"].as_str().unwrap().to_string());
+    }
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "{ids:?}");
+    assert_eq!(stack.workflows().await.len(), 1);
+    stack.ns.delete().await;
+}
