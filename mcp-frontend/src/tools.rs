@@ -20,7 +20,7 @@ pub const CANCEL_MINING: &str = "cancel_mining";
 pub const LIST_MINING_WORKFLOWS: &str = "list_mining_workflows";
 
 /// Most blocks a chain may have (the CRD's bound).
-pub const MAX_BLOCKS: u32 = 64;
+pub const MAX_BLOCKS: u32 = mining_api::MAX_BLOCKS;
 /// Most workflows one list answer holds.
 pub const MAX_LIST_LIMIT: u32 = 100;
 const DEFAULT_LIST_LIMIT: u32 = 20;

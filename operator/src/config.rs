@@ -32,10 +32,12 @@ pub struct Config {
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct JobSettings {
     /// Pod retries per block before the block, and the workflow, fails.
-    #[arg(long = "job-backoff-limit", env = "JOB_BACKOFF_LIMIT", default_value_t = 2)]
+    #[arg(long = "job-backoff-limit", env = "JOB_BACKOFF_LIMIT", default_value_t = 2,
+          value_parser = clap::value_parser!(i32).range(0..=100))]
     pub backoff_limit: i32,
     /// Seconds a block's Job may run before it fails.
-    #[arg(long = "job-active-deadline-seconds", env = "JOB_ACTIVE_DEADLINE_SECONDS")]
+    #[arg(long = "job-active-deadline-seconds", env = "JOB_ACTIVE_DEADLINE_SECONDS",
+          value_parser = clap::value_parser!(i64).range(1..=mining_api::MAX_DURATION_SECONDS))]
     pub active_deadline_seconds: Option<i64>,
     #[arg(long = "job-cpu-request", env = "JOB_CPU_REQUEST", default_value = "100m")]
     pub cpu_request: Option<String>,
@@ -51,22 +53,46 @@ pub struct JobSettings {
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Workflows asking for more leading zero bits are rejected.
-    #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 40)]
+    #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 40,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_difficulty: u32,
     /// Workflows asking for longer chains are rejected.
-    #[arg(long, env = "MAX_BLOCKS", default_value_t = 64)]
+    #[arg(long, env = "MAX_BLOCKS", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_blocks: u32,
     /// Workflows mining at once; more wait as Pending (condition Admitted=False, reason Queued).
-    #[arg(long, env = "MAX_CONCURRENT_WORKFLOWS", default_value_t = 50)]
+    #[arg(long, env = "MAX_CONCURRENT_WORKFLOWS", default_value_t = 50,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_concurrent_workflows: usize,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
-          value_parser = clap::value_parser!(u64))]
+          value_parser = clap::value_parser!(u64).range(0..=mining_api::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
 }
 
 impl Limits {
     pub fn default_ttl(&self) -> Duration {
         Duration::from_secs(self.default_ttl_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_flags_are_refused_at_start() {
+        for args in [
+            &["operator", "--default-ttl-seconds", "99999999999999"][..],
+            &["operator", "--job-active-deadline-seconds", "0"],
+            &["operator", "--max-difficulty", "65"],
+            &["operator", "--max-blocks", "0"],
+            &["operator", "--max-concurrent-workflows", "0"],
+            &["operator", "--job-backoff-limit", "-1"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+        }
+        let config = Config::try_parse_from(["operator", "--default-ttl-seconds", "315360000"]).unwrap();
+        assert_eq!(config.limits.default_ttl_seconds, mining_api::MAX_DURATION_SECONDS as u64);
     }
 }

@@ -15,7 +15,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use mining_api::{MiningWorkflow, WorkflowPhase, labels};
+use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::naming::workflow_label;
-use crate::plan::{Action, BlockJob, Observed, plan};
+use crate::plan::{Action, BlockJob, Observed, PlannedEvent, plan, status_rejected};
 use crate::{Error, Result};
 
 /// Longest Pod message carried into a workflow's status.
@@ -161,13 +161,13 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // Plan.
     let observed = Observed { workflow, jobs, others_mining, now: Timestamp::now() };
     let plan = plan(&observed, &ctx.config.limits);
-    // Apply.
+    // Apply: deletions first (a status saying Cancelled must not stand while
+    // its Jobs still run), then the status, then creations (a block is
+    // recorded before the next block's Job builds on it).
     let job_api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     for action in &plan.actions {
         match action {
-            Action::CreateJob { block, prev, difficulty } => {
-                create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?
-            }
+            Action::CreateJob { .. } => {}
             Action::DeleteJob { name: job } => match job_api.delete(job, &DeleteParams::background()).await {
                 Ok(_) => info!(workflow = %name, job = %job, "deleted Job"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -187,18 +187,28 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     for seconds in &plan.mined_block_seconds {
         ctx.metrics.block_duration.observe(*seconds);
     }
-    // Status.
+    let mut events = plan.events.clone();
     if workflow.status.as_ref() != Some(&plan.status) {
         let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-        let body = json!({
-            "apiVersion": MiningWorkflow::api_version(&()),
-            "kind": MiningWorkflow::kind(&()),
-            "status": plan.status,
-        });
-        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body))
-            .await
-            .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
-        ctx.remember(workflow, &plan.status);
+        match write_status(&api, &name, &plan.status).await {
+            Ok(()) => ctx.remember(workflow, &plan.status),
+            Err(kube::Error::Api(s)) if s.code == 422 => {
+                let fallback = status_rejected(workflow, &s.message, Timestamp::now());
+                warn!(workflow = %name, error = %s.message, "status refused by the API server; failing the workflow");
+                write_status(&api, &name, &fallback)
+                    .await
+                    .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
+                ctx.remember(workflow, &fallback);
+                events.push(PlannedEvent {
+                    warning: true,
+                    reason: reasons::STATUS_REJECTED,
+                    note: fallback.message.clone().unwrap_or_default(),
+                });
+                publish_events(ctx, workflow, &name, events);
+                return Ok(Requeue::await_change());
+            }
+            Err(source) => return Err(Error::WriteStatus { workflow: name.clone(), source }),
+        }
         info!(
             workflow = %name,
             namespace = %namespace,
@@ -207,30 +217,52 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             "status updated"
         );
     }
-    // Events last, off the reconcile's path: they describe what was done,
-    // and waiting for them would delay this workflow's next step.
-    if !plan.events.is_empty() {
-        let recorder = ctx.recorder.clone();
-        let reference = workflow.object_ref(&());
-        let events = plan.events.clone();
-        tokio::spawn(async move {
-            for event in events {
-                let event = Event {
-                    type_: if event.warning { EventType::Warning } else { EventType::Normal },
-                    reason: event.reason.to_string(),
-                    note: Some(event.note),
-                    action: "Reconcile".into(),
-                    secondary: None,
-                };
-                if let Err(err) = recorder.publish(&event, &reference).await {
-                    warn!(workflow = %name, error = %err, "could not record an Event");
-                }
-            }
-        });
+    for action in &plan.actions {
+        if let Action::CreateJob { block, prev, difficulty } = action {
+            create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?
+        }
     }
+    publish_events(ctx, workflow, &name, events);
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 
+async fn write_status(
+    api: &Api<MiningWorkflow>,
+    name: &str,
+    status: &MiningWorkflowStatus,
+) -> kube::Result<()> {
+    let body = json!({
+        "apiVersion": MiningWorkflow::api_version(&()),
+        "kind": MiningWorkflow::kind(&()),
+        "status": status,
+    });
+    api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await.map(|_| ())
+}
+
+/// Events go out off the reconcile's path: they describe what was done, and
+/// waiting for them would delay this workflow's next step.
+fn publish_events(ctx: &Context, workflow: &MiningWorkflow, name: &str, events: Vec<PlannedEvent>) {
+    if events.is_empty() {
+        return;
+    }
+    let recorder = ctx.recorder.clone();
+    let reference = workflow.object_ref(&());
+    let name = name.to_string();
+    tokio::spawn(async move {
+        for event in events {
+            let event = Event {
+                type_: if event.warning { EventType::Warning } else { EventType::Normal },
+                reason: event.reason.to_string(),
+                note: Some(event.note),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                warn!(workflow = %name, error = %err, "could not record an Event");
+            }
+        }
+    });
+}
 /// This workflow's Jobs by block, each classified; a finished Job's Pods are
 /// read live (not from a cache), so a result is never missed for being late.
 async fn observe_jobs(

@@ -5,6 +5,15 @@ use serde::{Deserialize, Serialize};
 
 /// Chain length when `spec.blocks` is not given.
 pub const DEFAULT_BLOCKS: u32 = 4;
+/// Longest deadline or retention a workflow may ask for: ten years. Bounded so
+/// that time arithmetic on it can never overflow.
+pub const MAX_DURATION_SECONDS: i64 = 315_360_000;
+/// Largest nonce, attempt count or generation in a status: the API server
+/// stores integers as int64, and a CRD states bounds as float64, so this is
+/// the largest float64 below 2^63 (= 2^63 - 1024).
+pub const MAX_STORED_INTEGER: u64 = (1 << 63) - 1024;
+/// The most blocks a chain can have.
+pub const MAX_BLOCKS: u32 = 64;
 
 /// The chain to mine.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -43,12 +52,12 @@ pub struct MiningWorkflowSpec {
     /// Delete the workflow this many seconds after it finished (the operator's
     /// default applies when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 315_360_000))]
     pub ttl_seconds_after_finished: Option<i64>,
 
     /// Fail the workflow with reason DeadlineExceeded when it has run this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 315_360_000))]
     pub active_deadline_seconds: Option<i64>,
 
     /// Set to true to stop mining; the workflow ends Cancelled.
@@ -106,9 +115,11 @@ pub struct MiningWorkflowStatus {
     pub progress: Option<String>,
     /// Verified blocks, in chain order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub blocks: Vec<MinedBlock>,
     /// The block being mined now (1-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
     pub current_block: Option<u32>,
     /// A human-readable summary of the latest state change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,12 +131,15 @@ pub struct MiningWorkflowStatus {
     /// The difficulty mining started with. `spec.difficulty` is immutable; on
     /// API servers too old to enforce that, later changes are ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
     pub admitted_difficulty: Option<u32>,
     /// The chain length mining started with (see `admittedDifficulty`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
     pub admitted_blocks: Option<u32>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784i64))]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -137,10 +151,13 @@ pub struct MiningWorkflowStatus {
 #[serde(rename_all = "camelCase")]
 pub struct MinedBlock {
     /// 1-based position in the chain.
+    #[schemars(range(min = 1, max = 64))]
     pub index: u32,
+    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784u64))]
     pub nonce: u64,
     /// 64 uppercase hex digits.
     pub hash: String,
+    #[schemars(extend("minimum" = 1, "maximum" = 9_223_372_036_854_774_784u64))]
     pub attempts: u64,
     /// The Job that mined this block.
     pub job_name: String,
@@ -164,6 +181,7 @@ pub struct Condition {
     pub message: String,
     pub last_transition_time: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784i64))]
     pub observed_generation: Option<i64>,
 }
 
@@ -199,6 +217,8 @@ pub mod reasons {
     pub const MISSING_RESULT: &str = "MissingResult";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const CANCELLED: &str = "Cancelled";
+    /// The API server refused to store the status the operator computed.
+    pub const STATUS_REJECTED: &str = "StatusRejected";
 }
 
 /// The CustomResourceDefinition as YAML, exactly as committed under `crds/`.
@@ -269,6 +289,33 @@ mod tests {
             .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
             .collect();
         assert_eq!(columns, [("Phase", 0), ("Progress", 0), ("Difficulty", 0), ("Age", 0), ("Message", 1)]);
+    }
+
+    /// Every integer the API server would accept must fit its Rust field, so
+    /// no stored object can make a list fail (and no time sum overflow).
+    #[test]
+    fn every_integer_in_the_schema_is_bounded() {
+        use kube::CustomResourceExt;
+        fn walk(path: &str, schema: &serde_json::Value, unbounded: &mut Vec<String>) {
+            if schema["type"] == "integer" && (schema["maximum"].is_null() || schema["minimum"].is_null()) {
+                unbounded.push(path.to_string());
+            }
+            for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+                walk(&format!("{path}.{name}"), property, unbounded);
+            }
+            if schema["items"].is_object() {
+                walk(&format!("{path}[]"), &schema["items"], unbounded);
+            }
+        }
+        let crd = serde_json::to_value(MiningWorkflow::crd()).unwrap();
+        let mut unbounded = Vec::new();
+        walk("", &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], &mut unbounded);
+        assert!(unbounded.is_empty(), "integers without both bounds: {unbounded:?}");
+        let status = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        let nonce = &status["properties"]["blocks"]["items"]["properties"]["nonce"];
+        assert_eq!(nonce["maximum"].as_f64(), Some(MAX_STORED_INTEGER as f64));
+        assert!(MAX_STORED_INTEGER as f64 as u64 <= i64::MAX as u64, "the bound itself is storable");
+        assert_eq!(status["properties"]["blocks"]["maxItems"].as_u64(), Some(u64::from(MAX_BLOCKS)));
     }
 
     #[test]

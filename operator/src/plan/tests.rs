@@ -1,0 +1,287 @@
+use super::*;
+use crate::testing::{at, workflow};
+
+fn limits() -> Limits {
+    Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 2, default_ttl_seconds: 3600 }
+}
+
+fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
+    let observed = Observed { workflow: wf, jobs: jobs.iter().cloned().collect(), others_mining: 0, now };
+    plan(&observed, &limits())
+}
+
+/// A real result document for `block` on top of `prev`, mined here.
+fn mined(block: u32, prev: &str, difficulty: u32) -> BlockResult {
+    let found = miner::mine_block(block as u64, prev, difficulty, 1).unwrap();
+    BlockResult {
+        index: block as u64,
+        prev: prev.to_string(),
+        nonce: found.nonce,
+        hash: miner::hex_upper(&found.digest),
+        attempts: found.nonce + 1,
+        difficulty,
+        elapsed_ms: 1,
+    }
+}
+
+fn succeeded(result: &BlockResult) -> BlockJob {
+    BlockJob::Succeeded {
+        message: Some(result.to_json_line()),
+        started: Some(Time(at(10))),
+        finished: Some(Time(at(12))),
+    }
+}
+
+/// The workflow as it is after `plan`'s status was written.
+fn with_status(mut wf: MiningWorkflow, plan: &Plan) -> MiningWorkflow {
+    wf.status = Some(plan.status.clone());
+    wf
+}
+
+fn condition<'a>(plan: &'a Plan, type_: &str) -> &'a mining_api::Condition {
+    plan.status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+}
+
+#[test]
+fn a_new_workflow_is_admitted_and_its_first_block_job_is_created() {
+    let plan = observe(&workflow("w", 8, 3), &[], at(0));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Mining));
+    assert_eq!(plan.status.progress.as_deref(), Some("0/3"));
+    assert_eq!(plan.status.current_block, Some(1));
+    assert_eq!(plan.status.started_at, Some(Time(at(0))));
+    assert_eq!(plan.actions, [Action::CreateJob { block: 1, prev: GENESIS.into(), difficulty: 8 }]);
+    assert_eq!(plan.events[0].reason, reasons::BLOCK_STARTED);
+    assert_eq!(condition(&plan, condition_types::ADMITTED).status, ConditionStatus::True);
+}
+
+#[test]
+fn a_running_job_keeps_the_workflow_mining_and_plans_nothing_new() {
+    let wf = workflow("w", 8, 3);
+    let first = observe(&wf, &[], at(0));
+    let wf = with_status(wf, &first);
+    let plan = observe(&wf, &[(1, BlockJob::Running)], at(5));
+    assert!(plan.actions.is_empty() && plan.events.is_empty());
+    assert_eq!(plan.status, first.status, "an unchanged state gives an unchanged status");
+}
+
+#[test]
+fn a_completed_job_with_a_valid_result_records_the_block_and_creates_the_next_job() {
+    let wf = workflow("w", 8, 3);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let result = mined(1, GENESIS, 8);
+    let plan = observe(&wf, &[(1, succeeded(&result))], at(20));
+    assert_eq!(plan.status.blocks.len(), 1);
+    let block = &plan.status.blocks[0];
+    assert_eq!(
+        (block.index, block.nonce, &block.hash, block.job_name.as_str()),
+        (1, result.nonce, &result.hash, "w-b1")
+    );
+    assert_eq!(plan.actions, [Action::CreateJob { block: 2, prev: result.hash.clone(), difficulty: 8 }]);
+    assert_eq!(plan.status.progress.as_deref(), Some("1/3"));
+    assert_eq!(plan.mined_block_seconds, [2.0]);
+    let reasons: Vec<_> = plan.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, [reasons::BLOCK_MINED, reasons::BLOCK_STARTED]);
+}
+
+#[test]
+fn the_last_verified_block_succeeds_the_workflow_and_sets_ready() {
+    let wf = workflow("w", 8, 2);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let first = mined(1, GENESIS, 8);
+    let second = mined(2, &first.hash, 8);
+    let plan = observe(&wf, &[(1, succeeded(&first)), (2, succeeded(&second))], at(30));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Succeeded));
+    assert_eq!(plan.status.progress.as_deref(), Some("2/2"));
+    assert_eq!(plan.status.finished_at, Some(Time(at(30))));
+    assert_eq!(plan.status.current_block, None);
+    assert_eq!(condition(&plan, condition_types::READY).status, ConditionStatus::True);
+    assert!(plan.actions.is_empty());
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(3600)), "retention timer");
+    assert_eq!(plan.events.last().unwrap().reason, reasons::SUCCEEDED);
+}
+
+#[test]
+fn a_forged_result_fails_the_workflow_with_reason_invalid_result() {
+    let wf = workflow("w", 8, 2);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let mut forged = mined(1, GENESIS, 8);
+    forged.nonce += 1;
+    forged.attempts += 1;
+    let plan = observe(&wf, &[(1, succeeded(&forged))], at(20));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    let ready = condition(&plan, condition_types::READY);
+    assert_eq!(ready.reason, reasons::INVALID_RESULT);
+    assert!(ready.message.starts_with("block 1: result rejected"), "{}", ready.message);
+    assert!(plan.status.blocks.is_empty());
+    assert!(plan.events.iter().any(|e| e.warning && e.reason == reasons::INVALID_RESULT));
+}
+
+#[test]
+fn garbled_and_missing_results_fail_with_their_own_reasons() {
+    let wf = workflow("w", 8, 2);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    for (message, reason) in [(Some("not json"), reasons::INVALID_RESULT), (None, reasons::MISSING_RESULT)] {
+        let job = BlockJob::Succeeded { message: message.map(String::from), started: None, finished: None };
+        let plan = observe(&wf, &[(1, job)], at(20));
+        assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+        assert_eq!(condition(&plan, condition_types::READY).reason, reason);
+    }
+}
+
+#[test]
+fn a_failed_job_fails_the_workflow_with_its_reason_and_pod_message() {
+    let wf = workflow("w", 8, 2);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let job =
+        BlockJob::Failed { reason: "BackoffLimitExceeded".into(), message: "miner: out of memory".into() };
+    let plan = observe(&wf, &[(1, job)], at(20));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(
+        plan.status.message.as_deref(),
+        Some("block 1: Job failed (BackoffLimitExceeded): miner: out of memory")
+    );
+    assert_eq!(condition(&plan, condition_types::READY).reason, reasons::JOB_FAILED);
+}
+
+#[test]
+fn cancel_deletes_the_running_job_and_ends_cancelled() {
+    let wf = workflow("w", 8, 2);
+    let mut wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    wf.spec.cancel = true;
+    let plan = observe(&wf, &[(1, BlockJob::Running)], at(3));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Cancelled));
+    assert_eq!(plan.actions, [Action::DeleteJob { name: "w-b1".into() }]);
+    assert_eq!(condition(&plan, condition_types::READY).reason, reasons::CANCELLED);
+}
+
+#[test]
+fn a_workflow_past_its_deadline_fails_and_its_running_job_is_deleted() {
+    let mut wf = workflow("w", 8, 2);
+    wf.spec.active_deadline_seconds = Some(60);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let before = observe(&wf, &[(1, BlockJob::Running)], at(50));
+    assert_eq!(before.requeue_after, Some(Duration::from_secs(10)), "wakes up at the deadline");
+    assert_eq!(before.status.phase, Some(WorkflowPhase::Mining));
+    let after = observe(&wf, &[(1, BlockJob::Running)], at(60));
+    assert_eq!(after.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(condition(&after, condition_types::READY).reason, reasons::DEADLINE_EXCEEDED);
+    assert_eq!(after.actions, [Action::DeleteJob { name: "w-b1".into() }]);
+}
+
+#[test]
+fn a_workflow_over_the_difficulty_limit_is_rejected_without_a_job() {
+    let plan = observe(&workflow("w", 41, 2), &[], at(0));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    assert!(plan.actions.is_empty());
+    let admitted = condition(&plan, condition_types::ADMITTED);
+    assert_eq!((admitted.status, admitted.reason.as_str()), (ConditionStatus::False, reasons::OVER_LIMIT));
+}
+
+#[test]
+fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
+    let wf = workflow("w", 8, 2);
+    let observed = Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, now: at(0) };
+    let plan = plan(&observed, &limits());
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Pending));
+    assert!(plan.actions.is_empty());
+    assert_eq!(condition(&plan, condition_types::ADMITTED).reason, reasons::QUEUED);
+    assert_eq!(plan.requeue_after, Some(QUEUED_RECHECK));
+}
+
+#[test]
+fn a_finished_workflow_is_deleted_once_its_ttl_has_passed() {
+    let mut wf = workflow("w", 8, 1);
+    wf.spec.ttl_seconds_after_finished = Some(30);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let done = observe(&wf, &[(1, succeeded(&mined(1, GENESIS, 8)))], at(10));
+    let wf = with_status(wf, &done);
+    assert_eq!(observe(&wf, &[], at(20)).requeue_after, Some(Duration::from_secs(20)));
+    assert_eq!(observe(&wf, &[], at(40)).actions, [Action::DeleteWorkflow]);
+}
+
+#[test]
+fn after_a_restart_completed_jobs_are_verified_in_order_and_only_the_missing_job_is_created() {
+    // The status lost track of two finished blocks (operator killed before writing it).
+    let wf = workflow("w", 8, 4);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let first = mined(1, GENESIS, 8);
+    let second = mined(2, &first.hash, 8);
+    let plan =
+        observe(&wf, &[(1, succeeded(&first)), (2, succeeded(&second)), (3, BlockJob::Running)], at(9));
+    assert_eq!(plan.status.blocks.len(), 2);
+    assert!(plan.actions.is_empty(), "block 3's Job exists: adopt it, create nothing");
+    assert_eq!(plan.status.current_block, Some(3));
+}
+
+#[test]
+fn a_changed_difficulty_after_admission_is_ignored_and_reported() {
+    let wf = workflow("w", 8, 2);
+    let mut wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    wf.spec.difficulty = 20;
+    let plan = observe(&wf, &[], at(1));
+    assert_eq!(plan.actions, [Action::CreateJob { block: 1, prev: GENESIS.into(), difficulty: 8 }]);
+    assert_eq!(condition(&plan, condition_types::ADMITTED).reason, reasons::SPEC_CHANGED);
+}
+
+#[test]
+fn far_deadlines_and_retentions_do_not_overflow_the_clock() {
+    let mut wf = workflow("far", 8, 2);
+    wf.spec.active_deadline_seconds = Some(i64::MAX);
+    wf.spec.ttl_seconds_after_finished = Some(i64::MAX);
+    wf.status = Some(MiningWorkflowStatus {
+        phase: Some(WorkflowPhase::Mining),
+        started_at: Some(Time(Timestamp::MAX)),
+        ..Default::default()
+    });
+    let mining = observe(&wf, &[], at(0));
+    assert!(mining.requeue_after.unwrap() <= MAX_REQUEUE);
+    wf.status = Some(MiningWorkflowStatus {
+        phase: Some(WorkflowPhase::Succeeded),
+        finished_at: Some(Time(Timestamp::MAX)),
+        ..Default::default()
+    });
+    let finished = observe(&wf, &[], at(0));
+    assert_eq!(finished.requeue_after, Some(MAX_REQUEUE));
+    assert!(!finished.actions.contains(&Action::DeleteWorkflow));
+}
+
+#[test]
+fn a_nonce_no_status_can_hold_is_an_invalid_result() {
+    let result = BlockResult {
+        index: 1,
+        prev: GENESIS.into(),
+        nonce: MAX_STORED_INTEGER + 1,
+        hash: "00".repeat(32),
+        attempts: MAX_STORED_INTEGER + 2,
+        difficulty: 1,
+        elapsed_ms: 1,
+    };
+    let (reason, why) = verify_block_result(Some(&result.to_json_line()), 1, GENESIS, 1).unwrap_err();
+    assert_eq!(reason, reasons::INVALID_RESULT);
+    assert!(why.contains("largest a status can hold"), "{why}");
+}
+
+#[test]
+fn a_refused_status_fails_the_workflow_keeping_what_was_stored() {
+    let mut wf = workflow("refused", 8, 3);
+    let prev = mined(1, GENESIS, 8);
+    wf.status = Some(MiningWorkflowStatus {
+        phase: Some(WorkflowPhase::Mining),
+        blocks: vec![MinedBlock {
+            index: 1,
+            nonce: prev.nonce,
+            hash: prev.hash.clone(),
+            attempts: prev.attempts,
+            job_name: "j".into(),
+            started_at: None,
+            finished_at: None,
+        }],
+        ..Default::default()
+    });
+    let status = status_rejected(&wf, "status.blocks[1].nonce: Invalid value", at(5));
+    assert_eq!(status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(status.blocks.len(), 1);
+    let ready = status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
+    assert_eq!(ready.reason, reasons::STATUS_REJECTED);
+    assert!(status.message.unwrap().contains("Invalid value"));
+}
