@@ -79,7 +79,8 @@ start_agent() { # start_agent AGENT_BINARY MINER_BINARY
   start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1" \
     --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
     --image "mining-operator/miner=$2" --image "local/shell=/bin/sh" \
-    --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh"
+    --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
+    --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh"
 }
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers

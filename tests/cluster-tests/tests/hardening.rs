@@ -1,0 +1,78 @@
+//! The operator against input a hostile or careless user can send: values at
+//! and past the schema's bounds, and a miner whose result no status can hold.
+
+use std::time::Duration;
+
+use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, wait_for};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ListParams, PostParams};
+use mining_api::{MAX_DURATION_SECONDS, MiningWorkflow, WorkflowPhase, condition_types, labels, reasons};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn workflow(name: &str, spec: Value) -> MiningWorkflow {
+    serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn phase(workflow: Option<&MiningWorkflow>) -> Option<WorkflowPhase> {
+    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
+}
+
+#[tokio::test]
+async fn durations_past_the_bounds_are_refused_and_the_largest_allowed_ones_mine() {
+    let ns = TestNamespace::new("mwf-bounds").await;
+    install_crd(&ns.client).await;
+    let operator = OperatorProcess::start(&ns.name, &[]);
+    let api: Api<MiningWorkflow> = ns.api();
+    // Values that used to make `plan` panic in a loop are refused at the door.
+    for (field, value) in
+        [("activeDeadlineSeconds", 300_000_000_000i64), ("ttlSecondsAfterFinished", i64::MAX)]
+    {
+        let err = api
+            .create(&PostParams::default(), &workflow("too-far", json!({"difficulty": 8, field: value})))
+            .await
+            .expect_err(field);
+        assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "{field}: {err}");
+    }
+    // The largest allowed values are mined, and the operator stays up.
+    let spec = json!({"difficulty": 8, "blocks": 2, "activeDeadlineSeconds": MAX_DURATION_SECONDS,
+                      "ttlSecondsAfterFinished": MAX_DURATION_SECONDS});
+    api.create(&PostParams::default(), &workflow("far", spec)).await.unwrap();
+    let done = move |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Succeeded);
+    wait_for(&api, "far", done, TIMEOUT).await;
+    assert_eq!(operator.get("/healthz").await.0, 200);
+    assert_eq!(operator.get("/readyz").await.0, 200);
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_nonce_no_status_can_hold_fails_the_block_instead_of_looping() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's local/oversize-nonce image");
+        return;
+    }
+    let ns = TestNamespace::new("mwf-oversize").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &["--miner-image", "local/oversize-nonce"]);
+    let api: Api<MiningWorkflow> = ns.api();
+    api.create(&PostParams::default(), &workflow("huge", json!({"difficulty": 1, "blocks": 3})))
+        .await
+        .unwrap();
+    let failed = move |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Failed);
+    let workflow = wait_for(&api, "huge", failed, TIMEOUT).await.unwrap();
+    let status = workflow.status.unwrap();
+    assert!(status.blocks.is_empty(), "nothing unstorable is recorded");
+    let ready = status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
+    assert_eq!(ready.reason, reasons::INVALID_RESULT);
+    assert!(status.message.unwrap().contains("largest a status can hold"));
+    let jobs: Api<Job> = ns.api();
+    let listed =
+        jobs.list(&ListParams::default().labels(&format!("{}=huge", labels::WORKFLOW))).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "no Job is built on the refused block");
+    ns.delete().await;
+}
