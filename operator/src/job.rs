@@ -59,7 +59,7 @@ pub fn build_block_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": block_job_name(&name, block),
+            "name": block_job_name(&name, workflow.metadata.uid.as_deref().unwrap_or_default(), block),
             "namespace": workflow.metadata.namespace,
             "labels": labels,
             "ownerReferences": [owner],
@@ -131,7 +131,12 @@ mod tests {
     fn block_job_is_owned_by_its_workflow_and_labelled_with_workflow_and_block() {
         let js = job_settings();
         let job = build_block_job(&workflow("demo", 12, 4), 3, "ABC", 12, &settings(&js));
-        assert_eq!(job.metadata.name.as_deref(), Some("demo-b3"));
+        // The fixture's uid is "uid-demo": its hex digits ("d", "de") fill the uid part.
+        let name = job.metadata.name.clone().unwrap();
+        assert!(
+            name.starts_with("demo-") && name.ends_with("-b3") && name.len() == "demo-".len() + 32 + 3,
+            "{name}"
+        );
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str(), owner.controller),

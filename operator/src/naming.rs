@@ -1,9 +1,11 @@
-//! Names and label values derived from a workflow name, always within
-//! Kubernetes' limits.
+//! Names and label values derived from a workflow, always within Kubernetes'
+//! limits.
 
 /// Label values and the names of Jobs (whose name becomes a Pod label) are at
 /// most 63 characters.
 const MAX_LABEL_VALUE: usize = 63;
+/// The uid's 32 hex digits, in every Job name.
+const UID_DIGITS: usize = 32;
 
 /// FNV-1a: a stable, dependency-free hash to keep truncated names unique.
 fn fnv1a(text: &str) -> u32 {
@@ -21,45 +23,62 @@ fn fit(text: &str, max: usize) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// The value of the workflow label on its Jobs and Pods.
+/// The value of the workflow label on its Jobs and Pods (a selector, not an
+/// identity: Jobs are matched to their workflow by owner uid).
 pub fn workflow_label(workflow: &str) -> String {
     fit(workflow, MAX_LABEL_VALUE)
 }
 
-/// The Job that mines block `block` of `workflow`: deterministic, so a
-/// restarted operator finds (adopts) the Job instead of creating a second.
-pub fn block_job_name(workflow: &str, block: u32) -> String {
-    let suffix = format!("-b{block}");
-    format!("{}{suffix}", fit(workflow, MAX_LABEL_VALUE - suffix.len()))
+/// The Job that mines block `block` of the workflow with this name and uid:
+/// deterministic, so a restarted operator finds (adopts) the Job instead of
+/// creating a second; and it carries the whole uid, so two different
+/// workflows — any names, or the same name deleted and created again — can
+/// never map to the same Job name. The name's prefix is only for people.
+pub fn block_job_name(workflow: &str, uid: &str, block: u32) -> String {
+    let uid: String = uid.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect();
+    let uid = format!("{uid:0>width$}", width = UID_DIGITS);
+    let suffix = format!("-{}-b{block}", &uid[uid.len() - UID_DIGITS..]);
+    let room = MAX_LABEL_VALUE.saturating_sub(suffix.len());
+    let cut = (0..=room.min(workflow.len())).rev().find(|&i| workflow.is_char_boundary(i)).unwrap_or(0);
+    let prefix = workflow[..cut].trim_end_matches(['-', '.']);
+    format!("{prefix}{suffix}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const UID: &str = "3f2a8c1e-0b6d-4e8f-9a7c-5d1e2f3a4b5c";
+
     #[test]
-    fn short_workflow_names_are_kept_readable() {
-        assert_eq!(block_job_name("demo", 3), "demo-b3");
+    fn job_names_carry_a_readable_prefix_and_the_whole_uid() {
+        assert_eq!(block_job_name("demo", UID, 3), "demo-3f2a8c1e0b6d4e8f9a7c5d1e2f3a4b5c-b3");
         assert_eq!(workflow_label("demo"), "demo");
     }
 
     #[test]
-    fn long_workflow_names_give_distinct_job_names_within_63_characters() {
-        let a = "w".repeat(200);
-        let b = format!("{}x", "w".repeat(199));
+    fn different_workflows_never_share_a_job_name() {
+        let long = "w".repeat(200);
+        // A name that looks like another's truncated stem, and the same name
+        // re-created with a new uid.
+        let stem = block_job_name(&long, UID, 1).trim_end_matches("-b1").to_string();
+        let other_uid = "00000000-0000-0000-0000-000000000001";
+        assert_ne!(block_job_name(&long, UID, 1), block_job_name(&stem, other_uid, 1));
+        assert_ne!(block_job_name("demo", UID, 1), block_job_name("demo", other_uid, 1));
         for block in [1, 64] {
-            let (name_a, name_b) = (block_job_name(&a, block), block_job_name(&b, block));
-            assert!(name_a.len() <= 63 && name_b.len() <= 63);
-            assert_ne!(name_a, name_b);
-            assert!(name_a.ends_with(&format!("-b{block}")));
+            let name = block_job_name(&long, UID, block);
+            assert!(name.len() <= 63, "{name}");
+            assert!(name.ends_with(&format!("-b{block}")));
         }
-        assert!(workflow_label(&a).len() <= 63);
+        assert!(workflow_label(&long).len() <= 63);
     }
 
     #[test]
-    fn truncation_never_leaves_a_dash_before_the_hash_run() {
-        let name = format!("{}-{}", "a".repeat(50), "b".repeat(100));
-        let job = block_job_name(&name, 12);
+    fn names_stay_valid_whatever_the_prefix() {
+        let name = format!("{}-{}", "a".repeat(25), "b".repeat(100));
+        let job = block_job_name(&name, UID, 12);
         assert!(!job.contains("--"), "{job}");
+        assert!(job.len() <= 63);
+        assert!(!block_job_name("a.b-", UID, 1).contains(".-"));
     }
 }

@@ -112,6 +112,10 @@ impl Planner<'_> {
         &self.observed.workflow.spec
     }
 
+    fn uid(&self) -> &str {
+        self.observed.workflow.metadata.uid.as_deref().unwrap_or_default()
+    }
+
     fn phase(&self) -> WorkflowPhase {
         self.plan.status.phase.unwrap_or_default()
     }
@@ -327,7 +331,7 @@ impl Planner<'_> {
             nonce: result.nonce,
             hash: result.hash,
             attempts: result.attempts,
-            job_name: block_job_name(&self.name, block),
+            job_name: block_job_name(&self.name, self.uid(), block),
             started_at: started,
             finished_at: finished,
         });
@@ -355,11 +359,11 @@ impl Planner<'_> {
     }
 
     fn delete_unfinished_jobs(&mut self) {
-        for (block, job) in &self.observed.jobs {
-            if *job == BlockJob::Running {
-                self.plan.actions.push(Action::DeleteJob { name: block_job_name(&self.name, *block) });
-            }
-        }
+        let running: Vec<String> = (self.observed.jobs.iter())
+            .filter(|(_, job)| **job == BlockJob::Running)
+            .map(|(block, _)| block_job_name(&self.name, self.uid(), *block))
+            .collect();
+        self.plan.actions.extend(running.into_iter().map(|name| Action::DeleteJob { name }));
     }
 
     /// Deletes a finished workflow once its TTL has passed; until then, looks again then.

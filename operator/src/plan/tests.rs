@@ -1,4 +1,5 @@
 use super::*;
+use crate::naming::block_job_name;
 use crate::testing::{at, workflow};
 
 fn limits() -> Limits {
@@ -74,7 +75,7 @@ fn a_completed_job_with_a_valid_result_records_the_block_and_creates_the_next_jo
     let block = &plan.status.blocks[0];
     assert_eq!(
         (block.index, block.nonce, &block.hash, block.job_name.as_str()),
-        (1, result.nonce, &result.hash, "w-b1")
+        (1, result.nonce, &result.hash, block_job_name("w", "uid-w", 1).as_str())
     );
     assert_eq!(plan.actions, [Action::CreateJob { block: 2, prev: result.hash.clone(), difficulty: 8 }]);
     assert_eq!(plan.status.progress.as_deref(), Some("1/3"));
@@ -150,7 +151,7 @@ fn cancel_deletes_the_running_job_and_ends_cancelled() {
     wf.spec.cancel = true;
     let plan = observe(&wf, &[(1, BlockJob::Running)], at(3));
     assert_eq!(plan.status.phase, Some(WorkflowPhase::Cancelled));
-    assert_eq!(plan.actions, [Action::DeleteJob { name: "w-b1".into() }]);
+    assert_eq!(plan.actions, [Action::DeleteJob { name: block_job_name("w", "uid-w", 1) }]);
     assert_eq!(condition(&plan, condition_types::READY).reason, reasons::CANCELLED);
 }
 
@@ -165,7 +166,7 @@ fn a_workflow_past_its_deadline_fails_and_its_running_job_is_deleted() {
     let after = observe(&wf, &[(1, BlockJob::Running)], at(60));
     assert_eq!(after.status.phase, Some(WorkflowPhase::Failed));
     assert_eq!(condition(&after, condition_types::READY).reason, reasons::DEADLINE_EXCEEDED);
-    assert_eq!(after.actions, [Action::DeleteJob { name: "w-b1".into() }]);
+    assert_eq!(after.actions, [Action::DeleteJob { name: block_job_name("w", "uid-w", 1) }]);
 }
 
 #[test]

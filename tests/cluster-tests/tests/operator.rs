@@ -185,7 +185,11 @@ async fn long_running_workflow(ns: &TestNamespace, name: &str) -> (Api<MiningWor
     let workflows = create_workflow(ns, name, json!({"difficulty": 40, "blocks": 1})).await;
     wait_phase(&workflows, name, WorkflowPhase::Mining).await;
     let pods: Api<Pod> = ns.api();
-    let job = format!("{name}-b1");
+    let job = eventually("the block's Job", TIMEOUT, || async {
+        let jobs = workflow_jobs(ns, name).await;
+        jobs.first().and_then(|j| j.metadata.name.clone())
+    })
+    .await;
     eventually("the block's Pod to run", TIMEOUT, || async {
         let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.ok()?;
         list.items
