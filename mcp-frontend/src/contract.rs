@@ -176,7 +176,12 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
         WorkflowPhase::Failed => {
             answer.status = OutcomeStatus::Failed;
             let reason = ready_reason(workflow).unwrap_or("Failed").to_string();
-            let error = status.message.clone().unwrap_or_else(|| "mining failed".into());
+            // The Ready condition has the whole text; `status.message` is a short column.
+            let error = ready_message(workflow)
+                .or(status.message.as_deref())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("mining failed")
+                .to_string();
             answer.status_message =
                 format!("Failed after mining {done} of {total} {}: {error}", plural(total));
             answer.reason = Some(reason);
@@ -206,6 +211,11 @@ fn plural(blocks: u32) -> &'static str {
 fn ready_reason(workflow: &MiningWorkflow) -> Option<&str> {
     let conditions = &workflow.status.as_ref()?.conditions;
     conditions.iter().find(|c| c.type_ == condition_types::READY).map(|c| c.reason.as_str())
+}
+
+fn ready_message(workflow: &MiningWorkflow) -> Option<&str> {
+    let conditions = &workflow.status.as_ref()?.conditions;
+    conditions.iter().find(|c| c.type_ == condition_types::READY).map(|c| c.message.as_str())
 }
 
 fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, total: u32) -> String {

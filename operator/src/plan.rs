@@ -104,8 +104,19 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
         },
     };
     planner.run(limits);
+    // `message` is a column of `kubectl get -o wide`: keep it short; the
+    // conditions carry the whole text.
+    if let Some(message) = planner.plan.status.message.as_mut()
+        && message.chars().count() > MAX_MESSAGE_CHARS
+    {
+        let cut: String = message.chars().take(MAX_MESSAGE_CHARS - 1).collect();
+        *message = format!("{}…", cut.trim_end());
+    }
     planner.plan
 }
+
+/// Longest `status.message` (a printer column).
+pub const MAX_MESSAGE_CHARS: usize = 80;
 
 impl Planner<'_> {
     fn spec(&self) -> &mining_api::MiningWorkflowSpec {
@@ -315,9 +326,8 @@ impl Planner<'_> {
         finished: Option<Time>,
         total: u32,
     ) {
-        if let (Some(s), Some(f)) = (&started, &finished) {
-            self.plan.mined_block_seconds.push(s.0.duration_until(f.0).as_secs_f64().max(0.0));
-        }
+        // The miner's own clock: Job times have a resolution of one second.
+        self.plan.mined_block_seconds.push(result.elapsed_ms as f64 / 1000.0);
         self.event(
             false,
             reasons::BLOCK_MINED,
@@ -339,7 +349,7 @@ impl Planner<'_> {
 
     fn succeed(&mut self) {
         let total = self.total_blocks();
-        let message = format!("mined and verified {total} blocks");
+        let message = format!("mined and verified {total} {}", if total == 1 { "block" } else { "blocks" });
         self.event(false, reasons::SUCCEEDED, &message);
         self.finish(WorkflowPhase::Succeeded, reasons::SUCCEEDED, message);
     }

@@ -122,8 +122,8 @@ fn mining_workflow_is_running_with_progress_and_instructions() {
 fn failed_workflow_carries_the_operators_reason_and_words() {
     let mut workflow = with_status(workflow(8, 4), WorkflowPhase::Failed, mined_blocks(8, 1));
     let status = workflow.status.as_mut().unwrap();
-    status.message = Some("block 2: Job failed: BackoffLimitExceeded".into());
-    status.conditions.push(ready(reasons::JOB_FAILED, "x"));
+    status.message = Some("block 2: Job failed: BackoffLimitExc…".into());
+    status.conditions.push(ready(reasons::JOB_FAILED, "block 2: Job failed: BackoffLimitExceeded"));
     let answer = outcome(&workflow, at(30));
     assert_eq!(answer.status, OutcomeStatus::Failed);
     assert_eq!(answer.reason.as_deref(), Some("JobFailed"));

@@ -28,7 +28,7 @@ pub const MAX_BLOCKS: u32 = 64;
     status = "MiningWorkflowStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
-    printcolumn = r#"{"name":"Difficulty","type":"integer","jsonPath":".spec.difficulty"}"#,
+    printcolumn = r#"{"name":"Difficulty","type":"integer","jsonPath":".status.admittedDifficulty"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","priority":1}"#
 )]

@@ -79,7 +79,7 @@ fn a_completed_job_with_a_valid_result_records_the_block_and_creates_the_next_jo
     );
     assert_eq!(plan.actions, [Action::CreateJob { block: 2, prev: result.hash.clone(), difficulty: 8 }]);
     assert_eq!(plan.status.progress.as_deref(), Some("1/3"));
-    assert_eq!(plan.mined_block_seconds, [2.0]);
+    assert_eq!(plan.mined_block_seconds, [0.001], "the miner's elapsed_ms, not the Job's 1 s clock");
     let reasons: Vec<_> = plan.events.iter().map(|e| e.reason).collect();
     assert_eq!(reasons, [reasons::BLOCK_MINED, reasons::BLOCK_STARTED]);
 }
@@ -285,4 +285,29 @@ fn a_refused_status_fails_the_workflow_keeping_what_was_stored() {
     let ready = status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
     assert_eq!(ready.reason, reasons::STATUS_REJECTED);
     assert!(status.message.unwrap().contains("Invalid value"));
+}
+
+#[test]
+fn a_long_message_is_short_in_the_status_and_whole_in_the_condition() {
+    let wf = workflow("w", 8, 2);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let words = "x".repeat(400);
+    let plan = observe(
+        &wf,
+        &[(1, BlockJob::Failed { reason: "BackoffLimitExceeded".into(), message: words.clone() })],
+        at(9),
+    );
+    let message = plan.status.message.unwrap();
+    assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS);
+    assert!(message.ends_with('…'));
+    let ready = plan.status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
+    assert!(ready.message.contains(&words));
+}
+
+#[test]
+fn one_block_is_one_block() {
+    let wf = workflow("w", 8, 1);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let plan = observe(&wf, &[(1, succeeded(&mined(1, GENESIS, 8)))], at(3));
+    assert_eq!(plan.status.message.as_deref(), Some("mined and verified 1 block"));
 }

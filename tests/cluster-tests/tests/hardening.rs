@@ -85,19 +85,25 @@ async fn workflows_named_like_each_others_jobs_or_recreated_never_share_a_job() 
     let api: Api<MiningWorkflow> = ns.api();
     let succeeded = |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Succeeded);
     let long = format!("long-{}", "x".repeat(120));
-    api.create(&PostParams::default(), &workflow(&long, json!({"difficulty": 8, "blocks": 1}))).await.unwrap();
+    api.create(&PostParams::default(), &workflow(&long, json!({"difficulty": 8, "blocks": 1})))
+        .await
+        .unwrap();
     let first = wait_for(&api, &long, succeeded, TIMEOUT).await.unwrap();
     let first_job = first.status.unwrap().blocks[0].job_name.clone();
     // A second workflow named exactly like the first one's Job stem.
     let stem = first_job.trim_end_matches("-b1").to_string();
-    api.create(&PostParams::default(), &workflow(&stem, json!({"difficulty": 9, "blocks": 1}))).await.unwrap();
+    api.create(&PostParams::default(), &workflow(&stem, json!({"difficulty": 9, "blocks": 1})))
+        .await
+        .unwrap();
     let second = wait_for(&api, &stem, succeeded, TIMEOUT).await.unwrap();
     let second_job = second.status.unwrap().blocks[0].job_name.clone();
     assert_ne!(first_job, second_job);
     // The same name deleted and created again mines at once, with Jobs of its own.
     api.delete(&stem, &Default::default()).await.unwrap();
     wait_for(&api, &stem, |w: Option<&MiningWorkflow>| w.is_none(), TIMEOUT).await;
-    api.create(&PostParams::default(), &workflow(&stem, json!({"difficulty": 9, "blocks": 1}))).await.unwrap();
+    api.create(&PostParams::default(), &workflow(&stem, json!({"difficulty": 9, "blocks": 1})))
+        .await
+        .unwrap();
     let again = wait_for(&api, &stem, succeeded, TIMEOUT).await.unwrap();
     assert_ne!(again.status.unwrap().blocks[0].job_name, second_job);
     ns.delete().await;
