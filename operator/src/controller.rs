@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -32,7 +32,8 @@ const MAX_POD_MESSAGE: usize = 512;
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    /// `reportingInstance` of the Events this operator records.
+    pub instance: String,
     pub metrics: Arc<Metrics>,
     pub config: Config,
     /// All workflows the controller sees (to count those mining).
@@ -85,9 +86,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     };
     let controller = Controller::new(workflows, watcher::Config::default().any_semantic());
     let store = controller.store();
-    let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let context = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
         client,
         metrics,
         config,
@@ -241,28 +241,57 @@ async fn write_status(
 
 /// Events go out off the reconcile's path: they describe what was done, and
 /// waiting for them would delay this workflow's next step.
+///
+/// Written directly rather than through kube's `Recorder`, which merges
+/// Events by reason into one series (keeping only the first note, so
+/// "BlockMined (x6)" told of block 1 only) and names them after the whole
+/// workflow name (too long past ~236 characters, so those got no Events).
 fn publish_events(ctx: &Context, workflow: &MiningWorkflow, name: &str, events: Vec<PlannedEvent>) {
     if events.is_empty() {
         return;
     }
-    let recorder = ctx.recorder.clone();
+    let api: Api<EventV1> =
+        Api::namespaced(ctx.client.clone(), workflow.metadata.namespace.as_deref().unwrap_or_default());
     let reference = workflow.object_ref(&());
     let name = name.to_string();
+    let instance = ctx.instance.clone();
     tokio::spawn(async move {
-        for event in events {
-            let event = Event {
-                type_: if event.warning { EventType::Warning } else { EventType::Normal },
-                reason: event.reason.to_string(),
-                note: Some(event.note),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            if let Err(err) = recorder.publish(&event, &reference).await {
+        for (sequence, event) in events.into_iter().enumerate() {
+            let body = build_event(&reference, &instance, event, Timestamp::now(), sequence);
+            if let Err(err) = api.create(&PostParams::default(), &body).await {
                 warn!(workflow = %name, error = %err, "could not record an Event");
             }
         }
     });
 }
+
+/// One events.k8s.io Event about `regarding`, named to fit any workflow name.
+pub fn build_event(
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    instance: &str,
+    event: PlannedEvent,
+    now: Timestamp,
+    sequence: usize,
+) -> EventV1 {
+    let stem = workflow_label(regarding.name.as_deref().unwrap_or("workflow"));
+    EventV1 {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{stem}.{:x}{sequence:02x}", now.as_nanosecond())),
+            namespace: regarding.namespace.clone(),
+            ..Default::default()
+        },
+        action: Some("Reconcile".into()),
+        reason: Some(event.reason.into()),
+        note: Some(event.note),
+        type_: Some(if event.warning { "Warning" } else { "Normal" }.into()),
+        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now)),
+        regarding: Some(regarding.clone()),
+        reporting_controller: Some(MANAGER.into()),
+        reporting_instance: Some(instance.to_string()),
+        ..Default::default()
+    }
+}
+
 /// This workflow's Jobs by block, each classified; a finished Job's Pods are
 /// read live (not from a cache), so a result is never missed for being late.
 async fn observe_jobs(
@@ -390,5 +419,27 @@ async fn create_or_adopt_job(
             }
         }
         Err(source) => Err(Error::CreateJob { name, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlannedEvent;
+
+    #[test]
+    fn events_are_named_within_limits_whatever_the_workflow_name() {
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            name: Some("w".repeat(253)),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        };
+        let planned = PlannedEvent { warning: true, reason: "BlockMined", note: "block 2/3".into() };
+        let event =
+            build_event(&regarding, "operator-0", planned, Timestamp::from_second(1_800_000_000).unwrap(), 1);
+        let name = event.metadata.name.unwrap();
+        assert!(name.len() <= 253 && name.starts_with("www"), "{name}");
+        assert_eq!(event.regarding.unwrap().name, regarding.name);
+        assert_eq!((event.type_.as_deref(), event.note.as_deref()), (Some("Warning"), Some("block 2/3")));
     }
 }

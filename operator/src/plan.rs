@@ -287,8 +287,18 @@ impl Planner<'_> {
             self.plan.status.current_block = Some(block);
             match self.observed.jobs.get(&block).cloned() {
                 None => {
+                    // The status already named this block: its Job existed (or was
+                    // about to) and is gone — deleted by someone, or lost with a crash.
+                    let recreated = self.observed.workflow.status.as_ref().and_then(|s| s.current_block)
+                        == Some(block)
+                        && self.phase() == WorkflowPhase::Mining;
                     self.plan.actions.push(Action::CreateJob { block, prev, difficulty });
-                    self.event(false, reasons::BLOCK_STARTED, format!("mining block {block}/{total}"));
+                    if recreated {
+                        let note = format!("the Job of block {block}/{total} is gone; creating it again");
+                        self.event(true, reasons::JOB_RECREATED, note);
+                    } else {
+                        self.event(false, reasons::BLOCK_STARTED, format!("mining block {block}/{total}"));
+                    }
                     return self.mining(block, total);
                 }
                 Some(BlockJob::Running) => return self.mining(block, total),

@@ -217,6 +217,8 @@ pub mod reasons {
     pub const MISSING_RESULT: &str = "MissingResult";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const CANCELLED: &str = "Cancelled";
+    /// A block's Job was gone before it finished and was created again.
+    pub const JOB_RECREATED: &str = "JobRecreated";
     /// The API server refused to store the status the operator computed.
     pub const STATUS_REJECTED: &str = "StatusRejected";
 }

@@ -69,7 +69,7 @@ async fn a_nonce_no_status_can_hold_fails_the_block_instead_of_looping() {
     assert!(status.blocks.is_empty(), "nothing unstorable is recorded");
     let ready = status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
     assert_eq!(ready.reason, reasons::INVALID_RESULT);
-    assert!(status.message.unwrap().contains("largest a status can hold"));
+    assert!(ready.message.contains("largest a status can hold"), "{}", ready.message);
     let jobs: Api<Job> = ns.api();
     let listed =
         jobs.list(&ListParams::default().labels(&format!("{}=huge", labels::WORKFLOW))).await.unwrap();
@@ -106,5 +106,54 @@ async fn workflows_named_like_each_others_jobs_or_recreated_never_share_a_job() 
         .unwrap();
     let again = wait_for(&api, &stem, succeeded, TIMEOUT).await.unwrap();
     assert_ne!(again.status.unwrap().blocks[0].job_name, second_job);
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn every_block_gets_its_own_event_even_under_a_very_long_name_and_a_deleted_job_is_told() {
+    use k8s_openapi::api::events::v1::Event;
+    let ns = TestNamespace::new("mwf-events").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let api: Api<MiningWorkflow> = ns.api();
+    let name = format!("e{}", "v".repeat(240));
+    api.create(&PostParams::default(), &workflow(&name, json!({"difficulty": 8, "blocks": 3})))
+        .await
+        .unwrap();
+    wait_for(&api, &name, |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Succeeded), TIMEOUT)
+        .await;
+    let events: Api<Event> = ns.api();
+    let notes = cluster_tests::eventually("one BlockMined Event per block", TIMEOUT, || async {
+        let notes: Vec<String> = (events.list(&ListParams::default()).await.ok()?.items.into_iter())
+            .filter(|e| e.reason.as_deref() == Some("BlockMined"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+            .filter_map(|e| e.note)
+            .collect();
+        (notes.len() == 3).then_some(notes)
+    })
+    .await;
+    for block in 1..=3 {
+        assert!(notes.iter().any(|n| n.starts_with(&format!("block {block}/3:"))), "{notes:?}");
+    }
+
+    // A running block's Job deleted by hand is created again, and an Event says so.
+    api.create(&PostParams::default(), &workflow("slow", json!({"difficulty": 40, "blocks": 1})))
+        .await
+        .unwrap();
+    let jobs: Api<Job> = ns.api();
+    let selector = format!("{}=slow", labels::WORKFLOW);
+    let first = cluster_tests::eventually("the block's Job", TIMEOUT, || async {
+        jobs.list(&ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    jobs.delete(&first.metadata.name.clone().unwrap(), &kube::api::DeleteParams::background()).await.unwrap();
+    cluster_tests::eventually("a JobRecreated Event and a new Job", TIMEOUT, || async {
+        let told = (events.list(&ListParams::default()).await.ok()?.items.iter())
+            .any(|e| e.reason.as_deref() == Some("JobRecreated"));
+        let again = (jobs.list(&ListParams::default().labels(&selector)).await.ok()?.items.iter())
+            .any(|j| j.metadata.uid != first.metadata.uid && j.metadata.deletion_timestamp.is_none());
+        (told && again).then_some(())
+    })
+    .await;
     ns.delete().await;
 }
