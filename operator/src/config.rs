@@ -68,7 +68,16 @@ pub struct Limits {
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(0..=mining_api::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
+    /// A result's nonce is checked to be the smallest (a scan from 0) when it
+    /// is at most this; larger ones are recorded with minimalityChecked=false.
+    #[arg(long = "minimality-check-budget", env = "MINIMALITY_CHECK_BUDGET", default_value_t = DEFAULT_MINIMALITY_BUDGET,
+          value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
+    pub minimality_check_budget: u64,
 }
+
+/// Default of `--minimality-check-budget`: 2^24 hashes, about half a second
+/// of one core, which covers nonces up to difficulty ~20 on average.
+pub const DEFAULT_MINIMALITY_BUDGET: u64 = 1 << 24;
 
 impl Limits {
     pub fn default_ttl(&self) -> Duration {

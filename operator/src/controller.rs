@@ -160,7 +160,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         .count();
     // Plan.
     let observed = Observed { workflow, jobs, others_mining, now: Timestamp::now() };
-    let plan = plan(&observed, &ctx.config.limits);
+    // Verifying a block may hash up to the minimality budget (~0.5 s of a
+    // core): keep that off the async workers' other tasks.
+    let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
     // Apply: deletions first (a status saying Cancelled must not stand while
     // its Jobs still run), then the status, then creations (a block is
     // recorded before the next block's Job builds on it).

@@ -80,6 +80,7 @@ pub struct Plan {
 
 struct Planner<'a> {
     name: String,
+    minimality_budget: u64,
     observed: &'a Observed<'a>,
     now: Time,
     generation: Option<i64>,
@@ -92,6 +93,7 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
     status.observed_generation = workflow.metadata.generation;
     let mut planner = Planner {
         name: workflow.metadata.name.clone().unwrap_or_default(),
+        minimality_budget: limits.minimality_check_budget,
         observed,
         now: Time(observed.now),
         generation: workflow.metadata.generation,
@@ -303,8 +305,11 @@ impl Planner<'_> {
                 }
                 Some(BlockJob::Running) => return self.mining(block, total),
                 Some(BlockJob::Succeeded { message, started, finished }) => {
-                    match verify_block_result(message.as_deref(), block, &prev, difficulty) {
-                        Ok(result) => self.record_block(block, result, started, finished, total),
+                    let budget = self.minimality_budget;
+                    match verify_block_result(message.as_deref(), block, &prev, difficulty, budget) {
+                        Ok((result, minimal)) => {
+                            self.record_block(block, result, minimal, started, finished, total)
+                        }
                         Err((reason, why)) => {
                             let message = format!("block {block}: {why}");
                             self.event(true, reason, &message);
@@ -328,10 +333,12 @@ impl Planner<'_> {
         self.condition(condition_types::READY, ConditionStatus::False, reasons::PENDING, message);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn record_block(
         &mut self,
         block: u32,
         result: BlockResult,
+        minimality_checked: bool,
         started: Option<Time>,
         finished: Option<Time>,
         total: u32,
@@ -351,6 +358,7 @@ impl Planner<'_> {
             nonce: result.nonce,
             hash: result.hash,
             attempts: result.attempts,
+            minimality_checked,
             job_name: block_job_name(&self.name, self.uid(), block),
             started_at: started,
             finished_at: finished,
@@ -441,14 +449,18 @@ pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> 
     status
 }
 
-/// Parses and verifies a block's termination message.
-/// Errors carry the reason for the condition and a sentence for people.
+/// Parses and verifies a block's termination message, and — when the nonce
+/// is at most `minimality_budget` — that no smaller nonce meets the
+/// difficulty (a sequential scan up to it: at most that many hashes).
+/// Returns the result and whether minimality was checked. Errors carry the
+/// reason for the condition and a sentence for people.
 pub fn verify_block_result(
     message: Option<&str>,
     block: u32,
     prev: &str,
     difficulty: u32,
-) -> Result<BlockResult, (&'static str, String)> {
+    minimality_budget: u64,
+) -> Result<(BlockResult, bool), (&'static str, String)> {
     let Some(text) = message.filter(|m| !m.trim().is_empty()) else {
         return Err((reasons::MISSING_RESULT, "the miner's Pod completed without a result".into()));
     };
@@ -466,7 +478,22 @@ pub fn verify_block_result(
     }
     miner::verify_result(&result, block as u64, prev, difficulty)
         .map_err(|e| (reasons::INVALID_RESULT, format!("result rejected: {e}")))?;
-    Ok(result)
+    if result.nonce > minimality_budget {
+        return Ok((result, false));
+    }
+    // The claimed nonce is valid, so the scan stops at it at the latest.
+    let smallest = miner::mine_block(u64::from(block), prev, difficulty, 1)
+        .map_err(|e| (reasons::INVALID_RESULT, format!("result rejected: {e}")))?;
+    if smallest.nonce != result.nonce {
+        return Err((
+            reasons::INVALID_RESULT,
+            format!(
+                "result rejected: nonce {} is not the smallest; nonce {} already has {difficulty} leading zero bits",
+                result.nonce, smallest.nonce
+            ),
+        ));
+    }
+    Ok((result, true))
 }
 
 fn clip(text: &str, max: usize) -> &str {

@@ -80,7 +80,7 @@ start_agent() { # start_agent AGENT_BINARY MINER_BINARY
     --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
     --image "mining-operator/miner=$2" --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
-    --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh"
+    --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh"
 }
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers

@@ -159,6 +159,10 @@ pub struct MinedBlock {
     pub hash: String,
     #[schemars(extend("minimum" = 1, "maximum" = 9_223_372_036_854_774_784u64))]
     pub attempts: u64,
+    /// Whether the operator checked that no smaller nonce meets the
+    /// difficulty (it does when the nonce is within its check budget).
+    #[serde(default)]
+    pub minimality_checked: bool,
     /// The Job that mined this block.
     pub job_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

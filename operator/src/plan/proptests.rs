@@ -33,6 +33,7 @@ fn block(index: u32) -> impl Strategy<Value = MinedBlock> {
             nonce,
             hash,
             attempts: nonce.saturating_add(1),
+            minimality_checked: false,
             job_name: format!("j-b{index}"),
             started_at,
             finished_at,
@@ -103,7 +104,7 @@ proptest! {
         now in time(),
         default_ttl_seconds in 0..=MAX_DURATION_SECONDS as u64,
     ) {
-        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, default_ttl_seconds };
+        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, default_ttl_seconds, minimality_check_budget: 1 << 20 };
         let observed = Observed { workflow: &wf, jobs: jobs.clone(), others_mining, now: now.0 };
         let plan = plan(&observed, &limits);
         let created: Vec<u32> = plan.actions.iter().filter_map(|a| match a {

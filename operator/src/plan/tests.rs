@@ -3,7 +3,13 @@ use crate::naming::block_job_name;
 use crate::testing::{at, workflow};
 
 fn limits() -> Limits {
-    Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 2, default_ttl_seconds: 3600 }
+    Limits {
+        max_difficulty: 40,
+        max_blocks: 64,
+        max_concurrent_workflows: 2,
+        default_ttl_seconds: 3600,
+        minimality_check_budget: 1 << 24,
+    }
 }
 
 fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
@@ -257,7 +263,8 @@ fn a_nonce_no_status_can_hold_is_an_invalid_result() {
         difficulty: 1,
         elapsed_ms: 1,
     };
-    let (reason, why) = verify_block_result(Some(&result.to_json_line()), 1, GENESIS, 1).unwrap_err();
+    let (reason, why) =
+        verify_block_result(Some(&result.to_json_line()), 1, GENESIS, 1, 1 << 24).unwrap_err();
     assert_eq!(reason, reasons::INVALID_RESULT);
     assert!(why.contains("largest a status can hold"), "{why}");
 }
@@ -273,6 +280,7 @@ fn a_refused_status_fails_the_workflow_keeping_what_was_stored() {
             nonce: prev.nonce,
             hash: prev.hash.clone(),
             attempts: prev.attempts,
+            minimality_checked: true,
             job_name: "j".into(),
             started_at: None,
             finished_at: None,
@@ -310,4 +318,33 @@ fn one_block_is_one_block() {
     let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
     let plan = observe(&wf, &[(1, succeeded(&mined(1, GENESIS, 8)))], at(3));
     assert_eq!(plan.status.message.as_deref(), Some("mined and verified 1 block"));
+}
+
+/// A result document for block 1 on GENESIS with the given nonce.
+fn claimed(nonce: u64, difficulty: u32) -> String {
+    let hash = miner::verify_block(1, GENESIS, nonce, difficulty).expect("a valid nonce");
+    BlockResult {
+        index: 1,
+        prev: GENESIS.into(),
+        nonce,
+        hash,
+        attempts: nonce + 1,
+        difficulty,
+        elapsed_ms: 1,
+    }
+    .to_json_line()
+}
+
+#[test]
+fn a_valid_but_not_smallest_nonce_is_an_invalid_result_and_the_smallest_is_recorded_as_checked() {
+    let smallest = miner::mine_block(1, GENESIS, 4, 1).unwrap().nonce;
+    let larger = (smallest + 1..).find(|n| miner::verify_block(1, GENESIS, *n, 4).is_ok()).unwrap();
+    let (reason, why) = verify_block_result(Some(&claimed(larger, 4)), 1, GENESIS, 4, 1 << 24).unwrap_err();
+    assert_eq!(reason, reasons::INVALID_RESULT);
+    assert!(why.contains(&format!("nonce {smallest} already has 4 leading zero bits")), "{why}");
+    let (_, checked) = verify_block_result(Some(&claimed(smallest, 4)), 1, GENESIS, 4, 1 << 24).unwrap();
+    assert!(checked);
+    // Beyond the budget the check is skipped, and the status says so.
+    let (_, checked) = verify_block_result(Some(&claimed(larger, 4)), 1, GENESIS, 4, smallest).unwrap();
+    assert!(!checked);
 }

@@ -157,3 +157,47 @@ async fn every_block_gets_its_own_event_even_under_a_very_long_name_and_a_delete
     .await;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_valid_but_not_smallest_nonce_fails_the_block_and_honest_blocks_say_they_were_checked() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's local/non-minimal image");
+        return;
+    }
+    let ns = TestNamespace::new("mwf-minimal").await;
+    install_crd(&ns.client).await;
+    let api: Api<MiningWorkflow> = ns.api();
+    {
+        let _operator = OperatorProcess::start(&ns.name, &["--miner-image", "local/non-minimal"]);
+        api.create(&PostParams::default(), &workflow("liar", json!({"difficulty": 1, "blocks": 2})))
+            .await
+            .unwrap();
+        let failed = wait_for(
+            &api,
+            "liar",
+            |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Failed),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+        let status = failed.status.unwrap();
+        assert!(status.blocks.is_empty());
+        let ready = status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap();
+        assert_eq!(ready.reason, reasons::INVALID_RESULT);
+        assert!(ready.message.contains("nonce 2 is not the smallest; nonce 1"), "{}", ready.message);
+    }
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    api.create(&PostParams::default(), &workflow("honest", json!({"difficulty": 12, "blocks": 2})))
+        .await
+        .unwrap();
+    let done = wait_for(
+        &api,
+        "honest",
+        |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Succeeded),
+        TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert!(done.status.unwrap().blocks.iter().all(|b| b.minimality_checked));
+    ns.delete().await;
+}
