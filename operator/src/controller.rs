@@ -12,13 +12,16 @@ use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
 use serde_json::json;
 use tracing::{info, warn};
 
+use std::collections::HashMap;
+
+use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job};
 use crate::metrics::{ErrorLabels, Metrics};
@@ -44,6 +47,11 @@ pub struct Context {
     /// which may not have caught up when a Job event triggers the next
     /// reconcile; planning on a stale status would verify a block twice.
     pub written: std::sync::Mutex<std::collections::HashMap<String, mining_api::MiningWorkflowStatus>>,
+    /// Held from an admission's count to its status write: admissions never
+    /// run in parallel, so the limit holds exactly.
+    pub admission: tokio::sync::Mutex<()>,
+    /// Wakes queued workflows the moment a slot frees.
+    pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<MiningWorkflow>>,
 }
 
 impl Context {
@@ -62,6 +70,22 @@ impl Context {
             workflow.status = Some(status.clone());
         }
         workflow
+    }
+
+    /// Every workflow with its freshest phase.
+    fn phases(&self) -> Vec<Seen> {
+        let written: HashMap<String, WorkflowPhase> =
+            (self.written.lock().expect("no panics while holding the lock").iter())
+                .filter_map(|(uid, status)| Some((uid.clone(), status.phase?)))
+                .collect();
+        freshest_phases(self.store.state(), &written)
+    }
+
+    /// A slot freed: reconcile the workflows next in the queue now.
+    fn wake_queued(&self) {
+        for workflow in next_in_queue(&self.phases(), self.config.limits.max_concurrent_workflows) {
+            let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
+        }
     }
 
     fn remember(&self, workflow: &MiningWorkflow, status: &mining_api::MiningWorkflowStatus) {
@@ -86,6 +110,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     };
     let controller = Controller::new(workflows, watcher::Config::default().any_semantic());
     let store = controller.store();
+    let (wake, woken) = futures::channel::mpsc::unbounded();
     let context = Arc::new(Context {
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
         client,
@@ -94,6 +119,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         store: store.clone(),
         ready: ready.clone(),
         written: Default::default(),
+        admission: tokio::sync::Mutex::new(()),
+        wake,
     });
     tokio::spawn(async move {
         // Re-polled rather than awaited once: a second waiter on the store is
@@ -113,6 +140,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     });
     controller
         .owns(jobs, watcher::Config::default().labels(&format!("{}={MANAGER}", labels::MANAGED_BY)))
+        .reconcile_on(woken)
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -151,15 +179,16 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     }
     // Observe.
     let jobs = observe_jobs(workflow, &name, &namespace, &ctx.client).await?;
-    let uid = workflow.metadata.uid.as_deref();
-    let others_mining = ctx
-        .store
-        .state()
-        .iter()
-        .filter(|w| w.metadata.uid.as_deref() != uid && phase_of(w) == WorkflowPhase::Mining)
-        .count();
+    // A workflow that may be admitted counts the others under the admission
+    // lock, held until its status is written.
+    let before = phase_of(workflow);
+    let admission = match before {
+        WorkflowPhase::Pending => Some(ctx.admission.lock().await),
+        _ => None,
+    };
+    let (others_mining, queued_ahead) = standing(&ctx.phases(), workflow);
     // Plan.
-    let observed = Observed { workflow, jobs, others_mining, now: Timestamp::now() };
+    let observed = Observed { workflow, jobs, others_mining, queued_ahead, now: Timestamp::now() };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
@@ -190,6 +219,16 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         ctx.metrics.block_duration.observe(*seconds);
     }
     let mut events = plan.events.clone();
+    let after = plan.status.phase.unwrap_or_default();
+    let mut admission = admission;
+    if admission.is_some() && after != WorkflowPhase::Mining {
+        // Not admitted: nothing to count on, so others need not wait for this write.
+        admission = None;
+        if others_mining < ctx.config.limits.max_concurrent_workflows {
+            // Free slots wait for older workflows: make sure they come now.
+            ctx.wake_queued();
+        }
+    }
     if workflow.status.as_ref() != Some(&plan.status) {
         let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
         match write_status(&api, &name, &plan.status).await {
@@ -218,6 +257,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             progress = plan.status.progress.as_deref().unwrap_or(""),
             "status updated"
         );
+    }
+    drop(admission);
+    if before == WorkflowPhase::Mining && after.is_finished() {
+        ctx.wake_queued();
     }
     for action in &plan.actions {
         if let Action::CreateJob { block, prev, difficulty } = action {

@@ -5,6 +5,7 @@
 //! actions) → **apply** (create or delete Jobs, adopting any that exist) →
 //! **status** (server-side apply on `/status`, skipped when unchanged).
 
+pub mod admission;
 pub mod conditions;
 pub mod config;
 pub mod controller;

@@ -18,8 +18,10 @@ use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
 
-/// How often a queued workflow checks for a free slot.
-pub const QUEUED_RECHECK: Duration = Duration::from_secs(5);
+/// How often a queued workflow looks again on its own. A freed slot wakes
+/// the oldest queued workflows at once; this timer only refreshes the
+/// position shown in their messages.
+pub const QUEUED_RECHECK: Duration = Duration::from_secs(30);
 /// Longest requeue: a far deadline or retention is looked at again after
 /// this long (a timer decades out would overflow the runtime's clock).
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
@@ -40,8 +42,11 @@ pub struct Observed<'a> {
     pub workflow: &'a MiningWorkflow,
     /// This workflow's Jobs (owned by it), by block index.
     pub jobs: BTreeMap<u32, BlockJob>,
-    /// Other workflows in phase Mining.
+    /// Other workflows mining, or admitted and about to.
     pub others_mining: usize,
+    /// Workflows waiting for a slot that were created before this one: they
+    /// are admitted first.
+    pub queued_ahead: usize,
     pub now: Timestamp,
 }
 
@@ -224,14 +229,24 @@ impl Planner<'_> {
             self.finish(WorkflowPhase::Failed, reasons::OVER_LIMIT, message);
             return false;
         }
-        if self.observed.others_mining >= limits.max_concurrent_workflows {
+        let (mining, ahead) = (self.observed.others_mining, self.observed.queued_ahead);
+        let free = limits.max_concurrent_workflows.saturating_sub(mining);
+        if ahead >= free {
             let message = format!(
-                "queued: {} workflows are mining, the most this operator runs at once",
-                self.observed.others_mining
+                "queued: {} ahead of it; {mining} of at most {} workflows are mining",
+                ahead.saturating_sub(free),
+                limits.max_concurrent_workflows
             );
+            let was_queued = self
+                .plan
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == condition_types::ADMITTED && c.reason == reasons::QUEUED);
             self.plan.status.phase = Some(WorkflowPhase::Pending);
             self.plan.status.message = Some(message.clone());
-            if self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::QUEUED, &message) {
+            self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::QUEUED, &message);
+            if !was_queued {
                 self.event(false, reasons::QUEUED, message);
             }
             self.condition(
@@ -240,6 +255,7 @@ impl Planner<'_> {
                 reasons::QUEUED,
                 "waiting to start",
             );
+            // Woken when a slot frees; the timer only refreshes the position.
             self.requeue(QUEUED_RECHECK);
             return false;
         }

@@ -101,11 +101,12 @@ proptest! {
         wf in observed_workflow(),
         jobs in proptest::collection::btree_map(1u32..=70, job(), 0..6),
         others_mining in 0usize..200,
+        queued_ahead in 0usize..200,
         now in time(),
         default_ttl_seconds in 0..=MAX_DURATION_SECONDS as u64,
     ) {
         let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, default_ttl_seconds, minimality_check_budget: 1 << 20 };
-        let observed = Observed { workflow: &wf, jobs: jobs.clone(), others_mining, now: now.0 };
+        let observed = Observed { workflow: &wf, jobs: jobs.clone(), others_mining, queued_ahead, now: now.0 };
         let plan = plan(&observed, &limits);
         let created: Vec<u32> = plan.actions.iter().filter_map(|a| match a {
             Action::CreateJob { block, .. } => Some(*block),

@@ -13,7 +13,13 @@ fn limits() -> Limits {
 }
 
 fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
-    let observed = Observed { workflow: wf, jobs: jobs.iter().cloned().collect(), others_mining: 0, now };
+    let observed = Observed {
+        workflow: wf,
+        jobs: jobs.iter().cloned().collect(),
+        others_mining: 0,
+        queued_ahead: 0,
+        now,
+    };
     plan(&observed, &limits())
 }
 
@@ -187,12 +193,39 @@ fn a_workflow_over_the_difficulty_limit_is_rejected_without_a_job() {
 #[test]
 fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
     let wf = workflow("w", 8, 2);
-    let observed = Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, now: at(0) };
+    let observed =
+        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, queued_ahead: 0, now: at(0) };
     let plan = plan(&observed, &limits());
     assert_eq!(plan.status.phase, Some(WorkflowPhase::Pending));
     assert!(plan.actions.is_empty());
     assert_eq!(condition(&plan, condition_types::ADMITTED).reason, reasons::QUEUED);
     assert_eq!(plan.requeue_after, Some(QUEUED_RECHECK));
+}
+
+#[test]
+fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_position() {
+    let wf = workflow("w", 8, 2);
+    // Limit 2, one mining: one slot, and one older workflow waits for it.
+    let observed =
+        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 1, queued_ahead: 1, now: at(0) };
+    let queued = plan(&observed, &limits());
+    assert_eq!(queued.status.phase, Some(WorkflowPhase::Pending));
+    assert!(queued.actions.is_empty());
+    assert_eq!(
+        queued.status.message.as_deref(),
+        Some("queued: 0 ahead of it; 1 of at most 2 workflows are mining")
+    );
+    // Still queued a moment later, further back: no second Queued Event.
+    let wf = with_status(wf.clone(), &queued);
+    let observed =
+        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, queued_ahead: 3, now: at(1) };
+    let later = plan(&observed, &limits());
+    assert!(later.events.is_empty(), "{:?}", later.events);
+    assert!(later.status.message.unwrap().starts_with("queued: 3 ahead of it"));
+    // Its turn: admitted.
+    let observed =
+        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 1, queued_ahead: 0, now: at(2) };
+    assert_eq!(plan(&observed, &limits()).status.phase, Some(WorkflowPhase::Mining));
 }
 
 #[test]

@@ -201,3 +201,63 @@ async fn a_valid_but_not_smallest_nonce_fails_the_block_and_honest_blocks_say_th
     assert!(done.status.unwrap().blocks.iter().all(|b| b.minimality_checked));
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn the_concurrency_limit_holds_exactly_and_a_freed_slot_is_taken_at_once() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use std::collections::HashMap;
+    const LIMIT: usize = 5;
+    const WORKFLOWS: usize = 100;
+    let ns = TestNamespace::new("mwf-limit").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", &LIMIT.to_string()]);
+    let api: Api<MiningWorkflow> = ns.api();
+    let mut phases: HashMap<String, Option<WorkflowPhase>> = HashMap::new();
+    let mut stream =
+        Box::pin(watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects());
+    let creator = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..WORKFLOWS {
+                let spec = json!({"difficulty": 8, "blocks": 2});
+                api.create(&PostParams::default(), &workflow(&format!("q{i:03}"), spec)).await.unwrap();
+            }
+        })
+    };
+    let (mut most_mining, mut longest_idle) = (0, Duration::ZERO);
+    let mut idle_since: Option<std::time::Instant> = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while std::time::Instant::now() < deadline {
+        let Ok(Some(Ok(wf))) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await else {
+            continue;
+        };
+        phases.insert(wf.metadata.name.clone().unwrap(), phase(Some(&wf)));
+        let mining = phases.values().filter(|p| **p == Some(WorkflowPhase::Mining)).count();
+        let waiting = phases.values().filter(|p| matches!(p, None | Some(WorkflowPhase::Pending))).count();
+        most_mining = most_mining.max(mining);
+        // A slot stands idle while work waits: measure how long.
+        match (mining < LIMIT && waiting > 0, idle_since) {
+            (true, None) => idle_since = Some(std::time::Instant::now()),
+            (false, Some(since)) => {
+                longest_idle = longest_idle.max(since.elapsed());
+                idle_since = None;
+            }
+            _ => {}
+        }
+        let done = phases.values().filter(|p| **p == Some(WorkflowPhase::Succeeded)).count();
+        if done == WORKFLOWS {
+            break;
+        }
+    }
+    creator.await.unwrap();
+    let done = phases.values().filter(|p| **p == Some(WorkflowPhase::Succeeded)).count();
+    assert_eq!(done, WORKFLOWS, "all workflows finished");
+    assert!(most_mining <= LIMIT, "{most_mining} mined at once with a limit of {LIMIT}");
+    assert_eq!(most_mining, LIMIT, "the limit was reached");
+    assert!(
+        longest_idle < Duration::from_secs(1),
+        "a slot stood idle for {longest_idle:?} while workflows waited"
+    );
+    ns.delete().await;
+}
