@@ -122,6 +122,10 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
     planner.plan
 }
 
+/// Results lost (a finished block's Pod gone before its result was read) that
+/// are mined again before the workflow fails with MissingResult.
+pub const MAX_RESULTS_LOST: u32 = 3;
+
 /// Longest `status.message` (a printer column).
 pub const MAX_MESSAGE_CHARS: usize = 80;
 
@@ -326,6 +330,10 @@ impl Planner<'_> {
                         Ok((result, minimal)) => {
                             self.record_block(block, result, minimal, started, finished, total)
                         }
+                        // Mining is deterministic: a result whose Pod is gone is mined again.
+                        Err((reasons::MISSING_RESULT, why)) if self.results_lost() < MAX_RESULTS_LOST => {
+                            return self.mine_again(block, total, &why);
+                        }
                         Err((reason, why)) => {
                             let message = format!("block {block}: {why}");
                             self.event(true, reason, &message);
@@ -340,6 +348,24 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+
+    fn results_lost(&self) -> u32 {
+        self.plan.status.results_lost.unwrap_or(0)
+    }
+
+    /// Deletes the finished Job whose result is gone; the next pass (the Job
+    /// gone) creates it again.
+    fn mine_again(&mut self, block: u32, total: u32, why: &str) {
+        let lost = self.results_lost().saturating_add(1);
+        self.plan.status.results_lost = Some(lost);
+        let name = block_job_name(&self.name, self.uid(), block);
+        self.plan.actions.push(Action::DeleteJob { name });
+        let note = format!(
+            "block {block}/{total}: {why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
+        );
+        self.event(true, reasons::RESULT_LOST, note);
+        self.mining(block, total);
     }
 
     fn mining(&mut self, block: u32, total: u32) {

@@ -137,6 +137,11 @@ pub struct MiningWorkflowStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 64))]
     pub admitted_blocks: Option<u32>,
+    /// Finished blocks whose result was lost with their Pod and that were
+    /// mined again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub results_lost: Option<u32>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784i64))]
@@ -221,6 +226,8 @@ pub mod reasons {
     pub const MISSING_RESULT: &str = "MissingResult";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const CANCELLED: &str = "Cancelled";
+    /// A finished block's result was lost with its Pod; it is mined again.
+    pub const RESULT_LOST: &str = "ResultLost";
     /// A block's Job was gone before it finished and was created again.
     pub const JOB_RECREATED: &str = "JobRecreated";
     /// The API server refused to store the status the operator computed.

@@ -130,15 +130,38 @@ fn a_forged_result_fails_the_workflow_with_reason_invalid_result() {
 }
 
 #[test]
-fn garbled_and_missing_results_fail_with_their_own_reasons() {
+fn a_garbled_result_fails_the_workflow() {
     let wf = workflow("w", 8, 2);
     let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
-    for (message, reason) in [(Some("not json"), reasons::INVALID_RESULT), (None, reasons::MISSING_RESULT)] {
-        let job = BlockJob::Succeeded { message: message.map(String::from), started: None, finished: None };
-        let plan = observe(&wf, &[(1, job)], at(20));
-        assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
-        assert_eq!(condition(&plan, condition_types::READY).reason, reason);
+    let job = BlockJob::Succeeded { message: Some("not json".into()), started: None, finished: None };
+    let plan = observe(&wf, &[(1, job)], at(20));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(condition(&plan, condition_types::READY).reason, reasons::INVALID_RESULT);
+}
+
+#[test]
+fn a_lost_result_is_mined_again_a_few_times_then_fails_missing_result() {
+    let mut wf = workflow("w", 8, 2);
+    wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let lost = || BlockJob::Succeeded { message: None, started: None, finished: None };
+    for attempt in 1..=MAX_RESULTS_LOST {
+        let plan = observe(&wf, &[(1, lost())], at(i64::from(attempt)));
+        assert_eq!(plan.status.phase, Some(WorkflowPhase::Mining), "attempt {attempt}");
+        assert_eq!(plan.status.results_lost, Some(attempt));
+        assert_eq!(plan.actions, [Action::DeleteJob { name: block_job_name("w", "uid-w", 1) }]);
+        assert!(plan.events.iter().any(|e| e.warning && e.reason == reasons::RESULT_LOST));
+        wf = with_status(wf.clone(), &plan);
+        // The Job gone, the next pass creates it again.
+        let again = observe(&wf, &[], at(i64::from(attempt)));
+        assert!(
+            matches!(again.actions.as_slice(), [Action::CreateJob { block: 1, .. }]),
+            "{:?}",
+            again.actions
+        );
     }
+    let plan = observe(&wf, &[(1, lost())], at(9));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(condition(&plan, condition_types::READY).reason, reasons::MISSING_RESULT);
 }
 
 #[test]

@@ -261,3 +261,60 @@ async fn the_concurrency_limit_holds_exactly_and_a_freed_slot_is_taken_at_once()
     );
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_block_whose_pod_is_lost_before_its_result_was_read_is_mined_again() {
+    use k8s_openapi::api::core::v1::Pod;
+    let ns = TestNamespace::new("mwf-lost").await;
+    install_crd(&ns.client).await;
+    let api: Api<MiningWorkflow> = ns.api();
+    let jobs: Api<Job> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let selector = format!("{}=lost", labels::WORKFLOW);
+    // Block 1's Job is created, then the operator dies before it can read the result.
+    let mut operator = OperatorProcess::start(&ns.name, &[]);
+    api.create(&PostParams::default(), &workflow("lost", json!({"difficulty": 25, "blocks": 2})))
+        .await
+        .unwrap();
+    let job = cluster_tests::eventually("block 1's Job", TIMEOUT, || async {
+        jobs.list(&ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    operator.kill();
+    let name = job.metadata.name.clone().unwrap();
+    let complete = |j: Option<&Job>| {
+        j.and_then(|j| j.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+    };
+    wait_for(&jobs, &name, complete, TIMEOUT).await;
+    // Hard enough (about a second) that the kill lands before the result is read.
+    let recorded = api.get("lost").await.unwrap().status.map_or(0, |s| s.blocks.len());
+    assert_eq!(recorded, 0, "the operator read block 1 before it was killed");
+    // The Pod, and with it the result, is gone.
+    pods.delete_collection(&Default::default(), &ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .unwrap();
+    cluster_tests::eventually("the Pod to be gone", TIMEOUT, || async {
+        pods.list(&ListParams::default().labels(&format!("job-name={name}")))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let done = wait_for(
+        &api,
+        "lost",
+        |w: Option<&MiningWorkflow>| phase(w) == Some(WorkflowPhase::Succeeded),
+        TIMEOUT,
+    )
+    .await
+    .unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.blocks.len(), 2);
+    assert_eq!(status.results_lost, Some(1), "block 1 was mined again");
+    ns.delete().await;
+}
