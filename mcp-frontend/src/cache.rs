@@ -191,7 +191,12 @@ fn caller_label_of(object: &DynamicObject) -> Option<&str> {
 pub fn read_workflow(object: &DynamicObject) -> Cached {
     let parsed = serde_json::to_value(object).and_then(serde_json::from_value::<MiningWorkflow>);
     match parsed {
-        Ok(workflow) => Cached::Found(Box::new(workflow)),
+        Ok(workflow) => match workflow.status.as_ref().and_then(|s| s.unreadable.clone()) {
+            Some(problem) => {
+                Cached::Unreadable { caller_label: caller_label_of(object).map(str::to_string), problem }
+            }
+            None => Cached::Found(Box::new(workflow)),
+        },
         Err(err) => Cached::Unreadable {
             caller_label: caller_label_of(object).map(str::to_string),
             problem: format!("the stored workflow cannot be read: {err}"),
@@ -230,6 +235,6 @@ mod tests {
         })));
         let Cached::Unreadable { caller_label, problem } = cached else { panic!("{cached:?}") };
         assert_eq!(caller_label.as_deref(), Some("abc"));
-        assert!(problem.starts_with("the stored workflow cannot be read"), "{problem}");
+        assert!(problem.starts_with("the stored status cannot be read"), "{problem}");
     }
 }

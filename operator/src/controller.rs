@@ -177,6 +177,15 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if workflow.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change()); // its Jobs go with it (owner references)
     }
+    // Skipped, never overwritten: a person must look at (or delete) it.
+    if let Some(problem) = workflow.status.as_ref().and_then(|s| s.unreadable.clone()) {
+        warn!(workflow = %name, %problem, "skipping a workflow whose status cannot be read");
+        ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "unreadable_status" }).inc();
+        let note = format!("{problem}; the operator leaves this workflow alone until it is fixed or deleted");
+        let event = PlannedEvent { warning: true, reason: reasons::UNREADABLE_STATUS, note };
+        publish_events(ctx, workflow, &name, vec![event]);
+        return Ok(Requeue::await_change());
+    }
     // Observe.
     let jobs = observe_jobs(workflow, &name, &namespace, &ctx.client).await?;
     // A workflow that may be admitted counts the others under the admission

@@ -105,9 +105,18 @@ impl std::fmt::Display for WorkflowPhase {
 }
 
 /// What the operator has observed and done.
+///
+/// Reading a status never fails: one the Rust types cannot hold (written
+/// before the schema bounded it, or by hand) becomes a default status with
+/// `unreadable` set, so a single object cannot fail the list every
+/// controller and cache starts from.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", remote = "Self")]
 pub struct MiningWorkflowStatus {
+    /// Why the stored status could not be read (never stored itself).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub unreadable: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<WorkflowPhase>,
     /// Mined blocks over total, e.g. "2/4".
@@ -149,6 +158,22 @@ pub struct MiningWorkflowStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+impl Serialize for MiningWorkflowStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        MiningWorkflowStatus::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for MiningWorkflowStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        Ok(MiningWorkflowStatus::deserialize(value).unwrap_or_else(|err| MiningWorkflowStatus {
+            unreadable: Some(format!("the stored status cannot be read: {err}")),
+            ..Default::default()
+        }))
+    }
 }
 
 /// One verified block of the chain.
@@ -226,6 +251,8 @@ pub mod reasons {
     pub const MISSING_RESULT: &str = "MissingResult";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const CANCELLED: &str = "Cancelled";
+    /// The stored status cannot be read; the workflow is left alone.
+    pub const UNREADABLE_STATUS: &str = "UnreadableStatus";
     /// A finished block's result was lost with its Pod; it is mined again.
     pub const RESULT_LOST: &str = "ResultLost";
     /// A block's Job was gone before it finished and was created again.
@@ -329,6 +356,29 @@ mod tests {
         assert_eq!(nonce["maximum"].as_f64(), Some(MAX_STORED_INTEGER as f64));
         assert!(MAX_STORED_INTEGER as f64 as u64 <= i64::MAX as u64, "the bound itself is storable");
         assert_eq!(status["properties"]["blocks"]["maxItems"].as_u64(), Some(u64::from(MAX_BLOCKS)));
+    }
+
+    #[test]
+    fn a_status_the_types_cannot_hold_reads_as_unreadable_instead_of_failing() {
+        let workflow: MiningWorkflow = serde_json::from_value(serde_json::json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+            "metadata": {"name": "w"}, "spec": {"difficulty": 8},
+            "status": {"currentBlock": 99_999_999_999u64, "phase": "Mining"},
+        }))
+        .expect("the object is still read");
+        let status = workflow.status.unwrap();
+        let why = status.unreadable.unwrap();
+        assert!(why.contains("expected u32"), "{why}");
+        assert_eq!(status.phase, None);
+        // A readable status round-trips, and `unreadable` is never written.
+        let good = MiningWorkflowStatus {
+            phase: Some(WorkflowPhase::Mining),
+            current_block: Some(2),
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&good).unwrap();
+        assert!(!text.contains("unreadable"));
+        assert_eq!(serde_json::from_str::<MiningWorkflowStatus>(&text).unwrap(), good);
     }
 
     #[test]
