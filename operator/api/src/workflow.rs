@@ -104,12 +104,11 @@ impl std::fmt::Display for WorkflowPhase {
     }
 }
 
+// Reading a status never fails: one the Rust types cannot hold (written
+// before the schema bounded it, or by hand) becomes a default status with
+// `unreadable` set, so a single object cannot fail the list every controller
+// and cache starts from.
 /// What the operator has observed and done.
-///
-/// Reading a status never fails: one the Rust types cannot hold (written
-/// before the schema bounded it, or by hand) becomes a default status with
-/// `unreadable` set, so a single object cannot fail the list every
-/// controller and cache starts from.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct MiningWorkflowStatus {
