@@ -39,6 +39,16 @@ async fn durations_past_the_bounds_are_refused_and_the_largest_allowed_ones_mine
             .expect_err(field);
         assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "{field}: {err}");
     }
+    // A status wider than the Rust types can no longer be stored either.
+    api.create(&PostParams::default(), &workflow("wide", json!({"difficulty": 8, "cancel": true})))
+        .await
+        .unwrap();
+    let wide = json!({"status": {"currentBlock": 99_999_999_999u64}});
+    let err = api
+        .patch_status("wide", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&wide))
+        .await
+        .expect_err("currentBlock above its bound");
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "{err}");
     // The largest allowed values are mined, and the operator stays up.
     let spec = json!({"difficulty": 8, "blocks": 2, "activeDeadlineSeconds": MAX_DURATION_SECONDS,
                       "ttlSecondsAfterFinished": MAX_DURATION_SECONDS});

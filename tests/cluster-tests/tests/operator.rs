@@ -108,6 +108,12 @@ async fn a_four_block_workflow_succeeds_with_the_hashes_of_an_independent_implem
     assert_eq!(code, 200);
     assert!(metrics.contains("mining_operator_reconciles_total"), "{metrics}");
     assert!(metrics.contains("mining_operator_block_duration_seconds_count 4"), "{metrics}");
+    // Durations come from the miner's own milliseconds, not Jobs' 1 s clock.
+    let sum: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("mining_operator_block_duration_seconds_sum ")?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(sum > 0.0, "{metrics}");
     assert_eq!(operator.get("/readyz").await.0, 200);
 
     let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
