@@ -85,13 +85,7 @@ impl Metrics {
         for phase in phases {
             counts[phase as usize] += 1;
         }
-        for phase in [
-            WorkflowPhase::Pending,
-            WorkflowPhase::Mining,
-            WorkflowPhase::Succeeded,
-            WorkflowPhase::Failed,
-            WorkflowPhase::Cancelled,
-        ] {
+        for phase in WorkflowPhase::ALL {
             self.workflows.get_or_create(&PhaseLabels { phase: phase.into() }).set(counts[phase as usize]);
         }
     }

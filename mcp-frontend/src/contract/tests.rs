@@ -214,13 +214,7 @@ fn arbitrary_block() -> impl Strategy<Value = MinedBlock> {
 }
 
 fn arbitrary_phase() -> impl Strategy<Value = Option<WorkflowPhase>> {
-    proptest::option::of(prop_oneof![
-        Just(WorkflowPhase::Pending),
-        Just(WorkflowPhase::Mining),
-        Just(WorkflowPhase::Succeeded),
-        Just(WorkflowPhase::Failed),
-        Just(WorkflowPhase::Cancelled),
-    ])
+    proptest::option::of(proptest::sample::select(WorkflowPhase::ALL.to_vec()))
 }
 
 proptest! {

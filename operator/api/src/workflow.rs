@@ -82,6 +82,10 @@ pub enum WorkflowPhase {
 }
 
 impl WorkflowPhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [WorkflowPhase; 5] =
+        [Self::Pending, Self::Mining, Self::Succeeded, Self::Failed, Self::Cancelled];
+
     /// Succeeded, Failed and Cancelled never change again.
     pub fn is_finished(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
@@ -393,8 +397,7 @@ mod tests {
     #[test]
     fn finished_phases_are_exactly_succeeded_failed_cancelled() {
         use WorkflowPhase::*;
-        let finished: Vec<_> =
-            [Pending, Mining, Succeeded, Failed, Cancelled].into_iter().filter(|p| p.is_finished()).collect();
+        let finished: Vec<_> = WorkflowPhase::ALL.into_iter().filter(|p| p.is_finished()).collect();
         assert_eq!(finished, [Succeeded, Failed, Cancelled]);
     }
 }

@@ -17,13 +17,7 @@ fn time() -> impl Strategy<Value = Time> {
 }
 
 fn phase() -> impl Strategy<Value = Option<WorkflowPhase>> {
-    proptest::option::of(prop_oneof![
-        Just(WorkflowPhase::Pending),
-        Just(WorkflowPhase::Mining),
-        Just(WorkflowPhase::Succeeded),
-        Just(WorkflowPhase::Failed),
-        Just(WorkflowPhase::Cancelled),
-    ])
+    proptest::option::of(proptest::sample::select(WorkflowPhase::ALL.to_vec()))
 }
 
 fn block(index: u32) -> impl Strategy<Value = MinedBlock> {
