@@ -79,6 +79,18 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_running_per_caller: u32,
 
+    /// How long the operator keeps finished workflows that set no
+    /// ttlSecondsAfterFinished (its --default-ttl-seconds): the `ttl` tasks report.
+    #[arg(long, env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(1..=mining_api::MAX_DURATION_SECONDS as u64))]
+    pub default_ttl_seconds: u64,
+
+    /// Longest one 2025-11-25 `tasks/result` call waits for its task before
+    /// answering with an error that says to call again.
+    #[arg(long, env = "TASK_RESULT_WAIT_SECONDS", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=3_600))]
+    pub task_result_wait_seconds: u32,
+
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = 256 * 1024,
           value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]

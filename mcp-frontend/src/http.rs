@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
+use crate::legacy_tasks::answer_core_tasks;
 use crate::metrics::Metrics;
 use crate::server::{App, MiningServer};
 
@@ -74,6 +75,7 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
     );
     let mcp = Router::new()
         .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(app, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller));
     Router::new()

@@ -13,8 +13,11 @@ pub mod config;
 pub mod contract;
 pub mod http;
 pub mod ids;
+pub mod legacy_tasks;
 pub mod metrics;
 pub mod server;
+pub mod task_extension;
+pub mod tasks;
 pub mod tools;
 pub mod workflows;
 

@@ -53,6 +53,8 @@ async fn main() -> anyhow::Result<()> {
         api: Api::namespaced(client, &namespace),
         cache,
         metrics: metrics.clone(),
+        default_ttl_seconds: config.default_ttl_seconds,
+        task_result_wait: std::time::Duration::from_secs(u64::from(config.task_result_wait_seconds)),
     });
     let shutdown = CancellationToken::new();
     let auth = Arc::new(AuthLayerState { authenticator, metrics });

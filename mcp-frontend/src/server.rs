@@ -9,9 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use mining_api::{MiningWorkflow, labels};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams,
+    GetTaskResult, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -23,7 +23,8 @@ use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ToolLabels, ToolNameLabels};
 use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS, Limits,
-    ListMiningWorkflowsArgs, ListedWorkflow, START_MINING, StartMiningArgs, WorkflowList, parse_args,
+    ListMiningWorkflowsArgs, ListedWorkflow, START_MINING, StartMiningArgs, StartRequest, WorkflowList,
+    parse_args,
 };
 use crate::workflows::{self, Created};
 
@@ -38,11 +39,15 @@ pub struct App {
     pub cache: Arc<WorkflowCache>,
     pub metrics: Arc<Metrics>,
     pub tools: Vec<Tool>,
+    /// The operator's retention of finished workflows that set none (a task's `ttl`).
+    pub default_ttl_seconds: u64,
+    /// Longest a 2025-11-25 `tasks/result` waits before asking the client to call again.
+    pub task_result_wait: Duration,
 }
 
 #[derive(Clone)]
 pub struct MiningServer {
-    app: Arc<App>,
+    pub(crate) app: Arc<App>,
 }
 
 impl MiningServer {
@@ -52,7 +57,7 @@ impl MiningServer {
 }
 
 /// What a tool answers, before it becomes a `CallToolResult`.
-enum Answer {
+pub(crate) enum Answer {
     Outcome(MiningOutcome),
     List(WorkflowList),
     /// Arguments the model can fix: a tool error naming what is allowed.
@@ -62,7 +67,7 @@ enum Answer {
 }
 
 impl Answer {
-    fn metric_outcome(&self) -> &'static str {
+    pub(crate) fn metric_outcome(&self) -> &'static str {
         match self {
             Self::Outcome(outcome) => outcome.status.as_str(),
             Self::List(_) => "listed",
@@ -71,7 +76,7 @@ impl Answer {
         }
     }
 
-    fn into_result(self) -> CallToolResult {
+    pub(crate) fn into_result(self) -> CallToolResult {
         match self {
             Self::Outcome(outcome) => {
                 structured(outcome.to_text(), &outcome, outcome.status == OutcomeStatus::Failed)
@@ -106,17 +111,17 @@ fn structured(text: String, value: &impl serde::Serialize, is_error: bool) -> Ca
 }
 
 /// What a caller may see of one workflow.
-enum View {
+pub(crate) enum View {
     Missing,
     Unreadable(String),
     Found(Box<MiningWorkflow>),
 }
 
-fn belongs_to(workflow: &MiningWorkflow, caller: &Caller) -> bool {
+pub(crate) fn belongs_to(workflow: &MiningWorkflow, caller: &Caller) -> bool {
     workflow.metadata.labels.as_ref().and_then(|l| l.get(labels::CALLER)) == Some(&caller.label)
 }
 
-fn caller_of(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+pub(crate) fn caller_of(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
     ctx.extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Caller>())
@@ -129,7 +134,7 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
 impl MiningServer {
     /// The workflow as this caller may see it: from the cache, else (for a
     /// name the watch has not delivered yet) one read from the API server.
-    async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
+    pub(crate) async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
         match self.app.cache.get(id.as_str()) {
             Cached::Found(workflow) if belongs_to(&workflow, caller) => Ok(View::Found(workflow)),
             Cached::Found(_) => Ok(View::Missing),
@@ -207,7 +212,7 @@ impl MiningServer {
         }
     }
 
-    fn answer(id: &WorkflowId, view: View) -> Answer {
+    pub(crate) fn answer(id: &WorkflowId, view: View) -> Answer {
         match view {
             View::Missing => Answer::Outcome(MiningOutcome::not_found(id.as_str())),
             View::Found(workflow) => Answer::Outcome(outcome(&workflow, Timestamp::now())),
@@ -236,27 +241,22 @@ impl MiningServer {
             .count()
     }
 
-    async fn start_mining(
+    /// Checks `start_mining`'s arguments and creates its workflow (or finds
+    /// the one an idempotency key already started). The error is the answer.
+    pub(crate) async fn create_workflow(
         &self,
         caller: &Caller,
         arguments: Option<JsonObject>,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Answer {
+        annotations: &[(&str, String)],
+    ) -> Result<(WorkflowId, Box<MiningWorkflow>, StartRequest), Answer> {
         let limits = &self.app.limits;
-        let request = match parse_args::<StartMiningArgs>(limits, START_MINING, arguments)
+        let request = parse_args::<StartMiningArgs>(limits, START_MINING, arguments)
             .and_then(|args| limits.start_request(args))
-        {
-            Ok(request) => request,
-            Err(text) => return Answer::InvalidArguments(text),
-        };
-        // The budget covers the whole call, API calls included.
-        let deadline = Instant::now() + Duration::from_secs(u64::from(request.wait_seconds));
+            .map_err(Answer::InvalidArguments)?;
         let id = match &request.idempotency_key {
             Some(key) => WorkflowId::for_idempotency_key(caller, key),
-            None => match WorkflowId::random() {
-                Ok(id) => id,
-                Err(err) => return Answer::Refused(format!("no random source for a workflow id: {err}")),
-            },
+            None => WorkflowId::random()
+                .map_err(|err| Answer::Refused(format!("no random source for a workflow id: {err}")))?,
         };
         // A retry finds its workflow without counting against the limit.
         let existing = match self.app.cache.get(id.as_str()) {
@@ -269,12 +269,12 @@ impl MiningServer {
                 let running = self.running_count(caller);
                 let limit = self.app.max_running_per_caller as usize;
                 if running >= limit {
-                    return Answer::Refused(format!(
+                    return Err(Answer::Refused(format!(
                         "you already have {running} unfinished mining workflows (the limit is {limit}); \
                          wait for them with get_mining_result or stop some with cancel_mining"
-                    ));
+                    )));
                 }
-                let built = workflows::build_workflow(&id, caller, &request);
+                let built = workflows::build_workflow(&id, caller, &request, annotations);
                 match workflows::create(&self.app.api, &built).await {
                     Ok(Created::New(workflow)) => {
                         tracing::info!(workflow = %id, caller = %caller.name, difficulty = request.difficulty, blocks = request.blocks, "mining started");
@@ -283,7 +283,7 @@ impl MiningServer {
                     Ok(Created::Existing(workflow)) if request.idempotency_key.is_some() => workflow,
                     // Only a 130-bit collision gets here; never hand over another workflow.
                     Ok(Created::Existing(_)) => {
-                        return Answer::Refused("the new workflow's id is taken; try again".into());
+                        return Err(Answer::Refused("the new workflow's id is taken; try again".into()));
                     }
                     Err(err) => {
                         self.app
@@ -292,28 +292,44 @@ impl MiningServer {
                             .get_or_create(&crate::metrics::ReasonLabels { reason: "create" })
                             .inc();
                         tracing::warn!(workflow = %id, error = %err, "creating a workflow failed");
-                        return Answer::Refused(format!(
+                        return Err(Answer::Refused(format!(
                             "could not start mining: {err}; nothing was created, try again"
-                        ));
+                        )));
                     }
                 }
             }
         };
         if !belongs_to(&workflow, caller) {
             // The id derives from the caller, so only a hash collision gets here.
-            return Answer::Refused(
+            return Err(Answer::Refused(
                 "the workflow id for this idempotency_key is taken; use another key".into(),
-            );
+            ));
         }
         if let Some(key) = &request.idempotency_key
             && (workflow.spec.difficulty, workflow.spec.blocks) != (request.difficulty, request.blocks)
         {
-            return Answer::InvalidArguments(format!(
+            return Err(Answer::InvalidArguments(format!(
                 "idempotency_key {key:?} already started workflow {id} with difficulty {} and blocks {}; \
                  use a new key to mine with other arguments",
                 workflow.spec.difficulty, workflow.spec.blocks
-            ));
+            )));
         }
+        Ok((id, workflow, request))
+    }
+
+    async fn start_mining(
+        &self,
+        caller: &Caller,
+        arguments: Option<JsonObject>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Answer {
+        // The budget covers the whole call, API calls included.
+        let started = Instant::now();
+        let (id, workflow, request) = match self.create_workflow(caller, arguments, &[]).await {
+            Ok(created) => created,
+            Err(answer) => return answer,
+        };
+        let deadline = started + Duration::from_secs(u64::from(request.wait_seconds));
         let view = self.wait(caller, &id, workflow, deadline, ctx).await;
         Self::answer(&id, view)
     }
@@ -432,7 +448,7 @@ impl MiningServer {
 
 impl ServerHandler for MiningServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
             .with_server_info(
                 Implementation::new("mining-operator", env!("CARGO_PKG_VERSION")).with_title("Mining operator"),
             )
@@ -481,6 +497,12 @@ impl ServerHandler for MiningServer {
                 ));
             }
         };
+        let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
+        if tool == START_MINING && declares_tasks {
+            let (response, outcome) = self.start_mining_task(&caller, request.arguments).await;
+            self.app.metrics.tool_calls.get_or_create(&ToolLabels { tool, outcome }).inc();
+            return Ok(response);
+        }
         let answer = match tool {
             START_MINING => self.start_mining(&caller, request.arguments, &ctx).await,
             GET_MINING_RESULT => self.get_mining_result(&caller, request.arguments, &ctx).await,
@@ -495,5 +517,37 @@ impl ServerHandler for MiningServer {
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(tool, caller = %caller.name, outcome = answer.metric_outcome(), "tool answered");
         Ok(answer.into_result().into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let caller = caller_of(&ctx)?;
+        self.extension_get_task(&caller, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller_of(&ctx)?;
+        self.extension_cancel_task(&caller, &request.task_id).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller_of(&ctx)?;
+        // Mining never asks for input: an existing task has nothing to update.
+        self.extension_get_task(&caller, &request.task_id).await?;
+        Err(McpError::invalid_params(
+            format!("task {:?} never waits for input; there is nothing to update", request.task_id),
+            None,
+        ))
     }
 }

@@ -18,7 +18,12 @@ pub const API_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MANAGER: &str = "mcp-frontend";
 
 /// The object `start_mining` creates: named by its id, labelled by its caller.
-pub fn build_workflow(id: &WorkflowId, caller: &Caller, request: &StartRequest) -> MiningWorkflow {
+pub fn build_workflow(
+    id: &WorkflowId,
+    caller: &Caller,
+    request: &StartRequest,
+    annotations: &[(&str, String)],
+) -> MiningWorkflow {
     let mut workflow = MiningWorkflow::new(
         id.as_str(),
         MiningWorkflowSpec {
@@ -36,6 +41,10 @@ pub fn build_workflow(id: &WorkflowId, caller: &Caller, request: &StartRequest) 
         ]
         .into(),
     );
+    if !annotations.is_empty() {
+        workflow.metadata.annotations =
+            Some(annotations.iter().map(|(key, value)| (key.to_string(), value.clone())).collect());
+    }
     workflow
 }
 
@@ -91,7 +100,7 @@ mod tests {
         let id = WorkflowId::parse(&format!("mw-{}", "b".repeat(26))).unwrap();
         let caller = Caller::new("alice");
         let request = StartRequest { difficulty: 9, blocks: 3, wait_seconds: 0, idempotency_key: None };
-        let workflow = build_workflow(&id, &caller, &request);
+        let workflow = build_workflow(&id, &caller, &request, &[]);
         assert_eq!(workflow.metadata.name.as_deref(), Some(id.as_str()));
         assert_eq!(workflow.metadata.generate_name, None);
         assert_eq!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.label);

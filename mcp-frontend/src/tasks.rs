@@ -1,0 +1,223 @@
+//! MCP tasks over MiningWorkflows (pure): what a workflow looks like as a
+//! task to each of the two task generations this server speaks.
+//!
+//! The task id is the workflow name and the workflow is the only record, so a
+//! task survives frontend restarts and reads the same from every replica.
+//! The two generations differ only where their specs do:
+//! - 2025-11-25 core tasks: a mining failure is a `failed` task, and a cancel
+//!   is recorded in `spec.cancel`, so every read after `tasks/cancel` says
+//!   `cancelled` (that spec wants the new state in the cancel's answer).
+//! - the 2026-07-28 extension: a mining failure is a `completed` task whose
+//!   tool result has `isError: true`; `cancelled` once the operator stopped it.
+
+use k8s_openapi::jiff::Timestamp;
+use mining_api::MiningWorkflow;
+
+use crate::contract::{MiningOutcome, OutcomeStatus, outcome};
+
+/// Which task protocol a request speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generation {
+    /// Core tasks of protocol 2025-11-25 (`tasks/get|result|list|cancel`).
+    Core2025,
+    /// The `io.modelcontextprotocol/tasks` extension of 2026-07-28.
+    Extension2026,
+}
+
+/// A task's status, as both generations spell it on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    Working,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != Self::Working
+    }
+}
+
+/// One workflow seen as a task at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskSnapshot {
+    pub task_id: String,
+    pub state: TaskState,
+    pub status_message: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339: the newest time the status records.
+    pub last_updated_at: String,
+    /// How long the task is kept after it finishes, in milliseconds.
+    pub ttl_ms: u64,
+    /// While working: when to poll again, from the same estimate as `poll_after_seconds`.
+    pub poll_interval_ms: Option<u64>,
+    /// The operator has finished the workflow, so its tool result is final.
+    pub result_ready: bool,
+    /// The tool answer as the synchronous tools give it.
+    pub outcome: MiningOutcome,
+}
+
+/// The workflow as a task of `generation`; `default_ttl_seconds` is the
+/// operator's retention for workflows that set none.
+pub fn snapshot(
+    workflow: &MiningWorkflow,
+    now: Timestamp,
+    generation: Generation,
+    default_ttl_seconds: u64,
+) -> TaskSnapshot {
+    let answer = outcome(workflow, now);
+    let result_ready = answer.status != OutcomeStatus::Running;
+    let state = match (generation, answer.status) {
+        // The cancel's answer said `cancelled`; no later read may say otherwise.
+        (Generation::Core2025, _) if workflow.spec.cancel => TaskState::Cancelled,
+        (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
+        (_, OutcomeStatus::Completed) => TaskState::Completed,
+        (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
+        (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Completed,
+        (_, OutcomeStatus::Cancelled) => TaskState::Cancelled,
+    };
+    let status_message = match (&answer.error, answer.status) {
+        (Some(error), OutcomeStatus::Failed) if !answer.status_message.contains(error.as_str()) => {
+            format!("{}: {error}", answer.status_message)
+        }
+        _ if state == TaskState::Cancelled && !result_ready => {
+            format!("Cancelled; {}", answer.status_message.trim_start_matches("Cancel requested; "))
+        }
+        _ => answer.status_message.clone(),
+    };
+    let ttl_seconds = workflow
+        .spec
+        .ttl_seconds_after_finished
+        .and_then(|seconds| u64::try_from(seconds).ok())
+        .unwrap_or(default_ttl_seconds);
+    let poll_interval_ms = match state {
+        TaskState::Working => answer.poll_after_seconds.map(|seconds| u64::from(seconds) * 1000),
+        _ => None,
+    };
+    let created = workflow.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    TaskSnapshot {
+        task_id: answer.workflow_id.clone(),
+        state,
+        status_message,
+        created_at: created.unwrap_or(now).to_string(),
+        last_updated_at: last_updated(workflow).or(created).unwrap_or(now).to_string(),
+        ttl_ms: ttl_seconds.saturating_mul(1000),
+        poll_interval_ms,
+        result_ready,
+        outcome: answer,
+    }
+}
+
+/// The newest moment the workflow's status records a change.
+fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
+    let status = workflow.status.as_ref()?;
+    let times = [status.started_at.as_ref(), status.finished_at.as_ref()]
+        .into_iter()
+        .flatten()
+        .chain(status.blocks.iter().filter_map(|b| b.finished_at.as_ref()))
+        .chain(status.conditions.iter().map(|c| &c.last_transition_time));
+    times.map(|time| time.0).max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use mining_api::{Condition, ConditionStatus, MiningWorkflowSpec, MiningWorkflowStatus, WorkflowPhase};
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    fn workflow(phase: WorkflowPhase, cancel: bool) -> MiningWorkflow {
+        let mut workflow = MiningWorkflow::new(
+            "mw-task",
+            MiningWorkflowSpec {
+                difficulty: 1,
+                blocks: 2,
+                ttl_seconds_after_finished: None,
+                active_deadline_seconds: None,
+                cancel,
+            },
+        );
+        workflow.metadata.creation_timestamp = Some(Time(at(1_000)));
+        let mut status = MiningWorkflowStatus { phase: Some(phase), ..Default::default() };
+        if phase == WorkflowPhase::Failed {
+            status.conditions.push(Condition {
+                type_: mining_api::condition_types::READY.into(),
+                status: ConditionStatus::False,
+                reason: "JobFailed".into(),
+                message: "the miner exited with code 3".into(),
+                last_transition_time: Time(at(1_030)),
+                observed_generation: None,
+            });
+        }
+        workflow.status = Some(status);
+        workflow
+    }
+
+    #[test]
+    fn running_workflows_are_working_in_both_generations() {
+        for phase in [WorkflowPhase::Pending, WorkflowPhase::Mining] {
+            for generation in [Generation::Core2025, Generation::Extension2026] {
+                let task = snapshot(&workflow(phase, false), at(1_010), generation, 600);
+                assert_eq!(task.state, TaskState::Working, "{phase:?} {generation:?}");
+                assert!(!task.result_ready);
+                let interval = task.poll_interval_ms.expect("a working task suggests a poll interval");
+                assert!((1_000..=60_000).contains(&interval), "{interval}");
+                assert_eq!(task.ttl_ms, 600_000);
+                assert_eq!(task.created_at, "1970-01-01T00:16:40Z");
+            }
+        }
+    }
+
+    #[test]
+    fn a_mining_failure_is_failed_in_2025_and_completed_with_an_error_in_2026() {
+        let failed = workflow(WorkflowPhase::Failed, false);
+        let core = snapshot(&failed, at(1_100), Generation::Core2025, 60);
+        assert_eq!(core.state, TaskState::Failed);
+        assert!(core.status_message.contains("the miner exited with code 3"), "{}", core.status_message);
+        assert_eq!(core.poll_interval_ms, None);
+        assert_eq!(core.last_updated_at, at(1_030).to_string());
+        let extension = snapshot(&failed, at(1_100), Generation::Extension2026, 60);
+        assert_eq!(extension.state, TaskState::Completed);
+        assert_eq!(extension.outcome.status, OutcomeStatus::Failed);
+        assert!(extension.result_ready);
+    }
+
+    #[test]
+    fn a_recorded_cancel_reads_cancelled_at_once_in_2025_only() {
+        let cancelling = workflow(WorkflowPhase::Mining, true);
+        let core = snapshot(&cancelling, at(1_010), Generation::Core2025, 60);
+        assert_eq!(core.state, TaskState::Cancelled);
+        assert!(!core.result_ready, "the operator has not stopped it yet");
+        assert!(core.status_message.starts_with("Cancelled; Mined 0 of 2"), "{}", core.status_message);
+        let extension = snapshot(&cancelling, at(1_010), Generation::Extension2026, 60);
+        assert_eq!(extension.state, TaskState::Working);
+        let stopped =
+            snapshot(&workflow(WorkflowPhase::Cancelled, true), at(1_010), Generation::Extension2026, 60);
+        assert_eq!(stopped.state, TaskState::Cancelled);
+        assert!(stopped.result_ready);
+    }
+
+    #[test]
+    fn the_workflows_own_retention_wins_and_huge_values_saturate() {
+        let mut kept = workflow(WorkflowPhase::Mining, false);
+        kept.spec.ttl_seconds_after_finished = Some(90);
+        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60).ttl_ms, 90_000);
+        kept.spec.ttl_seconds_after_finished = Some(-5);
+        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60).ttl_ms, 60_000);
+        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, u64::MAX).ttl_ms, u64::MAX);
+    }
+}
