@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
+use crate::host_guard::{HostGuard, guard_host_and_origin};
 use crate::legacy_tasks::answer_core_tasks;
 use crate::metrics::Metrics;
 use crate::server::{App, MiningServer};
@@ -58,13 +59,17 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
     hosts.extend(options.allowed_hosts.iter().filter(|h| !h.is_empty()).cloned());
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
-        .with_allowed_hosts(hosts)
+        .with_allowed_hosts(hosts.clone())
         .with_max_request_body_bytes(options.max_request_bytes)
         .with_cancellation_token(options.shutdown.child_token());
     let origins: Vec<&String> = options.allowed_origins.iter().filter(|o| !o.is_empty()).collect();
     if !origins.is_empty() {
-        config = config.with_allowed_origins(origins);
+        config = config.with_allowed_origins(origins.clone());
     }
+    let guard = Arc::new(HostGuard {
+        allowed_hosts: hosts.clone(),
+        allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+    });
     let health = Health { cache: app.cache.clone(), metrics: app.metrics.clone() };
     // Shared state is built once, outside the per-request factory.
     let factory_app = app.clone();
@@ -77,7 +82,8 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
         .route_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(app, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
-        .route_layer(middleware::from_fn_with_state(auth, require_caller));
+        .route_layer(middleware::from_fn_with_state(auth, require_caller))
+        .route_layer(middleware::from_fn_with_state(guard, guard_host_and_origin));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod contract;
+pub mod host_guard;
 pub mod http;
 pub mod ids;
 pub mod legacy_tasks;
