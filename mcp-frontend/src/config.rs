@@ -91,6 +91,11 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=3_600))]
     pub task_result_wait_seconds: u32,
 
+    /// Tasks per 2025-11-25 `tasks/list` page.
+    #[arg(long, env = "TASK_LIST_PAGE_SIZE", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub task_list_page_size: u32,
+
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = 256 * 1024,
           value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]

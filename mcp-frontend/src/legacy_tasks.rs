@@ -42,8 +42,6 @@ pub const PROTOCOL_VERSION: &str = "2025-11-25";
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// Annotation holding the creating call's progress token (as JSON).
 pub const PROGRESS_TOKEN_ANNOTATION: &str = "mining-operator.dev/progress-token";
-/// Tasks per `tasks/list` page.
-pub const LIST_PAGE_SIZE: usize = 50;
 
 const INVALID_PARAMS: i64 = -32602;
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -336,7 +334,7 @@ impl CoreTasks {
                 .position(|((c, n), _)| c < created || (c == created && n > name))
                 .unwrap_or(rows.len()),
         };
-        let page: Vec<_> = rows.iter().skip(start).take(LIST_PAGE_SIZE).collect();
+        let page: Vec<_> = rows.iter().skip(start).take(self.app().task_list_page_size).collect();
         let tasks: Vec<Value> =
             page.iter().map(|(_, workflow)| task_json(&self.snapshot(workflow))).collect();
         let mut result = json!({ "tasks": tasks });

@@ -54,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
         cache,
         metrics: metrics.clone(),
         default_ttl_seconds: config.default_ttl_seconds,
+        task_list_page_size: config.task_list_page_size as usize,
         task_result_wait: std::time::Duration::from_secs(u64::from(config.task_result_wait_seconds)),
     });
     let shutdown = CancellationToken::new();

@@ -43,6 +43,8 @@ pub struct App {
     pub default_ttl_seconds: u64,
     /// Longest a 2025-11-25 `tasks/result` waits before asking the client to call again.
     pub task_result_wait: Duration,
+    /// Tasks per 2025-11-25 `tasks/list` page.
+    pub task_list_page_size: usize,
 }
 
 #[derive(Clone)]

@@ -12,6 +12,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 pub mod mcp;
+pub mod tasks;
 
 /// Label on every namespace a test creates, for cleaning up after a crash.
 pub const TEST_LABEL: &str = "mining-operator.dev/test";

@@ -94,9 +94,20 @@ impl FrontendProcess {
 
     /// POST a raw body to /mcp with the given Host and extra header lines.
     pub async fn post_mcp(&self, host: &str, headers: &[&str], body: &str) -> (u16, String, String) {
+        self.post_mcp_version(host, "2025-06-18", headers, body).await
+    }
+
+    /// POST a raw body to /mcp as protocol `version` (the MCP-Protocol-Version header).
+    pub async fn post_mcp_version(
+        &self,
+        host: &str,
+        version: &str,
+        headers: &[&str],
+        body: &str,
+    ) -> (u16, String, String) {
         let mut head = format!(
             "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n"
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {version}\r\n"
         );
         for header in headers {
             head.push_str(header);
@@ -139,7 +150,7 @@ pub enum Sdk {
     Python,
 }
 
-fn clients_dir() -> PathBuf {
+pub fn clients_dir() -> PathBuf {
     repo_root().join("tests/mcp-clients")
 }
 
@@ -192,7 +203,7 @@ impl Sdk {
 }
 
 /// Waits for a started client and parses its output.
-pub async fn collect(sdk: Sdk, child: tokio::process::Child) -> Value {
+pub async fn collect(sdk: impl std::fmt::Debug, child: tokio::process::Child) -> Value {
     let output = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("the {sdk:?} client did not finish within 180 s"))
