@@ -81,7 +81,8 @@ impl HostGuard {
         if self.allowed_origins.is_empty() {
             return None;
         }
-        let Some(value) = headers.get(header::ORIGIN) else { return None };
+        // Clients that are not browsers send no Origin.
+        let value = headers.get(header::ORIGIN)?;
         let Some((scheme, host, port)) = value.to_str().ok().and_then(origin) else {
             return Some("Forbidden: invalid Origin header");
         };
