@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the MCP clients the cluster tests drive: the official TypeScript SDK,
-# the Inspector CLI, the conformance suite and Node 22 (npm, from the lock file),
+# Installs the MCP clients the cluster tests drive: the official TypeScript SDK
+# 1.x, the TypeScript client 2.x with the Tasks extension package, the
+# Inspector, the conformance suite and Node 22 (npm, from the lock file),
 # and the official Python SDK (pip, into .pydeps). Cheap when already installed.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -5,7 +5,7 @@
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
 use cluster_tests::tasks::{Mcpdo, TaskClient, conformance_checks};
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd, reference_chain};
+use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, reference_chain};
 use serde_json::{Value, json};
 
 fn tokens_file(lines: &str) -> std::path::PathBuf {
@@ -239,6 +239,39 @@ async fn extension_2026_tasks_complete_cancel_and_stay_private() {
         .run(&url, alice, false, &["raw", "tasks/get", &json!({"taskId": finished}).to_string(), "no-tasks"])
         .await;
     assert_eq!(undeclared["message"]["error"]["code"], -32021, "{undeclared:#}");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_mining_failure_is_failed_in_2025_and_a_completed_tool_error_in_2026() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's local/failing-miner image");
+        return;
+    }
+    let ns = TestNamespace::new("tasks-failure").await;
+    install_crd(&ns.client).await;
+    let _operator =
+        OperatorProcess::start(&ns.name, &["--miner-image", "local/failing-miner", "--job-backoff-limit", "0"]);
+    let frontend = FrontendProcess::start(&ns.name, &[]).await;
+    let url = frontend.url();
+    let arguments = json!({"difficulty": 8, "blocks": 1});
+
+    let core = TaskClient::Python2025.run(&url, None, false, &["run", &arguments.to_string()]).await;
+    let last = core["statuses"].as_array().and_then(|s| s.last()).cloned().unwrap_or_default();
+    assert_eq!(last["status"], "failed", "{core:#}");
+    assert!(last["statusMessage"].as_str().unwrap_or_default().contains("Failed after mining 0 of 1"), "{last}");
+    assert_eq!(core["result"]["isError"], true, "{core:#}");
+    assert_eq!(core["result"]["structuredContent"]["status"], "failed", "{core:#}");
+    assert_eq!(core["result"]["structuredContent"]["reason"], "JobFailed", "{core:#}");
+    let stream = TaskClient::TypeScript2025.run(&url, None, false, &["stream", &arguments.to_string()]).await;
+    let last = stream["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+    assert_eq!(last["type"], "error", "the SDK reports a failed task as an error: {stream:#}");
+
+    let extension = TaskClient::Extension2026.run(&url, None, false, &["run", &arguments.to_string()]).await;
+    assert_eq!(extension["kind"], "task", "{extension:#}");
+    assert_eq!(extension["outcome"]["status"], "completed", "{extension:#}");
+    assert_eq!(extension["outcome"]["result"]["isError"], true, "{extension:#}");
+    assert_eq!(extension["outcome"]["result"]["structuredContent"]["reason"], "JobFailed", "{extension:#}");
     ns.delete().await;
 }
 

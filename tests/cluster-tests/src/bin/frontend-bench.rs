@@ -4,12 +4,15 @@
 //!
 //! 1. `get_mining_result` of a finished workflow (answered from the cache)
 //!    beside a bare `GET /healthz`, alternating, ROUNDS each (default 2000):
-//!    p50/p99 and their ratio, the cost of the tool path.
+//!    p50/p99 and their ratio, the cost of the tool path; interleaved with
+//!    them, `tasks/get` of the same workflow on 2025-11-25 (this crate's task
+//!    layer) and on 2026-07-28 (rmcp's extension path).
 //! 2. WAITERS (default 1000) concurrent `get_mining_result` calls waiting on
 //!    one workflow that no operator advances; the frontend's resident memory
 //!    and the API server's registered MiningWorkflow watchers while they wait;
 //!    then the bench itself writes a valid Succeeded status and measures how
 //!    long each waiter takes to answer (the wake-up latency).
+//!    The same with WAITERS 2025-11-25 `tasks/result` calls.
 //! 3. `start_mining` of a 4-block chain at difficulty 8 (mining takes
 //!    microseconds) end to end, split into the frontend's part (the same call
 //!    with `wait_seconds: 0`) and the per-block interval seen through progress
@@ -75,6 +78,35 @@ fn tool_call(tool: &str, arguments: Value, progress: bool) -> String {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// A raw JSON-RPC request as protocol `version`, with the 2026-07-28 routing
+/// headers and request `_meta` when `version` is that one.
+fn rpc(version: &str, method: &str, mut params: Value) -> String {
+    let mut headers = format!("MCP-Protocol-Version: {version}\r\n");
+    if version == "2026-07-28" {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientInfo": {"name": "frontend-bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        });
+        headers.push_str(&format!("Mcp-Method: {method}\r\n"));
+        if let Some(name) = params.get("taskId").or(params.get("name")).and_then(Value::as_str) {
+            headers.push_str(&format!("Mcp-Name: {name}\r\n"));
+        }
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{headers}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The last JSON-RPC result of an exchange.
+fn result(messages: &[(Duration, Value)]) -> &Value {
+    &messages.iter().rev().find(|(_, m)| m.get("result").is_some()).expect("a result").1["result"]
 }
 
 fn outcome(messages: &[(Duration, Value)]) -> &Value {
@@ -151,7 +183,10 @@ async fn main() {
     let id = outcome(&finished)["workflows"][0]["workflow_id"].as_str().unwrap().to_string();
     let get = tool_call("get_mining_result", json!({"workflow_id": id}), false);
     let health = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_string();
+    let task_get_2025 = rpc("2025-11-25", "tasks/get", json!({"taskId": id}));
+    let task_get_2026 = rpc("2026-07-28", "tasks/get", json!({"taskId": id}));
     let (mut tool_times, mut health_times) = (Vec::new(), Vec::new());
+    let (mut core_times, mut extension_times) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let started = Instant::now();
         let messages = exchange(addr, &get).await;
@@ -160,27 +195,67 @@ async fn main() {
         let started = Instant::now();
         exchange(addr, &health).await;
         health_times.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = Instant::now();
+        let messages = exchange(addr, &task_get_2025).await;
+        core_times.push(started.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(result(&messages)["status"], "completed");
+        let started = Instant::now();
+        let messages = exchange(addr, &task_get_2026).await;
+        extension_times.push(started.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(result(&messages)["status"], "completed");
     }
-    println!("== get_mining_result from the cache vs GET /healthz ({rounds} rounds, alternating)");
+    println!("== one finished workflow read four ways ({rounds} rounds, interleaved)");
     let tool_p50 = summary("get_mining_result (completed)", tool_times);
     let health_p50 = summary("GET /healthz", health_times);
-    println!("{:<40} {:.2}x at p50", "ratio", tool_p50 / health_p50);
+    let core_p50 = summary("tasks/get 2025-11-25 (task layer)", core_times);
+    let extension_p50 = summary("tasks/get 2026-07-28 (rmcp extension)", extension_times);
+    println!("{:<40} {:.2}x at p50", "get_mining_result / healthz", tool_p50 / health_p50);
+    println!("{:<40} {:.2}x at p50", "tasks/get 2025 / get_mining_result", core_p50 / tool_p50);
+    println!("{:<40} {:.2}x at p50", "tasks/get 2026 / get_mining_result", extension_p50 / tool_p50);
 
-    // 2: many waiters on one workflow nobody mines.
+    // 2: many waiters on one workflow nobody mines, as get_mining_result
+    // calls and as 2025-11-25 tasks/result calls, each on a fresh process so
+    // that the memory of one run does not hide in the heap of the other.
     let api: Api<MiningWorkflow> = ns.api();
-    let started = exchange(
-        addr,
-        &tool_call("start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0}), false),
-    )
-    .await;
-    let id = outcome(&started)["workflow_id"].as_str().unwrap().to_string();
+    drop(frontend);
+    for kind in ["tasks/result", "get_mining_result"] {
+        let frontend = FrontendProcess::start(&ns.name, &[]).await;
+        let addr = frontend.addr;
+        let started = exchange(
+            addr,
+            &tool_call("start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0}), false),
+        )
+        .await;
+        let id = outcome(&started)["workflow_id"].as_str().unwrap().to_string();
+        let wait = match kind {
+            "get_mining_result" => {
+                tool_call("get_mining_result", json!({"workflow_id": id, "wait_seconds": 20}), false)
+            }
+            _ => rpc("2025-11-25", "tasks/result", json!({"taskId": id})),
+        };
+        waiting_calls(&frontend, &api, &id, kind, &wait, waiters).await;
+    }
+    ns.delete().await;
+}
+
+/// Opens `waiters` concurrent `request`s that wait on workflow `id`, reports
+/// memory and watches while they wait, then finishes the workflow as the
+/// operator would and measures each waiter's wake-up.
+async fn waiting_calls(
+    frontend: &FrontendProcess,
+    api: &Api<MiningWorkflow>,
+    id: &str,
+    kind: &str,
+    request: &str,
+    waiters: usize,
+) {
+    let addr = frontend.addr;
     let before = resident_kib(frontend.pid());
-    let wait = tool_call("get_mining_result", json!({"workflow_id": id, "wait_seconds": 20}), false);
     let tasks: Vec<_> = (0..waiters)
         .map(|_| {
-            let wait = wait.clone();
+            let request = request.to_string();
             tokio::spawn(async move {
-                let messages = exchange(addr, &wait).await;
+                let messages = exchange(addr, &request).await;
                 (Instant::now(), outcome(&messages)["status"].as_str().unwrap_or_default().to_string())
             })
         })
@@ -192,7 +267,7 @@ async fn main() {
         let waiting: usize =
             metrics.lines().find_map(|l| l.strip_prefix("mcp_frontend_waiters ")?.parse().ok()).unwrap_or(0);
         if waiting >= waiters || Instant::now() > deadline {
-            println!("== {waiting} concurrent waits on one workflow");
+            println!("== {waiting} concurrent {kind} waits on one workflow");
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -209,7 +284,7 @@ async fn main() {
     let status = json!({"status": {"phase": "Succeeded", "progress": "1/1", "startedAt": now, "finishedAt": now, "blocks": [{
         "index": 1, "nonce": found.nonce, "hash": miner::hex_upper(&found.digest), "attempts": found.nonce + 1, "jobName": "bench"}]}});
     let finished_at = Instant::now();
-    api.patch_status(&id, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    api.patch_status(id, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
     let mut wakeups = Vec::new();
     for task in tasks {
         let (answered, status) = task.await.unwrap();
@@ -217,5 +292,4 @@ async fn main() {
         wakeups.push(answered.duration_since(finished_at).as_secs_f64() * 1e3);
     }
     summary("wake-up after the status write", wakeups);
-    ns.delete().await;
 }
