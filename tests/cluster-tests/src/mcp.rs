@@ -168,26 +168,11 @@ impl Sdk {
         progress: bool,
         args: &[&str],
     ) -> tokio::process::Command {
-        let dir = clients_dir();
-        let mut command = match self {
-            Self::TypeScript => {
-                let mut command = tokio::process::Command::new(node22());
-                command.arg(dir.join("ts-client.mjs"));
-                command
-            }
-            Self::Python => {
-                let mut command = tokio::process::Command::new("python3");
-                command.arg(dir.join("py_client.py")).env("PYTHONPATH", dir.join(".pydeps"));
-                command
-            }
+        let script = match self {
+            Self::TypeScript => "ts-client.mjs",
+            Self::Python => "py_client.py",
         };
-        command.arg(url).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        command.env("MCP_PROGRESS", if progress { "1" } else { "0" });
-        match token {
-            Some(token) => command.env("MCP_TOKEN", token),
-            None => command.env_remove("MCP_TOKEN"),
-        };
-        command
+        client_script(script, url, token, progress, args)
     }
 
     /// Runs the client to the end and returns its JSON document.
@@ -200,6 +185,44 @@ impl Sdk {
     pub async fn call(self, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
         self.run(url, token, false, &["call", tool, &arguments.to_string()]).await
     }
+}
+
+/// A client script of tests/mcp-clients (`.mjs` under Node 22, `.py` with
+/// the Python SDK on its path) run against `url` with `args`; the bearer
+/// token and the progress switch go in as `MCP_TOKEN` and `MCP_PROGRESS`.
+pub fn client_script(
+    script: &str,
+    url: &str,
+    token: Option<&str>,
+    progress: bool,
+    args: &[&str],
+) -> tokio::process::Command {
+    let dir = clients_dir();
+    let mut command = if script.ends_with(".py") {
+        let mut command = tokio::process::Command::new("python3");
+        command.env("PYTHONPATH", dir.join(".pydeps"));
+        command
+    } else {
+        tokio::process::Command::new(node22())
+    };
+    command.arg(dir.join(script)).arg(url).args(args);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    command.env("MCP_PROGRESS", if progress { "1" } else { "0" });
+    match token {
+        Some(token) => command.env("MCP_TOKEN", token),
+        None => command.env_remove("MCP_TOKEN"),
+    };
+    command
+}
+
+/// A file of `token caller-name` lines for `--auth tokens`, in a fresh temp dir.
+pub fn tokens_file(lines: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("mcp-auth-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokens");
+    std::fs::write(&path, lines).unwrap();
+    path
 }
 
 /// Waits for a started client and parses its output.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::mcp::{clients_dir, collect, node22};
+use crate::mcp::{client_script, clients_dir, collect, node22};
 
 /// Which client drives a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,28 +28,13 @@ impl TaskClient {
 
     /// Runs one command of the client's script and returns its JSON document.
     pub async fn run(self, url: &str, token: Option<&str>, progress: bool, args: &[&str]) -> Value {
-        let dir = clients_dir();
-        let mut command = match self {
-            Self::TypeScript2025 | Self::Extension2026 => {
-                let script =
-                    if self == Self::TypeScript2025 { "ts-tasks-2025.mjs" } else { "ts-tasks-2026.mjs" };
-                let mut command = tokio::process::Command::new(node22());
-                command.arg(dir.join(script));
-                command
-            }
-            Self::Python2025 => {
-                let mut command = tokio::process::Command::new("python3");
-                command.arg(dir.join("py_tasks.py")).env("PYTHONPATH", dir.join(".pydeps"));
-                command
-            }
+        let script = match self {
+            Self::TypeScript2025 => "ts-tasks-2025.mjs",
+            Self::Python2025 => "py_tasks.py",
+            Self::Extension2026 => "ts-tasks-2026.mjs",
         };
-        command.arg(url).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        command.env("MCP_PROGRESS", if progress { "1" } else { "0" });
-        match token {
-            Some(token) => command.env("MCP_TOKEN", token),
-            None => command.env_remove("MCP_TOKEN"),
-        };
-        collect(self, command.spawn().expect("start the task client")).await
+        let child = client_script(script, url, token, progress, args).spawn().expect("start the task client");
+        collect(self, child).await
     }
 
     /// Creates a `start_mining` task and returns its id; panics with the document otherwise.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
+use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -11,18 +11,6 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use kube::api::{Api, PostParams};
 use mining_api::MiningWorkflow;
 use serde_json::json;
-
-fn tokens_file(lines: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-auth-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tokens");
-    std::fs::write(&path, lines).unwrap();
-    path
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-}
 
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 

@@ -3,19 +3,10 @@
 //! Tasks extension package, the Inspector's session CLI and the conformance
 //! suite. Every task is a MiningWorkflow mined by the real operator.
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
+use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
 use cluster_tests::tasks::{Mcpdo, TaskClient, conformance_checks};
 use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, reference_chain};
 use serde_json::{Value, json};
-
-fn tokens_file(lines: &str) -> std::path::PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("mcp-tasks-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tokens");
-    std::fs::write(&path, lines).unwrap();
-    path
-}
 
 /// The chain in a tool result equals the Python reference miner's.
 fn assert_reference_chain(outcome: &Value, blocks: u32, difficulty: u32) {
@@ -250,8 +241,10 @@ async fn a_mining_failure_is_failed_in_2025_and_a_completed_tool_error_in_2026()
     }
     let ns = TestNamespace::new("tasks-failure").await;
     install_crd(&ns.client).await;
-    let _operator =
-        OperatorProcess::start(&ns.name, &["--miner-image", "local/failing-miner", "--job-backoff-limit", "0"]);
+    let _operator = OperatorProcess::start(
+        &ns.name,
+        &["--miner-image", "local/failing-miner", "--job-backoff-limit", "0"],
+    );
     let frontend = FrontendProcess::start(&ns.name, &[]).await;
     let url = frontend.url();
     let arguments = json!({"difficulty": 8, "blocks": 1});
@@ -259,7 +252,10 @@ async fn a_mining_failure_is_failed_in_2025_and_a_completed_tool_error_in_2026()
     let core = TaskClient::Python2025.run(&url, None, false, &["run", &arguments.to_string()]).await;
     let last = core["statuses"].as_array().and_then(|s| s.last()).cloned().unwrap_or_default();
     assert_eq!(last["status"], "failed", "{core:#}");
-    assert!(last["statusMessage"].as_str().unwrap_or_default().contains("Failed after mining 0 of 1"), "{last}");
+    assert!(
+        last["statusMessage"].as_str().unwrap_or_default().contains("Failed after mining 0 of 1"),
+        "{last}"
+    );
     assert_eq!(core["result"]["isError"], true, "{core:#}");
     assert_eq!(core["result"]["structuredContent"]["status"], "failed", "{core:#}");
     assert_eq!(core["result"]["structuredContent"]["reason"], "JobFailed", "{core:#}");
