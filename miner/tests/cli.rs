@@ -1,6 +1,5 @@
 //! The `miner` binary as users and the operator run it.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -18,7 +17,9 @@ fn stdout_lines(output: &Output) -> Vec<Value> {
 
 /// Blocks computed by the independent Python (hashlib) implementation.
 fn reference_chain(blocks: u32, difficulty: u32) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference_miner.py");
+    let script = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+        .join("tests/reference_miner.py");
     let output = Command::new("python3")
         .arg(script)
         .args([blocks.to_string(), difficulty.to_string()])

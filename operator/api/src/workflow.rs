@@ -280,7 +280,9 @@ mod tests {
     use super::*;
 
     fn repo_root() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+            .join("../..")
     }
 
     #[test]

@@ -17,9 +17,12 @@ pub mod tasks;
 /// Label on every namespace a test creates, for cleaning up after a crash.
 pub const TEST_LABEL: &str = "mining-operator.dev/test";
 
-/// The repository root.
+/// The repository root. Read at run time: test binaries in a shared target
+/// dir may have been compiled in another checkout of the same sources.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+        .join("../..")
 }
 
 /// A client for the cluster in `$KUBECONFIG`. Panics with a hint when there is none.

@@ -1,6 +1,5 @@
 //! Writes the MiningWorkflow CRD generated from the Rust types into `crds/`
 //! (or prints it with `--stdout`).
-use std::path::Path;
 
 fn main() -> std::io::Result<()> {
     let yaml = mining_api::crd_yaml();
@@ -8,7 +7,10 @@ fn main() -> std::io::Result<()> {
         print!("{yaml}");
         return Ok(());
     }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(mining_api::CRD_PATH);
+    let path = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+        .join("../..")
+        .join(mining_api::CRD_PATH);
     std::fs::write(&path, yaml)?;
     eprintln!("wrote {}", mining_api::CRD_PATH);
     Ok(())
