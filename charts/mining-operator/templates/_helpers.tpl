@@ -1,0 +1,76 @@
+{{/* The chart's name, and the release-qualified name every object carries. */}}
+{{- define "mining.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "mining.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mining.operator" -}}{{ include "mining.fullname" . | trunc 54 | trimSuffix "-" }}-operator{{- end -}}
+{{- define "mining.frontend" -}}{{ include "mining.fullname" . | trunc 54 | trimSuffix "-" }}-frontend{{- end -}}
+
+{{/* Where workflows live: the watched namespace, else the release's. */}}
+{{- define "mining.workflowNamespace" -}}
+{{- default .Release.Namespace .Values.watchNamespace -}}
+{{- end -}}
+
+{{- define "mining.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "mining.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "mining.selector" -}}
+app.kubernetes.io/name: {{ include "mining.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The Pod Security "restricted" profile, for every Pod and container. */}}
+{{- define "mining.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "mining.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "mining.image" -}}
+{{ .repository }}:{{ .tag }}
+{{- end -}}
+
+{{/* The frontend's Host allow-list: its Service's DNS names plus the configured ones. */}}
+{{- define "mining.frontendHosts" -}}
+{{- $svc := include "mining.frontend" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- concat $hosts .Values.frontend.allowedHosts | join "," -}}
+{{- end -}}
+
+{{/* The tokens Secret of `auth.mode: tokens`. */}}
+{{- define "mining.tokensSecret" -}}
+{{- default (printf "%s-tokens" (include "mining.frontend" .)) .Values.frontend.auth.existingSecret -}}
+{{- end -}}
