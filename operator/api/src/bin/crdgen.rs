@@ -1,5 +1,5 @@
 //! Writes the MiningWorkflow CRD generated from the Rust types into `crds/`
-//! (or prints it with `--stdout`).
+//! and the Helm chart's `files/` (or prints it with `--stdout`).
 
 fn main() -> std::io::Result<()> {
     let yaml = mining_api::crd_yaml();
@@ -7,11 +7,12 @@ fn main() -> std::io::Result<()> {
         print!("{yaml}");
         return Ok(());
     }
-    let path = std::env::var_os("CARGO_MANIFEST_DIR")
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
-        .join("../..")
-        .join(mining_api::CRD_PATH);
-    std::fs::write(&path, yaml)?;
-    eprintln!("wrote {}", mining_api::CRD_PATH);
+        .join("../..");
+    for relative in [mining_api::CRD_PATH, mining_api::CHART_CRD_PATH] {
+        std::fs::write(root.join(relative), &yaml)?;
+        eprintln!("wrote {relative}");
+    }
     Ok(())
 }

