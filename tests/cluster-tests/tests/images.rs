@@ -71,3 +71,18 @@ fn each_dockerfile_builds_a_real_binary_and_runs_it_as_non_root() {
         );
     }
 }
+
+#[test]
+fn the_makefile_builds_exactly_the_images_that_have_dockerfiles() {
+    let makefile = std::fs::read_to_string(repo_root().join("Makefile")).unwrap();
+    let images: Vec<&str> = makefile
+        .lines()
+        .find_map(|line| line.strip_prefix("IMAGES = "))
+        .expect("an IMAGES line")
+        .split_whitespace()
+        .collect();
+    assert_eq!(images, ["miner", "operator", "mcp-frontend"]);
+    for image in images {
+        assert!(repo_root().join(image).join("Dockerfile").exists(), "{image}/Dockerfile");
+    }
+}
