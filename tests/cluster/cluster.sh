@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, without Docker:
 # etcd + kube-apiserver + kube-controller-manager (Job, GC, TTL, namespace,
-# service-account, Deployment controllers) + our node agent as the kubelet.
+# service-account, Deployment, Endpoints controllers) + our node agent as the
+# kubelet (Pod IPs added to lo from 10.244.0.0/16, httpGet probes).
 #
 #   cluster.sh up          start everything with fresh state (no-op when already up)
 #   cluster.sh down        stop exactly what `up` started, by pid, and remove its state
@@ -109,6 +110,11 @@ cmd_down() {
     pgid=$(cat "$f")
     kill -KILL -- "-$pgid" 2>/dev/null || true
   done
+  # Pod IPs the agent added to lo (10.244.0.0/16) and had no chance to remove.
+  local address
+  for address in $(ip -4 -o addr show dev lo 2>/dev/null | awk '$4 ~ /^10\.244\./ {print $4}'); do
+    ip -4 addr del "$address" dev lo 2>/dev/null || true
+  done
   rm -rf "$STATE"
   log "removed $STATE"
 }
@@ -172,7 +178,7 @@ KCFG
 
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG_PATH" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --port 0 \
-    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset \
+    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset,endpoint \
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
     --use-service-account-credentials=false --kube-api-qps 200 --kube-api-burst 400
 

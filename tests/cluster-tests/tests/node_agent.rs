@@ -168,3 +168,98 @@ async fn deleting_a_job_garbage_collects_its_pods() {
     assert!(pods_of_job(&pods, "sleep").await.is_empty());
     ns.delete().await;
 }
+
+/// A Deployment of `replicas` Pods whose container runs `script` with its
+/// Pod IP in `$POD_IP`, with an httpGet readiness probe on port 8080.
+fn probed_deployment(name: &str, replicas: i32, script: &str) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "automountServiceAccountToken": false, "terminationGracePeriodSeconds": 2,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                    "containers": [{
+                        "name": "web", "image": shell_image(), "command": ["sh", "-c", script],
+                        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1, "failureThreshold": 1},
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("a valid Deployment")
+}
+
+#[tokio::test]
+async fn replicas_get_their_own_pod_ips_and_readiness_gates_the_endpoints() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's node agent and python3");
+        return;
+    }
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    let ns = TestNamespace::new("agent-net").await;
+    let deployments: Api<Deployment> = ns.api();
+    let server = "exec python3 -m http.server --bind \"$POD_IP\" --directory / 8080";
+    deployments.create(&PostParams::default(), &probed_deployment("web", 2, server)).await.unwrap();
+    // Listens on nothing: never ready.
+    deployments
+        .create(&PostParams::default(), &probed_deployment("deaf", 1, "exec sleep 300"))
+        .await
+        .unwrap();
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap();
+    ns.api::<Service>().create(&PostParams::default(), &service).await.unwrap();
+
+    let available = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(2)
+    };
+    wait_for(&deployments, "web", available, TIMEOUT).await;
+    let pods: Api<Pod> = ns.api();
+    let web = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+    let mut ips: Vec<String> = web.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
+    ips.sort();
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    assert_ne!(ips[0], ips[1], "each replica has its own address");
+    assert!(ips.iter().all(|ip| ip.starts_with("10.244.")), "{ips:?}");
+    // The endpoints controller lists exactly the ready replicas, and each answers there.
+    let endpoints: Api<Endpoints> = ns.api();
+    let listed = eventually("the Service's endpoints", TIMEOUT, || async {
+        let subsets = endpoints.get_opt("web").await.ok()??.subsets?;
+        let mut addresses: Vec<String> =
+            subsets.iter().flat_map(|s| s.addresses.iter().flatten().map(|a| a.ip.clone())).collect();
+        addresses.sort();
+        (addresses.len() == 2).then_some(addresses)
+    })
+    .await;
+    assert_eq!(listed, ips);
+    for ip in &ips {
+        let mut stream = tokio::net::TcpStream::connect((ip.as_str(), 8080)).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.0 200"), "{ip}: {answer}");
+    }
+    // The deaf replica runs but its probe fails, so it is never Ready.
+    let deaf = pods.list(&ListParams::default().labels("app=deaf")).await.unwrap().items;
+    assert_eq!(deaf.len(), 1);
+    let deaf_name = deaf[0].metadata.name.clone().unwrap();
+    let failed_probe = |p: Option<&Pod>| {
+        is_running(p)
+            && p.and_then(|p| p.status.as_ref()?.conditions.clone())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "False"))
+    };
+    wait_for(&pods, &deaf_name, failed_probe, TIMEOUT).await;
+    let deaf_deployment = deployments.get("deaf").await.unwrap();
+    assert_eq!(deaf_deployment.status.and_then(|s| s.available_replicas).unwrap_or(0), 0);
+    ns.delete().await;
+}

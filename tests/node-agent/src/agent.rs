@@ -12,13 +12,13 @@
 //! Job then replaces it like any failed Pod.
 
 use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{
-    Binding, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, ObjectReference, Pod,
+    Binding, ContainerState, ContainerStateTerminated, ContainerStatus, ObjectReference, Pod,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -30,9 +30,10 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::Config;
-use crate::container::{self, ContainerFiles};
+use crate::network::PodIps;
+use crate::runner::PodRunner;
 
-const MAX_GRACE: Duration = Duration::from_secs(30);
+pub const MAX_GRACE: Duration = Duration::from_secs(30);
 
 struct PodHandle {
     /// Sends the grace period to stop with.
@@ -52,6 +53,8 @@ struct Agent {
     waiting: HashMap<String, Pod>,
     /// Pods bound by us whose bound object has not been seen yet.
     binding: HashSet<String>,
+    /// Each running Pod's own loopback address.
+    ips: PodIps,
     done_tx: mpsc::UnboundedSender<String>,
 }
 
@@ -65,6 +68,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         unscheduled: HashMap::new(),
         waiting: HashMap::new(),
         binding: HashSet::new(),
+        ips: PodIps::default(),
         done_tx,
     };
     let pods: Api<Pod> = Api::all(client);
@@ -87,7 +91,7 @@ fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
-fn key_of(pod: &Pod) -> String {
+pub fn key_of(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -202,6 +206,9 @@ impl Agent {
 
     async fn on_pod_done(&mut self, uid: String) {
         self.running.remove(&uid);
+        if let Some(ip) = self.ips.release(&uid) {
+            crate::network::unplumb(ip);
+        }
         self.finished.insert(uid);
         self.fill_slots().await;
     }
@@ -258,7 +265,19 @@ impl Agent {
     fn start(&mut self, pod: Pod) {
         let uid = uid_of(&pod);
         let (stop, stop_rx) = watch::channel(None);
+        let pod_ip = match self.ips.assign(&uid).map(|ip| (ip, crate::network::plumb(ip))) {
+            Some((ip, Ok(()))) => ip,
+            failed => {
+                // Not root, or no `ip`: the Pod shares the host's loopback address.
+                let problem =
+                    failed.map_or("every Pod IP is taken".into(), |(_, r)| r.err().unwrap_or_default());
+                tracing::warn!(pod = %key_of(&pod), %problem, "no Pod IP; sharing 127.0.0.1");
+                self.ips.release(&uid);
+                Ipv4Addr::LOCALHOST
+            }
+        };
         let runner = PodRunner {
+            pod_ip,
             client: self.client.clone(),
             images: self.config.images.clone(),
             dir: self.pod_dir(&pod),
@@ -290,7 +309,7 @@ impl Agent {
 }
 
 /// The kubelet's last step of a deletion: remove the object for good.
-async fn finalize_deletion(client: &kube::Client, pod: &Pod) {
+pub async fn finalize_deletion(client: &kube::Client, pod: &Pod) {
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
@@ -303,7 +322,7 @@ async fn finalize_deletion(client: &kube::Client, pod: &Pod) {
     }
 }
 
-async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &str) {
+pub async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &str) {
     let now = Time(Timestamp::now());
     let statuses: Vec<ContainerStatus> = pod
         .spec
@@ -331,265 +350,11 @@ async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &str)
     patch_status(client, pod, patch).await;
 }
 
-async fn patch_status(client: &kube::Client, pod: &Pod, patch: serde_json::Value) {
+pub async fn patch_status(client: &kube::Client, pod: &Pod, patch: serde_json::Value) {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if let Err(err) =
         pods_in(client, pod).patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await
     {
         tracing::warn!(pod = %key_of(pod), error = %err, "status update failed");
-    }
-}
-
-/// What one container is doing, as reported in `containerStatuses`.
-struct ContainerRun {
-    status: ContainerStatus,
-    pgid: Option<i32>,
-    done: bool,
-    exit_code: i32,
-}
-
-struct PodRunner {
-    client: kube::Client,
-    images: Vec<(String, PathBuf)>,
-    dir: PathBuf,
-    pod: Pod,
-}
-
-impl PodRunner {
-    async fn run(self, mut stop_rx: watch::Receiver<Option<Duration>>) {
-        let spec = self.pod.spec.clone().unwrap_or_default();
-        if let Err(err) = std::fs::create_dir_all(&self.dir) {
-            return fail_pod(
-                &self.client,
-                &self.pod,
-                "StartError",
-                &format!("creating {}: {err}", self.dir.display()),
-            )
-            .await;
-        }
-        if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
-            return fail_pod(
-                &self.client,
-                &self.pod,
-                "InitContainersUnsupported",
-                "node-agent runs no init containers",
-            )
-            .await;
-        }
-        let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
-        let start_time = Time(Timestamp::now());
-        let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, i32)>();
-        let mut runs: Vec<ContainerRun> = spec
-            .containers
-            .iter()
-            .map(|c| ContainerRun {
-                status: ContainerStatus {
-                    name: c.name.clone(),
-                    image: c.image.clone().unwrap_or_default(),
-                    image_id: String::new(),
-                    ..Default::default()
-                },
-                pgid: None,
-                done: false,
-                exit_code: 0,
-            })
-            .collect();
-        for (index, run) in runs.iter_mut().enumerate() {
-            self.start_container(index, run, &exit_tx);
-        }
-        self.report(&runs, &start_time).await;
-
-        loop {
-            tokio::select! {
-                Some((index, code)) = exit_rx.recv() => {
-                    let container = &spec.containers[index];
-                    let files = ContainerFiles::new(&self.dir, &container.name);
-                    let run = &mut runs[index];
-                    run.pgid = None;
-                    let _ = std::fs::remove_file(&files.pgid);
-                    let started_at = run.status.state.as_ref().and_then(|s| s.running.as_ref()).and_then(|r| r.started_at.clone());
-                    let terminated = ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            exit_code: code,
-                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
-                            message: Some(container::termination_message(container, &files, code)).filter(|m| !m.is_empty()),
-                            started_at,
-                            finished_at: Some(Time(Timestamp::now())),
-                            container_id: run.status.container_id.clone(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    };
-                    tracing::info!(pod = %key_of(&self.pod), container = %container.name, exit_code = code, "container exited");
-                    let restart = match restart_policy.as_str() {
-                        "Always" => true,
-                        "OnFailure" => code != 0,
-                        _ => false,
-                    };
-                    if restart {
-                        run.status.last_state = Some(terminated);
-                        run.status.restart_count += 1;
-                        run.status.ready = false;
-                        run.status.state = Some(ContainerState {
-                            waiting: Some(ContainerStateWaiting { reason: Some("CrashLoopBackOff".into()), ..Default::default() }),
-                            ..Default::default()
-                        });
-                        let backoff = Duration::from_secs(1 << run.status.restart_count.clamp(1, 4) as u32 >> 1);
-                        self.report(&runs, &start_time).await;
-                        tokio::select! {
-                            _ = tokio::time::sleep(backoff) => {}
-                            _ = stop_rx.changed() => {
-                                let grace = *stop_rx.borrow();
-                                return self.stop(&mut runs, &mut exit_rx, grace).await;
-                            }
-                        }
-                        self.start_container(index, &mut runs[index], &exit_tx);
-                    } else {
-                        run.status.state = Some(terminated);
-                        run.status.ready = false;
-                        run.done = true;
-                        run.exit_code = code;
-                    }
-                    self.report(&runs, &start_time).await;
-                    if runs.iter().all(|r| r.done) {
-                        return;
-                    }
-                }
-                _ = stop_rx.changed() => {
-                    let grace = *stop_rx.borrow();
-                    return self.stop(&mut runs, &mut exit_rx, grace).await;
-                }
-            }
-        }
-    }
-
-    fn start_container(
-        &self,
-        index: usize,
-        run: &mut ContainerRun,
-        exit_tx: &mpsc::UnboundedSender<(usize, i32)>,
-    ) {
-        let container = &self.pod.spec.as_ref().expect("pod has a spec").containers[index];
-        let files = ContainerFiles::new(&self.dir, &container.name);
-        match container::spawn(&self.pod, container, &self.images, &files, &self.dir) {
-            Ok(mut child) => {
-                let pid = child.id().map_or(0, |p| p as i32);
-                run.pgid = Some(pid);
-                let _ = std::fs::write(&files.pgid, pid.to_string());
-                run.status.container_id = Some(format!("local-process://{pid}"));
-                run.status.ready = true;
-                run.status.started = Some(true);
-                run.status.state = Some(ContainerState {
-                    running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
-                    ..Default::default()
-                });
-                tracing::info!(pod = %key_of(&self.pod), container = %container.name, pid, "container started");
-                let exit_tx = exit_tx.clone();
-                tokio::spawn(async move {
-                    let code = match child.wait().await {
-                        Ok(status) => {
-                            use std::os::unix::process::ExitStatusExt;
-                            status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-                        }
-                        Err(_) => 255,
-                    };
-                    let _ = exit_tx.send((index, code));
-                });
-            }
-            Err(err) => {
-                // A real kubelet would keep such a container Waiting; failing it
-                // lets the Job see the failure instead of waiting forever.
-                tracing::warn!(pod = %key_of(&self.pod), container = %container.name, error = %err, "cannot start");
-                run.done = true;
-                run.exit_code = 128;
-                run.status.state = Some(ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: 128,
-                        reason: Some(err.reason().into()),
-                        message: Some(err.to_string()),
-                        finished_at: Some(Time(Timestamp::now())),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
-            }
-        }
-    }
-
-    /// Writes phase, conditions and container statuses.
-    async fn report(&self, runs: &[ContainerRun], start_time: &Time) {
-        let all_done = runs.iter().all(|r| r.done);
-        let phase = if !all_done {
-            "Running"
-        } else if runs.iter().all(|r| r.exit_code == 0) {
-            "Succeeded"
-        } else {
-            "Failed"
-        };
-        let ready = if runs.iter().all(|r| r.status.ready) { "True" } else { "False" };
-        let now = Time(Timestamp::now());
-        let condition =
-            |type_: &str, status: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
-        let statuses: Vec<&ContainerStatus> = runs.iter().map(|r| &r.status).collect();
-        let patch = json!({"status": {
-            "phase": phase,
-            "startTime": start_time,
-            "hostIP": "127.0.0.1",
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
-            "conditions": [
-                condition("PodScheduled", "True"), condition("Initialized", "True"),
-                condition("ContainersReady", ready), condition("Ready", ready),
-            ],
-            "containerStatuses": statuses,
-        }});
-        patch_status(&self.client, &self.pod, patch).await;
-    }
-
-    /// SIGTERM every process group, SIGKILL what is left after `grace`, then
-    /// remove the Pod object.
-    async fn stop(
-        &self,
-        runs: &mut [ContainerRun],
-        exit_rx: &mut mpsc::UnboundedReceiver<(usize, i32)>,
-        grace: Option<Duration>,
-    ) {
-        let grace = grace.unwrap_or(MAX_GRACE);
-        let live = |runs: &[ContainerRun]| runs.iter().filter(|r| r.pgid.is_some()).count();
-        for pgid in runs.iter().filter_map(|r| r.pgid) {
-            let _ =
-                killpg(Pid::from_raw(pgid), if grace.is_zero() { Signal::SIGKILL } else { Signal::SIGTERM });
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while live(runs) > 0 {
-            match tokio::time::timeout_at(deadline, exit_rx.recv()).await {
-                Ok(Some((index, _))) => runs[index].pgid = None,
-                Ok(None) => break,
-                Err(_) => {
-                    for pgid in runs.iter().filter_map(|r| r.pgid) {
-                        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                    }
-                    // Reap what SIGKILL ended so no zombie outlives the Pod.
-                    while live(runs) > 0 {
-                        match tokio::time::timeout(Duration::from_secs(5), exit_rx.recv()).await {
-                            Ok(Some((index, _))) => runs[index].pgid = None,
-                            _ => break,
-                        }
-                    }
-                }
-            }
-        }
-        // Also end anything a container left behind in its group.
-        for run in runs.iter() {
-            if let Some(pid) =
-                run.status.container_id.as_deref().and_then(|id| id.strip_prefix("local-process://"))
-            {
-                if let Ok(pgid) = pid.parse() {
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                }
-            }
-        }
-        tracing::info!(pod = %key_of(&self.pod), "stopped");
-        finalize_deletion(&self.client, &self.pod).await;
     }
 }

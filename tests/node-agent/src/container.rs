@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::net::Ipv4Addr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -97,8 +98,9 @@ pub fn program_and_args(container: &Container, entrypoint: &Path) -> (PathBuf, V
 }
 
 /// The container's environment: a base PATH, the Pod's hostname, and its `env`
-/// with literal values and the downward-API fields a kubelet resolves.
-pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String> {
+/// with literal values and the downward-API fields a kubelet resolves
+/// (`status.podIP` is the Pod's own loopback address).
+pub fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let mut env = BTreeMap::from([
@@ -116,7 +118,8 @@ pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String>
                 "metadata.uid" => meta.uid.clone(),
                 "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
                 "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
-                "status.podIP" | "status.hostIP" => Some("127.0.0.1".to_string()),
+                "status.podIP" | "status.podIPs" => Some(pod_ip.to_string()),
+                "status.hostIP" => Some("127.0.0.1".to_string()),
                 other => {
                     tracing::warn!(field = other, var = %var.name, "unsupported fieldRef; left unset");
                     None
@@ -156,10 +159,13 @@ pub fn spawn(
     images: &[(String, PathBuf)],
     files: &ContainerFiles,
     pod_dir: &Path,
+    pod_ip: Ipv4Addr,
 ) -> Result<tokio::process::Child, StartError> {
     let image = container.image.clone().unwrap_or_default();
     let entrypoint = resolve_image(images, &image).ok_or(StartError::ImageNotMapped { image })?;
     let (program, args) = program_and_args(container, entrypoint);
+    let env = environment(pod, container, pod_ip);
+    let args: Vec<String> = args.iter().map(|arg| crate::network::expand(arg, &env)).collect();
     let (uid, gid) = run_as(pod, container)?;
     let prepare = |path: &Path, source| StartError::Prepare { path: path.to_path_buf(), source };
 
@@ -177,7 +183,7 @@ pub fn spawn(
     command
         .args(&args)
         .env_clear()
-        .envs(environment(pod, container))
+        .envs(&env)
         .current_dir(container.working_dir.as_deref().map_or(pod_dir, Path::new))
         .stdin(std::process::Stdio::null())
         .stdout(log)

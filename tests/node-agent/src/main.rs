@@ -5,7 +5,10 @@
 
 mod agent;
 mod container;
+mod network;
 mod node;
+mod probe;
+mod runner;
 
 use std::path::PathBuf;
 
