@@ -79,6 +79,7 @@ start_agent() { # start_agent AGENT_BINARY MINER_BINARY
   echo "$1 $2" >"$STATE/node-agent.args"
   start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1" \
     --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
+    --api-server "https://127.0.0.1:$API_PORT" --api-server-ca "$STATE/certs/apiserver.crt" \
     --image "mining-operator/miner=$2" --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
     --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh"

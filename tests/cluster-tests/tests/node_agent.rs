@@ -263,3 +263,75 @@ async fn replicas_get_their_own_pod_ips_and_readiness_gates_the_endpoints() {
     assert_eq!(deaf_deployment.status.and_then(|s| s.available_replicas).unwrap_or(0), 0);
     ns.delete().await;
 }
+
+/// A Pod running `script` in the shell image as ServiceAccount `account`,
+/// with its credentials mounted.
+fn in_cluster_pod(name: &str, account: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never", "serviceAccountName": account,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+            "containers": [{
+                "name": "main", "image": shell_image(), "command": ["sh", "-c", script],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }],
+        },
+    }))
+    .expect("a valid Pod")
+}
+
+#[tokio::test]
+async fn pods_talk_to_the_api_server_as_their_own_service_account() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster's node agent and kubectl");
+        return;
+    }
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let ns = TestNamespace::new("agent-sa").await;
+    for account in ["reader", "nobody"] {
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
+        ns.api::<ServiceAccount>().create(&PostParams::default(), &sa).await.unwrap();
+    }
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "read-pods"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}))
+    .unwrap();
+    ns.api::<Role>().create(&PostParams::default(), &role).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-pods"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns.name}]}))
+    .unwrap();
+    ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
+
+    // kubectl's in-cluster config: the service variables and the mounted files.
+    let script = "test \"$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)\" = \"$(printenv NS)\" \
+                  && kubectl get pods -o name";
+    let pods: Api<Pod> = ns.api();
+    for (name, account) in [("allowed", "reader"), ("denied", "nobody")] {
+        let mut pod = in_cluster_pod(name, account, script);
+        pod.spec.as_mut().unwrap().containers[0].env =
+            Some(vec![serde_json::from_value(json!({"name": "NS", "value": ns.name})).unwrap()]);
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let finished = |p: Option<&Pod>| {
+        matches!(p.and_then(|p| p.status.as_ref()?.phase.as_deref()), Some("Succeeded" | "Failed"))
+    };
+    let allowed = wait_for(&pods, "allowed", finished, TIMEOUT).await.expect("the pod");
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    assert_eq!(phase(&allowed), "Succeeded", "{:#?}", allowed.status);
+    let denied = wait_for(&pods, "denied", finished, TIMEOUT).await.expect("the pod");
+    assert_eq!(phase(&denied), "Failed");
+    let message = denied
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|cs| cs.into_iter().next())
+        .and_then(|c| c.state?.terminated?.message)
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("system:serviceaccount:{}:nobody", ns.name))
+            && message.contains("forbidden"),
+        "the missing RBAC rule should be what stops it: {message}"
+    );
+    ns.delete().await;
+}

@@ -53,13 +53,16 @@ struct Agent {
     waiting: HashMap<String, Pod>,
     /// Pods bound by us whose bound object has not been seen yet.
     binding: HashSet<String>,
-    /// Each running Pod's own loopback address.
+    /// Each running Pod's own address.
     ips: PodIps,
+    /// Where in-cluster Pods reach the API server, when configured.
+    api_server: Option<crate::credentials::ApiServer>,
     done_tx: mpsc::UnboundedSender<String>,
 }
 
 pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let api_server = config.in_cluster()?;
     let mut agent = Agent {
         client: client.clone(),
         config,
@@ -69,6 +72,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         waiting: HashMap::new(),
         binding: HashSet::new(),
         ips: PodIps::default(),
+        api_server,
         done_tx,
     };
     let pods: Api<Pod> = Api::all(client);
@@ -278,6 +282,7 @@ impl Agent {
         };
         let runner = PodRunner {
             pod_ip,
+            api_server: self.api_server.clone(),
             client: self.client.clone(),
             images: self.config.images.clone(),
             dir: self.pod_dir(&pod),

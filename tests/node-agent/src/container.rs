@@ -152,6 +152,15 @@ fn run_as(pod: &Pod, container: &Container) -> Result<(Option<u32>, Option<u32>)
     Ok((user.map(|u| u as u32), group.map(|g| g as u32)))
 }
 
+/// What every container of one Pod shares: its address, the in-cluster
+/// environment and the directory of its ServiceAccount credentials.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    pub pod_ip: Ipv4Addr,
+    pub env: Vec<(String, String)>,
+    pub credentials: Option<PathBuf>,
+}
+
 /// Starts the container's process. The caller waits on the returned child.
 pub fn spawn(
     pod: &Pod,
@@ -159,12 +168,16 @@ pub fn spawn(
     images: &[(String, PathBuf)],
     files: &ContainerFiles,
     pod_dir: &Path,
-    pod_ip: Ipv4Addr,
+    sandbox: &Sandbox,
 ) -> Result<tokio::process::Child, StartError> {
     let image = container.image.clone().unwrap_or_default();
     let entrypoint = resolve_image(images, &image).ok_or(StartError::ImageNotMapped { image })?;
     let (program, args) = program_and_args(container, entrypoint);
-    let env = environment(pod, container, pod_ip);
+    let mut env = environment(pod, container, sandbox.pod_ip);
+    for (name, value) in &sandbox.env {
+        // The container's own `env` wins, as with the kubelet's service variables.
+        env.entry(name.clone()).or_insert_with(|| value.clone());
+    }
     let args: Vec<String> = args.iter().map(|arg| crate::network::expand(arg, &env)).collect();
     let (uid, gid) = run_as(pod, container)?;
     let prepare = |path: &Path, source| StartError::Prepare { path: path.to_path_buf(), source };
@@ -202,6 +215,15 @@ pub fn spawn(
         }
         let source = c_path(&files.termination);
         let target = c_path(&target);
+        let credentials = match &sandbox.credentials {
+            Some(dir) => {
+                let mount_point = Path::new(crate::credentials::MOUNT_PATH);
+                // An empty directory on the host, as the mount point.
+                std::fs::create_dir_all(mount_point).map_err(|e| prepare(mount_point, e))?;
+                Some((c_path(dir), c_path(mount_point)))
+            }
+            None => None,
+        };
         // The user switch happens in the same closure, after the mounts: std
         // runs pre_exec closures after its own setuid, when mounting is no
         // longer allowed.
@@ -211,6 +233,9 @@ pub fn spawn(
         unsafe {
             command.pre_exec(move || {
                 private_termination_file(&source, &target)?;
+                if let Some((dir, mount_point)) = &credentials {
+                    bind(dir, mount_point)?;
+                }
                 switch_user(uid, gid)
             });
         }
@@ -236,6 +261,14 @@ fn private_termination_file(source: &CString, target: &CString) -> std::io::Resu
     let none: Option<&str> = None;
     unshare(CloneFlags::CLONE_NEWNS)?;
     mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+    mount(Some(source.as_c_str()), target.as_c_str(), none, MsFlags::MS_BIND, none)?;
+    Ok(())
+}
+
+/// In the child, inside the private mount namespace: `source` at `target`.
+fn bind(source: &CString, target: &CString) -> std::io::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    let none: Option<&str> = None;
     mount(Some(source.as_c_str()), target.as_c_str(), none, MsFlags::MS_BIND, none)?;
     Ok(())
 }

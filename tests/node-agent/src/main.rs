@@ -5,6 +5,7 @@
 
 mod agent;
 mod container;
+mod credentials;
 mod network;
 mod node;
 mod probe;
@@ -36,6 +37,25 @@ pub struct Config {
     /// Memory capacity to report.
     #[arg(long, default_value = "16Gi")]
     pub memory: String,
+    /// The API server as Pods reach it (https://HOST:PORT): Pods get
+    /// KUBERNETES_SERVICE_HOST/PORT and their ServiceAccount's credentials.
+    #[arg(long, requires = "api_server_ca")]
+    pub api_server: Option<String>,
+    /// The CA certificate of --api-server, mounted into Pods as ca.crt.
+    #[arg(long, requires = "api_server")]
+    pub api_server_ca: Option<PathBuf>,
+}
+
+impl Config {
+    /// The in-cluster API server, when configured.
+    pub fn in_cluster(&self) -> anyhow::Result<Option<credentials::ApiServer>> {
+        match (&self.api_server, &self.api_server_ca) {
+            (Some(url), Some(ca)) => {
+                Ok(Some(credentials::ApiServer::new(url, ca.clone()).map_err(anyhow::Error::msg)?))
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 fn parse_image_mapping(value: &str) -> Result<(String, PathBuf), String> {
@@ -55,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();
+    config.in_cluster().context("--api-server")?;
     std::fs::create_dir_all(config.state_dir.join("pods")).context("creating the state dir")?;
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
     node::register(&client, &config).await.context("registering the Node")?;

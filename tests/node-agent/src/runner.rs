@@ -17,7 +17,8 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::agent::{MAX_GRACE, fail_pod, finalize_deletion, key_of, patch_status};
-use crate::container::{self, ContainerFiles};
+use crate::container::{self, ContainerFiles, Sandbox};
+use crate::credentials::{self, ApiServer};
 use crate::probe::{ProbeState, Verdict};
 
 /// What one container is doing, as reported in `containerStatuses`.
@@ -32,6 +33,7 @@ struct ContainerRun {
 
 pub struct PodRunner {
     pub pod_ip: Ipv4Addr,
+    pub api_server: Option<ApiServer>,
     pub client: kube::Client,
     pub images: Vec<(String, PathBuf)>,
     pub dir: PathBuf,
@@ -59,6 +61,20 @@ impl PodRunner {
             )
             .await;
         }
+        let mut sandbox = Sandbox { pod_ip: self.pod_ip, env: Vec::new(), credentials: None };
+        if let Some(api_server) = &self.api_server {
+            sandbox.env = api_server.service_env();
+            if credentials::wants_token(&self.pod) {
+                match credentials::write_service_account(&self.client, &self.pod, api_server, &self.dir).await
+                {
+                    Ok(dir) => sandbox.credentials = Some(dir),
+                    Err(message) => {
+                        return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message)
+                            .await;
+                    }
+                }
+            }
+        }
         let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
         let start_time = Time(Timestamp::now());
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, i32)>();
@@ -80,7 +96,7 @@ impl PodRunner {
             })
             .collect();
         for (index, run) in runs.iter_mut().enumerate() {
-            self.start_container(index, run, &exit_tx);
+            self.start_container(index, run, &exit_tx, &sandbox);
         }
         self.report(&runs, &start_time).await;
         let mut probe_tick = tokio::time::interval(Duration::from_millis(500));
@@ -134,7 +150,7 @@ impl PodRunner {
                                 return self.stop(&mut runs, &mut exit_rx, grace).await;
                             }
                         }
-                        self.start_container(index, &mut runs[index], &exit_tx);
+                        self.start_container(index, &mut runs[index], &exit_tx, &sandbox);
                     } else {
                         run.status.state = Some(terminated);
                         run.status.ready = false;
@@ -159,10 +175,11 @@ impl PodRunner {
         index: usize,
         run: &mut ContainerRun,
         exit_tx: &mpsc::UnboundedSender<(usize, i32)>,
+        sandbox: &Sandbox,
     ) {
         let container = &self.pod.spec.as_ref().expect("pod has a spec").containers[index];
         let files = ContainerFiles::new(&self.dir, &container.name);
-        match container::spawn(&self.pod, container, &self.images, &files, &self.dir, self.pod_ip) {
+        match container::spawn(&self.pod, container, &self.images, &files, &self.dir, sandbox) {
             Ok(mut child) => {
                 let pid = child.id().map_or(0, |p| p as i32);
                 run.pgid = Some(pid);
