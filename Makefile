@@ -1,3 +1,4 @@
+# `make demo` runs the whole stack on this machine without a cluster or Docker.
 # The kind path: a kind cluster, the three images built and loaded, the chart
 # installed, the frontend port-forwarded. `make help` lists the targets.
 # Needs docker, kind, kubectl and helm (3.14+ or 4). Tests: `make test`.
@@ -15,10 +16,16 @@ HELM_ARGS ?=
 
 IMAGES = miner operator mcp-frontend
 
-.PHONY: help test kind-up images kind-load install port-forward kind-demo kind-down
+.PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+demo: ## the whole stack on this machine (no cluster, no Docker): local cluster, helm install, an MCP client mines a chain
+	demo/run.sh
+
+demo-down: ## stop the demo's local cluster
+	tests/cluster/cluster.sh down
 
 test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 	tests/run.sh

@@ -52,7 +52,13 @@ pub struct Context {
     pub admission: tokio::sync::Mutex<()>,
     /// Wakes queued workflows the moment a slot frees.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<MiningWorkflow>>,
+    /// When each workflow (by uid) last got a `Forbidden` Event: one per
+    /// [`FORBIDDEN_EVENT_INTERVAL`], not one per retry.
+    pub forbidden_told: std::sync::Mutex<HashMap<String, Instant>>,
 }
+
+/// How often a workflow stuck on a missing RBAC rule is told so again.
+const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
 
 impl Context {
     /// The workflow as of this operator's last status write.
@@ -120,6 +126,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         ready: ready.clone(),
         written: Default::default(),
         admission: tokio::sync::Mutex::new(()),
+        forbidden_told: Default::default(),
         wake,
     });
     tokio::spawn(async move {
@@ -151,10 +158,35 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         .await;
 }
 
-fn error_policy(_workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>) -> Requeue {
+fn error_policy(workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>) -> Requeue {
     warn!(error = %error, source = ?std::error::Error::source(error), "reconcile error");
     ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
+    if error.is_forbidden() {
+        tell_forbidden(&ctx, &workflow, error);
+    }
     Requeue::requeue(Duration::from_secs(if matches!(error, Error::ForeignJob { .. }) { 2 } else { 5 }))
+}
+
+/// A missing RBAC rule is the installer's to fix, and nothing in the logs of
+/// a Pod reaches the user who runs `kubectl describe mwf`: say it there, as a
+/// Warning Event (creating Events is a rule of its own, so this may fail too).
+fn tell_forbidden(ctx: &Context, workflow: &MiningWorkflow, error: &Error) {
+    let uid = workflow.metadata.uid.clone().unwrap_or_default();
+    {
+        let mut told = ctx.forbidden_told.lock().expect("no panics while holding the lock");
+        if told.get(&uid).is_some_and(|at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL) {
+            return;
+        }
+        if told.len() > ctx.store.state().len() + 64 {
+            told.retain(|_, at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL);
+        }
+        told.insert(uid, Instant::now());
+    }
+    let cause = std::error::Error::source(error).map(|s| s.to_string()).unwrap_or_default();
+    let note = format!("{error}: {cause} (the operator's ServiceAccount lacks an RBAC rule)");
+    let name = workflow.metadata.name.clone().unwrap_or_default();
+    let event = PlannedEvent { warning: true, reason: reasons::FORBIDDEN, note };
+    publish_events(ctx, workflow, &name, vec![event]);
 }
 
 async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {

@@ -62,6 +62,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// The API server refused the call for want of an RBAC rule (403).
+    pub fn is_forbidden(&self) -> bool {
+        let source = match self {
+            Self::ListJobs { source, .. }
+            | Self::ListPods { source, .. }
+            | Self::CreateJob { source, .. }
+            | Self::DeleteJob { source, .. }
+            | Self::DeleteWorkflow { source, .. }
+            | Self::WriteStatus { source, .. } => source,
+            Self::ForeignJob { .. } | Self::MissingMetadata(_) => return false,
+        };
+        matches!(source, kube::Error::Api(status) if status.code == 403)
+    }
+
     /// A fixed label for metrics (never the error text: unbounded values).
     pub fn metric_label(&self) -> &'static str {
         match self {

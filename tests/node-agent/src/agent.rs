@@ -57,10 +57,16 @@ struct Agent {
     ips: PodIps,
     /// Where in-cluster Pods reach the API server, when configured.
     api_server: Option<crate::credentials::ApiServer>,
+    /// The Service proxy's view of Services, for Pods' `/etc/hosts`.
+    services: Option<crate::services::ServiceDirectory>,
     done_tx: mpsc::UnboundedSender<String>,
 }
 
-pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
+pub async fn run(
+    client: kube::Client,
+    config: Config,
+    services: Option<crate::services::ServiceDirectory>,
+) -> anyhow::Result<()> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let api_server = config.in_cluster()?;
     let mut agent = Agent {
@@ -73,6 +79,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         binding: HashSet::new(),
         ips: PodIps::default(),
         api_server,
+        services,
         done_tx,
     };
     let pods: Api<Pod> = Api::all(client);
@@ -283,6 +290,7 @@ impl Agent {
         let runner = PodRunner {
             pod_ip,
             api_server: self.api_server.clone(),
+            services: self.services.clone(),
             client: self.client.clone(),
             images: self.config.images.clone(),
             dir: self.pod_dir(&pod),

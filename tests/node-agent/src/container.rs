@@ -153,12 +153,13 @@ fn run_as(pod: &Pod, container: &Container) -> Result<(Option<u32>, Option<u32>)
 }
 
 /// What every container of one Pod shares: its address, the in-cluster
-/// environment and the directory of its ServiceAccount credentials.
+/// environment and the host paths bind-mounted into it (source, target): its
+/// ServiceAccount credentials and its `/etc/hosts`.
 #[derive(Clone, Debug)]
 pub struct Sandbox {
     pub pod_ip: Ipv4Addr,
     pub env: Vec<(String, String)>,
-    pub credentials: Option<PathBuf>,
+    pub mounts: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Starts the container's process. The caller waits on the returned child.
@@ -215,15 +216,14 @@ pub fn spawn(
         }
         let source = c_path(&files.termination);
         let target = c_path(&target);
-        let credentials = match &sandbox.credentials {
-            Some(dir) => {
-                let mount_point = Path::new(crate::credentials::MOUNT_PATH);
-                // An empty directory on the host, as the mount point.
+        let mut mounts = Vec::with_capacity(sandbox.mounts.len());
+        for (source, mount_point) in &sandbox.mounts {
+            // A directory needs an (empty) directory on the host as its mount point.
+            if source.is_dir() {
                 std::fs::create_dir_all(mount_point).map_err(|e| prepare(mount_point, e))?;
-                Some((c_path(dir), c_path(mount_point)))
             }
-            None => None,
-        };
+            mounts.push((c_path(source), c_path(mount_point)));
+        }
         // The user switch happens in the same closure, after the mounts: std
         // runs pre_exec closures after its own setuid, when mounting is no
         // longer allowed.
@@ -233,8 +233,8 @@ pub fn spawn(
         unsafe {
             command.pre_exec(move || {
                 private_termination_file(&source, &target)?;
-                if let Some((dir, mount_point)) = &credentials {
-                    bind(dir, mount_point)?;
+                for (source, mount_point) in &mounts {
+                    bind(source, mount_point)?;
                 }
                 switch_user(uid, gid)
             });

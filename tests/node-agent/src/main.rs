@@ -10,6 +10,7 @@ mod network;
 mod node;
 mod probe;
 mod runner;
+mod services;
 
 use std::path::PathBuf;
 
@@ -80,5 +81,7 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
     node::register(&client, &config).await.context("registering the Node")?;
     tokio::spawn(node::heartbeat(client.clone(), config.clone()));
-    agent::run(client, config).await
+    // Without root there are no addresses to add to lo and no mounts to make.
+    let services = nix::unistd::geteuid().is_root().then(|| services::start(client.clone()));
+    agent::run(client, config, services).await
 }

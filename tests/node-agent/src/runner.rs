@@ -20,6 +20,7 @@ use crate::agent::{MAX_GRACE, fail_pod, finalize_deletion, key_of, patch_status}
 use crate::container::{self, ContainerFiles, Sandbox};
 use crate::credentials::{self, ApiServer};
 use crate::probe::{ProbeState, Verdict};
+use crate::services::ServiceDirectory;
 
 /// What one container is doing, as reported in `containerStatuses`.
 struct ContainerRun {
@@ -34,6 +35,8 @@ struct ContainerRun {
 pub struct PodRunner {
     pub pod_ip: Ipv4Addr,
     pub api_server: Option<ApiServer>,
+    /// Services to name in the Pod's `/etc/hosts` (when the agent runs as root).
+    pub services: Option<ServiceDirectory>,
     pub client: kube::Client,
     pub images: Vec<(String, PathBuf)>,
     pub dir: PathBuf,
@@ -61,13 +64,23 @@ impl PodRunner {
             )
             .await;
         }
-        let mut sandbox = Sandbox { pod_ip: self.pod_ip, env: Vec::new(), credentials: None };
+        let mut sandbox = Sandbox { pod_ip: self.pod_ip, env: Vec::new(), mounts: Vec::new() };
+        if let Some(services) = &self.services {
+            let hosts = self.dir.join("hosts");
+            let namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default");
+            let hostname = self.pod.metadata.name.as_deref().unwrap_or("pod");
+            if let Err(err) = std::fs::write(&hosts, services.hosts(namespace, hostname, self.pod_ip)) {
+                let message = format!("writing {}: {err}", hosts.display());
+                return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message).await;
+            }
+            sandbox.mounts.push((hosts, "/etc/hosts".into()));
+        }
         if let Some(api_server) = &self.api_server {
             sandbox.env = api_server.service_env();
             if credentials::wants_token(&self.pod) {
                 match credentials::write_service_account(&self.client, &self.pod, api_server, &self.dir).await
                 {
-                    Ok(dir) => sandbox.credentials = Some(dir),
+                    Ok(dir) => sandbox.mounts.push((dir, credentials::MOUNT_PATH.into())),
                     Err(message) => {
                         return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message)
                             .await;

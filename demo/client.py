@@ -1,0 +1,99 @@
+"""The demo's MCP client: the official Python SDK mining one chain through the
+installed frontend, printing progress as it arrives and the chain at the end.
+
+    python3 demo/client.py URL [--host HOST] [--difficulty D] [--blocks N]
+
+The bearer token comes from $MCP_TOKEN. --host is sent as the Host header:
+the Service's DNS name when URL names its ClusterIP, as a Pod would send it.
+Exit status 0 only when the chain completed and every hash checks out.
+"""
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+
+def leading_zero_bits(digest: bytes) -> int:
+    bits = 0
+    for byte in digest:
+        if byte == 0:
+            bits += 8
+            continue
+        return bits + 8 - byte.bit_length()
+    return bits
+
+
+def check(chain: dict) -> list[str]:
+    """Re-hashes every block on the client side: trust, but verify."""
+    problems, prev = [], "GENESIS"
+    for block in chain["blocks"]:
+        digest = hashlib.sha256(f"{block['index']}:{prev}:{block['nonce']}".encode()).digest()
+        if digest.hex().upper() != block["hash"].upper() or block["prev"] != prev:
+            problems.append(f"block {block['index']} does not hash to what it says")
+        elif leading_zero_bits(digest) < chain["difficulty"]:
+            problems.append(f"block {block['index']} misses difficulty {chain['difficulty']}")
+        prev = block["hash"]
+    return problems
+
+
+async def mine(args: argparse.Namespace) -> dict:
+    headers = {}
+    if os.environ.get("MCP_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['MCP_TOKEN']}"
+    if args.host:
+        headers["Host"] = args.host
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        print(f"  progress {done:.0f}/{total or '?':.0f}  {message or ''}", flush=True)
+
+    async with streamablehttp_client(args.url, headers=headers) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            info = await session.initialize()
+            tools = [tool.name for tool in (await session.list_tools()).tools]
+            print(f"connected to {info.serverInfo.name} {info.serverInfo.version} "
+                  f"(protocol {info.protocolVersion}); tools: {', '.join(tools)}", flush=True)
+            arguments = {"difficulty": args.difficulty, "blocks": args.blocks, "wait_seconds": 20}
+            print(f"start_mining {json.dumps(arguments)}", flush=True)
+            result = await session.call_tool("start_mining", arguments, progress_callback=on_progress)
+            outcome = result.structuredContent or {}
+            while outcome.get("status") == "running":
+                print(f"  still running ({outcome.get('workflow_id')}); get_mining_result waits again", flush=True)
+                result = await session.call_tool(
+                    "get_mining_result",
+                    {"workflow_id": outcome["workflow_id"], "wait_seconds": 20},
+                    progress_callback=on_progress,
+                )
+                outcome = result.structuredContent or {}
+            return outcome
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("--host")
+    parser.add_argument("--difficulty", type=int, default=20)
+    parser.add_argument("--blocks", type=int, default=4)
+    args = parser.parse_args()
+    outcome = asyncio.run(mine(args))
+    if outcome.get("status") != "completed":
+        print(f"the workflow did not complete: {json.dumps(outcome, indent=2)}", file=sys.stderr)
+        return 1
+    chain = outcome["result"]
+    print(f"\nworkflow {outcome['workflow_id']}: {len(chain['blocks'])} blocks at difficulty {chain['difficulty']}")
+    print(f"{'block':>5}  {'nonce':>10}  hash")
+    for block in chain["blocks"]:
+        print(f"{block['index']:>5}  {block['nonce']:>10}  {block['hash']}")
+    problems = check(chain)
+    for problem in problems:
+        print(f"INVALID: {problem}", file=sys.stderr)
+    print("every hash re-checked by the client" if not problems else "the chain does not check out")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

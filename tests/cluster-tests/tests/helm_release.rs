@@ -1,0 +1,301 @@
+//! The chart installed for real into the local test cluster. The operator and
+//! the frontend run as Pods under their own ServiceAccounts (the node agent
+//! gives them in-cluster credentials, Pod IPs, probes, and plays kube-proxy
+//! and cluster DNS for Services). The official Python SDK client mines
+//! through the frontend's Service, `helm test` passes, an upgrade takes a
+//! changed value, and uninstalling leaves nothing of the release behind.
+
+use std::time::Duration;
+
+use cluster_tests::helm::{chart, helm, must};
+use cluster_tests::mcp::{Sdk, collect, structured, tool_error_text};
+use cluster_tests::{TestNamespace, eventually, install_crd, is_local_cluster, reference_chain};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use mining_api::MiningWorkflow;
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One Helm release of the chart in a test namespace of its own.
+struct Release {
+    helm: String,
+    name: String,
+    ns: TestNamespace,
+}
+
+impl Release {
+    /// Installs (and waits for) a release whose Roles cover only its own
+    /// namespace: the operator must not reconcile other tests' workflows.
+    async fn install(prefix: &str, values: &[&str]) -> Self {
+        let ns = TestNamespace::new(prefix).await;
+        install_crd(&ns.client).await;
+        let name = format!("r{}", &ns.name[ns.name.len() - 5..]);
+        let release = Release { helm: helm(), name, ns };
+        let watch = format!("watchNamespace={}", release.ns.name);
+        // Pods here share the host's network namespace: each listens at its own Pod IP.
+        let mut args = vec![
+            "install",
+            release.name.as_str(),
+            "--set",
+            watch.as_str(),
+            "--set",
+            "listenAddress=$(POD_IP)",
+        ];
+        args.extend(["--set", "frontend.auth.mode=kubernetes"]);
+        args.extend(values);
+        // The CRD exists already (other tests install it); the release adopts it.
+        args.push("--take-ownership");
+        release.helm_in_namespace(&args);
+        release
+    }
+
+    fn helm_in_namespace(&self, args: &[&str]) -> String {
+        let chart = chart();
+        let mut full = args.to_vec();
+        if matches!(args[0], "install" | "upgrade") {
+            full.insert(2, &chart);
+            full.extend(["--wait", "--timeout", "180s"]);
+        }
+        full.extend(["--namespace", self.ns.name.as_str()]);
+        must(&self.helm, &full)
+    }
+
+    fn fullname(&self) -> String {
+        format!("{}-mining-operator", self.name)
+    }
+
+    fn frontend(&self) -> String {
+        format!("{}-frontend", self.fullname())
+    }
+
+    /// The frontend's Service URL and the Host a Pod would send (its DNS name).
+    async fn frontend_url(&self) -> (String, String) {
+        let service = self.ns.api::<Service>().get(&self.frontend()).await.unwrap();
+        let ip = service.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
+        (format!("http://{ip}/mcp"), format!("{}.{}.svc", self.frontend(), self.ns.name))
+    }
+
+    /// A token of a new ServiceAccount that the chart's aggregated `edit`
+    /// ClusterRole is bound to in this namespace: an ordinary user of it.
+    async fn user_token(&self, account: &str) -> String {
+        let accounts: Api<ServiceAccount> = self.ns.api();
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
+        accounts.create(&PostParams::default(), &sa).await.unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": format!("{}-edit", self.fullname())},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.ns.name}],
+        }))
+        .unwrap();
+        self.ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
+        let request = accounts
+            .create_token_request(account, &PostParams::default(), &TokenRequest::default())
+            .await
+            .unwrap();
+        request.status.expect("a token").token
+    }
+
+    /// Calls a tool with the official Python SDK through the frontend's Service.
+    async fn call(&self, token: &str, tool: &str, arguments: Value) -> Value {
+        let (url, host) = self.frontend_url().await;
+        let mut command =
+            Sdk::Python.command(&url, Some(token), false, &["call", tool, &arguments.to_string()]);
+        command.env("MCP_HOST", host);
+        collect(Sdk::Python, command.spawn().expect("start the Python client")).await
+    }
+
+    /// Mines to the end: start, then get_mining_result until final.
+    async fn mine(&self, token: &str, arguments: Value) -> Value {
+        let started = self.call(token, "start_mining", arguments).await;
+        let mut outcome = structured(&started).clone();
+        let id = outcome["workflow_id"].as_str().expect("a workflow id").to_string();
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while outcome["status"] == "running" && std::time::Instant::now() < deadline {
+            let polled =
+                self.call(token, "get_mining_result", json!({"workflow_id": id, "wait_seconds": 15})).await;
+            outcome = structured(&polled).clone();
+        }
+        outcome
+    }
+
+    /// Both Deployments have rolled out: every replica updated, ready and
+    /// alone (no Pod of an older template is left).
+    async fn rolled_out(&self) {
+        let deployments: Api<Deployment> = self.ns.api();
+        let pods: Api<Pod> = self.ns.api();
+        let selector = format!("app.kubernetes.io/instance={}", self.name);
+        eventually("the release's Deployments to roll out", TIMEOUT, || async {
+            let listed = deployments.list(&ListParams::default().labels(&selector)).await.ok()?;
+            let wanted: i32 =
+                listed.items.iter().map(|d| d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)).sum();
+            let done = listed.items.iter().all(|d| {
+                let (spec, status) = (d.spec.as_ref().unwrap(), d.status.clone().unwrap_or_default());
+                let replicas = spec.replicas.unwrap_or(1);
+                status.updated_replicas == Some(replicas)
+                    && status.ready_replicas == Some(replicas)
+                    && status.replicas == Some(replicas)
+                    && status.observed_generation == d.metadata.generation
+            });
+            let running = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items.len() as i32;
+            (done && running == wanted).then_some(())
+        })
+        .await
+    }
+}
+
+fn ready_addresses(endpoints: &Endpoints) -> Vec<String> {
+    (endpoints.subsets.iter().flatten())
+        .flat_map(|s| s.addresses.iter().flatten().map(|a| a.ip.clone()))
+        .collect()
+}
+
+fn assert_is_reference_chain(outcome: &Value, blocks: u32, difficulty: u32) {
+    assert_eq!(outcome["status"], "completed", "{outcome:#}");
+    let mined = outcome["result"]["blocks"].as_array().unwrap();
+    let reference = reference_chain(blocks, difficulty);
+    assert_eq!(mined.len(), reference.len(), "{outcome:#}");
+    for (got, want) in mined.iter().zip(&reference) {
+        assert_eq!(got["hash"], want["hash"], "block {}", want["index"]);
+        assert_eq!(got["nonce"], want["nonce"], "block {}", want["index"]);
+    }
+}
+
+#[tokio::test]
+async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_and_uninstalls_cleanly() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster, whose node agent maps the chart's images");
+        return;
+    }
+    let release = Release::install("helm", &[]).await;
+    let ns = &release.ns;
+
+    // Both frontend replicas stand behind the Service, each at its own address.
+    let endpoints: Api<Endpoints> = ns.api();
+    let addresses = eventually("two ready frontend endpoints", TIMEOUT, || async {
+        let found = endpoints.get(&release.frontend()).await.ok()?;
+        Some(ready_addresses(&found)).filter(|a| a.len() == 2)
+    })
+    .await;
+    assert_ne!(addresses[0], addresses[1]);
+
+    // A client mines a chain through the Service; the chain is the reference's.
+    let token = release.user_token("agent").await;
+    let outcome = release.mine(&token, json!({"difficulty": 8, "blocks": 3, "wait_seconds": 20})).await;
+    assert_is_reference_chain(&outcome, 3, 8);
+    let workflows: Api<MiningWorkflow> = ns.api();
+    let id = outcome["workflow_id"].as_str().unwrap();
+    let stored = workflows.get(id).await.expect("the workflow is a MiningWorkflow in the release namespace");
+    assert_eq!(stored.status.and_then(|s| s.phase).map(|p| p.to_string()).as_deref(), Some("Succeeded"));
+
+    // `helm test`: a Pod that resolves the Service by name and calls /mcp.
+    let tested = release.helm_in_namespace(&["test", &release.name, "--timeout", "120s"]);
+    assert!(tested.contains("Phase:") && tested.contains("Succeeded"), "{tested}");
+
+    // An upgrade with a changed value: the new default block count.
+    release.helm_in_namespace(&[
+        "upgrade",
+        &release.name,
+        "--reuse-values",
+        "--set",
+        "frontend.defaultBlocks=2",
+        "--take-ownership",
+    ]);
+    release.rolled_out().await;
+    let outcome = release.mine(&token, json!({"difficulty": 8, "wait_seconds": 20})).await;
+    assert_is_reference_chain(&outcome, 2, 8);
+
+    // Workflows are the users' data: deleting them takes their Jobs and Pods.
+    workflows.delete_collection(&DeleteParams::background(), &ListParams::default()).await.unwrap();
+    let jobs: Api<Job> = ns.api();
+    eventually("the workflows' Jobs to go", TIMEOUT, || async {
+        jobs.list(&ListParams::default()).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+    let pods: Api<Pod> = ns.api();
+    eventually("no Pods left", TIMEOUT, || async {
+        pods.list(&ListParams::default()).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+    let of_release = ListParams::default().labels(&format!("app.kubernetes.io/instance={}", release.name));
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert!(ns.api::<Role>().list(&of_release).await.unwrap().items.is_empty());
+    assert!(ns.api::<RoleBinding>().list(&of_release).await.unwrap().items.is_empty());
+    assert!(ns.api::<ServiceAccount>().list(&of_release).await.unwrap().items.is_empty());
+    assert!(ns.api::<Service>().list(&of_release).await.unwrap().items.is_empty());
+    let cluster_roles: Api<ClusterRole> = Api::all(ns.client.clone());
+    assert!(cluster_roles.list(&of_release).await.unwrap().items.is_empty(), "aggregated ClusterRoles stay");
+    // The CRD stays, by design: removing it would delete every user's workflows.
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client.clone());
+    assert!(crds.get_opt("miningworkflows.mining-operator.dev").await.unwrap().is_some());
+    let Release { ns, .. } = release;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_component_whose_service_account_lacks_a_rule_fails_visibly() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster, whose node agent maps the chart's images");
+        return;
+    }
+    let release = Release::install("helm-rbac", &["--set", "frontend.replicas=1"]).await;
+    let ns = &release.ns;
+    let token = release.user_token("agent").await;
+    let roles: Api<Role> = ns.api();
+    let without = |role: &Role, resource: &str| -> Value {
+        let rules: Vec<Value> = (role.rules.iter().flatten())
+            .filter(|r| !r.resources.iter().flatten().any(|x| x == resource))
+            .map(|r| serde_json::to_value(r).unwrap())
+            .collect();
+        json!({"rules": rules})
+    };
+
+    // The operator may no longer create Jobs: the workflow says why it stands still.
+    let operator_role = roles.get(&format!("{}-operator", release.fullname())).await.unwrap();
+    let patch = Patch::Merge(without(&operator_role, "jobs"));
+    roles.patch(&format!("{}-operator", release.fullname()), &PatchParams::default(), &patch).await.unwrap();
+    let started =
+        release.call(&token, "start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0})).await;
+    let id = structured(&started)["workflow_id"].as_str().unwrap().to_string();
+    let events: Api<Event> = ns.api();
+    let note = eventually("a Forbidden Event on the workflow", TIMEOUT, || async {
+        let listed = events.list(&ListParams::default()).await.ok()?;
+        listed.items.into_iter().find_map(|e| {
+            let about = e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.as_str());
+            (about && e.reason.as_deref() == Some("Forbidden")).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await;
+    let operator_account = format!("system:serviceaccount:{}:{}-operator", ns.name, release.fullname());
+    assert!(note.contains(&operator_account) && note.contains("jobs"), "{note}");
+    let stuck = release.call(&token, "get_mining_result", json!({"workflow_id": id})).await;
+    assert_eq!(structured(&stuck)["status"], "running", "no Job, no progress");
+
+    // The frontend may no longer create MiningWorkflows: the tool says so.
+    let frontend_role = roles.get(&release.frontend()).await.unwrap();
+    let mut rules = without(&frontend_role, "miningworkflows");
+    let read_only = json!({"apiGroups": ["mining-operator.dev"], "resources": ["miningworkflows"],
+                           "verbs": ["get", "list", "watch", "patch"]});
+    rules["rules"].as_array_mut().unwrap().push(read_only);
+    roles.patch(&release.frontend(), &PatchParams::default(), &Patch::Merge(rules)).await.unwrap();
+    let refused = eventually("start_mining to be refused", TIMEOUT, || async {
+        let document = release.call(&token, "start_mining", json!({"difficulty": 8, "blocks": 1})).await;
+        (document["result"]["isError"] == true).then_some(document)
+    })
+    .await;
+    let text = tool_error_text(&refused);
+    let frontend_account = format!("system:serviceaccount:{}:{}", ns.name, release.frontend());
+    assert!(text.contains("forbidden") && text.contains(&frontend_account), "{text}");
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+    let Release { ns, .. } = release;
+    ns.delete().await;
+}
