@@ -28,10 +28,11 @@ export KUBECONFIG
 
 log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPACE)"
 # Pods of the local cluster share the host's network namespace: each listens
-# at its own Pod IP. Callers authenticate with Kubernetes tokens.
+# at its own Pod IP. Callers authenticate with Kubernetes tokens. The release
+# adopts a CRD that is already there (applied by hand, or by the tests).
 "$HELM" upgrade --install "$RELEASE" charts/mining-operator --namespace "$NAMESPACE" --create-namespace \
   --set watchNamespace="$NAMESPACE" --set 'listenAddress=$(POD_IP)' --set frontend.auth.mode=kubernetes \
-  --wait --timeout 3m
+  --take-ownership --wait --timeout 3m
 kubectl --namespace "$NAMESPACE" get deployments,pods,services
 
 log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-edit ClusterRole"
