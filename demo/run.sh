@@ -16,7 +16,7 @@ BLOCKS=${DEMO_BLOCKS:-4}
 FULLNAME="$RELEASE-mining-operator"
 
 log "building the miner, operator, frontend and node agent (release)"
-cargo build --release --quiet -p miner -p mining-operator -p mcp-frontend -p node-agent
+cargo build --release --quiet --workspace --bins
 log "fetching Helm 4 and the official Python MCP SDK (PyPI)"
 HELM=$(tests/tools/install-helm.sh)
 tests/mcp-clients/install.sh python
