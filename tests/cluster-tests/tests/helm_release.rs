@@ -299,3 +299,27 @@ async fn a_component_whose_service_account_lacks_a_rule_fails_visibly() {
     let Release { ns, .. } = release;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn tokens_mode_reads_its_secret_and_refuses_other_tokens() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster, whose node agent maps the chart's images");
+        return;
+    }
+    let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
+    let release =
+        Release::install("helm-tokens", &[&tokens[..], &["--set", "frontend.replicas=1"]].concat()).await;
+    // The frontend reads the chart's Secret, mounted as a file.
+    let outcome =
+        release.mine("alice-secret", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 20})).await;
+    assert_is_reference_chain(&outcome, 1, 8);
+    let refused = release.call("mallory-guess", "list_mining_workflows", json!({})).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("401"), "another token must be refused: {refused:#}");
+    // The helm-test Pod takes its token from the same Secret.
+    let tested = release.helm_in_namespace(&["test", &release.name, "--timeout", "120s"]);
+    assert!(tested.contains("Succeeded"), "{tested}");
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+    let Release { ns, .. } = release;
+    ns.delete().await;
+}

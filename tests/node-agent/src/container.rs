@@ -160,6 +160,8 @@ pub struct Sandbox {
     pub pod_ip: Ipv4Addr,
     pub env: Vec<(String, String)>,
     pub mounts: Vec<(PathBuf, PathBuf)>,
+    /// The Pod's prepared volumes by name, mounted where a container asks.
+    pub volumes: std::collections::BTreeMap<String, PathBuf>,
 }
 
 /// Starts the container's process. The caller waits on the returned child.
@@ -217,7 +219,12 @@ pub fn spawn(
         let source = c_path(&files.termination);
         let target = c_path(&target);
         let mut mounts = Vec::with_capacity(sandbox.mounts.len());
-        for (source, mount_point) in &sandbox.mounts {
+        // The agent's own mounts win: the API server's ServiceAccount
+        // admission adds a token Secret volume at the credentials' path,
+        // whose CA is not the one this API server serves with.
+        let mut own = crate::volumes::mounts_of(container, &sandbox.volumes);
+        own.retain(|(_, target)| !sandbox.mounts.iter().any(|(_, taken)| taken == target));
+        for (source, mount_point) in sandbox.mounts.iter().chain(&own) {
             // A directory needs an (empty) directory on the host as its mount point.
             if source.is_dir() {
                 std::fs::create_dir_all(mount_point).map_err(|e| prepare(mount_point, e))?;

@@ -11,6 +11,7 @@ mod node;
 mod probe;
 mod runner;
 mod services;
+mod volumes;
 
 use std::path::PathBuf;
 

@@ -64,7 +64,14 @@ impl PodRunner {
             )
             .await;
         }
-        let mut sandbox = Sandbox { pod_ip: self.pod_ip, env: Vec::new(), mounts: Vec::new() };
+        let mut sandbox =
+            Sandbox { pod_ip: self.pod_ip, env: Vec::new(), mounts: Vec::new(), volumes: Default::default() };
+        match crate::volumes::prepare(&self.client, &self.pod, &self.dir).await {
+            Ok(volumes) => sandbox.volumes = volumes,
+            Err(message) => {
+                return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message).await;
+            }
+        }
         if let Some(services) = &self.services {
             let hosts = self.dir.join("hosts");
             let namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default");
