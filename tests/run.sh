@@ -37,4 +37,7 @@ elif [ -x tests/cluster/cluster.sh ]; then
   export KUBECONFIG MINING_CLUSTER_LOCAL=1
 fi
 
+# In CI a failing test's panic message should end its output, where a log
+# excerpt finds it, not a backtrace.
+if [ -n "${CI:-}" ]; then export RUST_BACKTRACE=0; fi
 cargo nextest run --workspace --no-fail-fast "$@"

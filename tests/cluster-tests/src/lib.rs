@@ -118,6 +118,26 @@ where
     }
 }
 
+/// Creates a Pod, retrying while the API server answers "retry": before 1.24
+/// its ServiceAccount admission refuses a Pod whose (new) account has no
+/// token Secret yet, with `ServerTimeout` and code 500, which no client
+/// retries on its own. Panics on any other error, or after `timeout`.
+pub async fn create_pod(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    timeout: Duration,
+) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    eventually(&format!("the API server to take Pod {name}"), timeout, || async {
+        match pods.create(&PostParams::default(), pod).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(status)) if status.reason == "ServerTimeout" => None,
+            Err(err) => panic!("creating Pod {name}: {err}"),
+        }
+    })
+    .await
+}
+
 /// Installs the CRD from crds/ and waits until it is established.
 ///
 /// Create-or-replace rather than server-side apply: API servers older than

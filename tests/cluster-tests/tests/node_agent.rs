@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cluster_tests::{TestNamespace, eventually, is_local_cluster, shell_image, wait_for};
+use cluster_tests::{TestNamespace, create_pod, eventually, is_local_cluster, shell_image, wait_for};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -287,6 +287,7 @@ async fn pods_talk_to_the_api_server_as_their_own_service_account() {
         eprintln!("skipped: needs the local cluster's node agent and kubectl");
         return;
     }
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let ns = TestNamespace::new("agent-sa").await;
@@ -303,6 +304,20 @@ async fn pods_talk_to_the_api_server_as_their_own_service_account() {
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns.name}]}))
     .unwrap();
     ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
+    // The authorizer reads RBAC from its own cache: wait until it has the
+    // binding, so a slow cache cannot pass for a broken token.
+    let reviews: Api<SubjectAccessReview> = Api::all(ns.client.clone());
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
+        "user": format!("system:serviceaccount:{}:reader", ns.name),
+        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", ns.name)],
+        "resourceAttributes": {"namespace": ns.name, "verb": "list", "resource": "pods"},
+    }}))
+    .unwrap();
+    eventually("the authorizer to see the RoleBinding", TIMEOUT, || async {
+        let answer = reviews.create(&PostParams::default(), &review).await.expect("a SubjectAccessReview");
+        answer.status.is_some_and(|s| s.allowed).then_some(())
+    })
+    .await;
 
     // What every client library's in-cluster config reads: the service
     // variables and the mounted token, CA and namespace. (Python's standard
@@ -325,7 +340,8 @@ PY"#;
         let mut pod = in_cluster_pod(name, account, script);
         pod.spec.as_mut().unwrap().containers[0].env =
             Some(vec![serde_json::from_value(json!({"name": "NS", "value": ns.name})).unwrap()]);
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // The accounts are new: on 1.20 their token Secrets may not exist yet.
+        create_pod(&pods, &pod, TIMEOUT).await;
     }
     let finished = |p: Option<&Pod>| {
         matches!(p.and_then(|p| p.status.as_ref()?.phase.as_deref()), Some("Succeeded" | "Failed"))
