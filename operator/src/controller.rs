@@ -12,8 +12,8 @@ use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
 use serde_json::json;
@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use std::collections::HashMap;
 
 use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
+use crate::api_calls::counting_calls;
 use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job};
 use crate::metrics::{ErrorLabels, Metrics};
@@ -41,6 +42,12 @@ pub struct Context {
     pub config: Config,
     /// All workflows the controller sees (to count those mining).
     pub store: Store<MiningWorkflow>,
+    /// The operator's Jobs, from the same watch that triggers reconciles.
+    pub jobs: Store<Job>,
+    /// Jobs this operator created that its Job store has not shown yet
+    /// (name → workflow uid, block, when): without these a reconcile that
+    /// runs before the creation's watch event would create the Job again.
+    pub expected_jobs: std::sync::Mutex<HashMap<String, (String, u32, Instant)>>,
     pub ready: Arc<AtomicBool>,
     /// The status last written per workflow uid. This operator is the only
     /// writer of `status`, so what it wrote is at least as new as the cache,
@@ -116,6 +123,12 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     };
     let controller = Controller::new(workflows, watcher::Config::default().any_semantic());
     let store = controller.store();
+    let (job_store, job_writer) = reflector::store::<Job>();
+    let managed = format!("{}={MANAGER}", labels::MANAGED_BY);
+    let job_events = watcher(jobs, watcher::Config::default().labels(&managed).any_semantic())
+        .default_backoff()
+        .reflect(job_writer)
+        .touched_objects();
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let context = Arc::new(Context {
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
@@ -123,6 +136,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         metrics,
         config,
         store: store.clone(),
+        jobs: job_store.clone(),
+        expected_jobs: Default::default(),
         ready: ready.clone(),
         written: Default::default(),
         admission: tokio::sync::Mutex::new(()),
@@ -134,7 +149,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         // not always woken (the controller itself waits on it too), but a
         // fresh wait after the initial list returns at once.
         loop {
-            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+            let both = async { store.wait_until_ready().await.and(job_store.wait_until_ready().await) };
+            match tokio::time::timeout(Duration::from_millis(200), both).await {
                 Ok(Ok(())) => {
                     ready.store(true, Ordering::Relaxed);
                     info!("caches synced; ready");
@@ -146,7 +162,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         }
     });
     controller
-        .owns(jobs, watcher::Config::default().labels(&format!("{}={MANAGER}", labels::MANAGED_BY)))
+        .owns_stream(job_events)
         .reconcile_on(woken)
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
@@ -193,8 +209,9 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let workflow = ctx.freshest(&workflow);
-    let result = reconcile_inner(&workflow, &ctx).await;
+    let (result, calls) = counting_calls(reconcile_inner(&workflow, &ctx)).await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    ctx.metrics.api_calls_per_reconcile.observe(calls as f64);
     ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| phase_of(w)));
     result
 }
@@ -219,7 +236,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         return Ok(Requeue::await_change());
     }
     // Observe.
-    let jobs = observe_jobs(workflow, &name, &namespace, &ctx.client).await?;
+    let jobs = observe_jobs(workflow, &name, &namespace, ctx).await?;
     // A workflow that may be admitted counts the others under the admission
     // lock, held until its status is written.
     let before = phase_of(workflow);
@@ -305,7 +322,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     }
     for action in &plan.actions {
         if let Action::CreateJob { block, prev, difficulty } = action {
-            create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?
+            let job = create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?;
+            let uid = workflow.metadata.uid.clone().unwrap_or_default();
+            let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
+            expected.insert(job, (uid, *block, Instant::now()));
         }
     }
     publish_events(ctx, workflow, &name, events);
@@ -378,37 +398,52 @@ pub fn build_event(
     }
 }
 
-/// This workflow's Jobs by block, each classified; a finished Job's Pods are
-/// read live (not from a cache), so a result is never missed for being late.
+/// This workflow's Jobs by block, each classified, from the Job store; only
+/// a finished Job whose block is not verified yet has its Pods read, live
+/// (not from a cache), so a result is never missed for being late.
 async fn observe_jobs(
     workflow: &MiningWorkflow,
     name: &str,
     namespace: &str,
-    client: &Client,
+    ctx: &Context,
 ) -> Result<BTreeMap<u32, BlockJob>> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let selector = format!("{}={}", labels::WORKFLOW, workflow_label(name));
-    let listed = jobs
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| Error::ListJobs { workflow: name.to_string(), source })?;
-    let uid = workflow.metadata.uid.as_deref();
+    let label = workflow_label(name);
+    let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
     // Blocks already verified in the status need no second look (and no Pod
     // reads: those would grow with the chain on every reconcile).
     let verified = workflow.status.as_ref().map_or(0, |s| s.blocks.len() as u32);
     let mut observed = BTreeMap::new();
-    for job in listed.items {
+    let mut seen = Vec::new();
+    for job in ctx.jobs.state() {
+        if job.metadata.namespace.as_deref() != Some(namespace)
+            || job.labels().get(labels::WORKFLOW) != Some(&label)
+        {
+            continue;
+        }
+        seen.push(job.name_any());
         // Only Jobs this workflow (this uid) controls: a same-named predecessor's are not ours.
-        let ours =
-            job.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
+        let ours = job.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
         let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
         let (true, Some(block)) = (ours, block) else { continue };
         if block > verified {
-            observed.insert(block, classify_job(&job, client).await?);
+            observed.insert(block, classify_job(&job, &ctx.client).await?);
+        }
+    }
+    // Created but not yet seen: running, as far as planning goes.
+    let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
+    expected.retain(|job, (_, _, at)| !seen.contains(job) && at.elapsed() < EXPECTATION_TIMEOUT);
+    for (owner, block, _) in expected.values() {
+        if owner == uid && *block > verified {
+            observed.entry(*block).or_insert(BlockJob::Running);
         }
     }
     Ok(observed)
 }
+
+/// How long a created Job counts as existing without its watch event: far
+/// longer than any watch delay, short enough that a Job deleted before it was
+/// ever seen is noticed.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
     let status = job.status.clone().unwrap_or_default();
@@ -475,7 +510,7 @@ async fn create_or_adopt_job(
     prev: &str,
     difficulty: u32,
     config: &Config,
-) -> Result<()> {
+) -> Result<String> {
     let settings = MinerSettings {
         image: &config.miner_image,
         image_pull_policy: &config.miner_image_pull_policy,
@@ -487,7 +522,7 @@ async fn create_or_adopt_job(
     match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &job).await {
         Ok(_) => {
             info!(workflow = %workflow.name_any(), block, job = %name, "created Job");
-            Ok(())
+            Ok(name)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing =
@@ -499,7 +534,7 @@ async fn create_or_adopt_job(
                 .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
             {
                 info!(workflow = %workflow.name_any(), block, job = %name, "adopted existing Job");
-                Ok(())
+                Ok(name)
             } else {
                 Err(Error::ForeignJob { name })
             }

@@ -6,6 +6,7 @@
 //! **status** (server-side apply on `/status`, skipped when unchanged).
 
 pub mod admission;
+pub mod api_calls;
 pub mod conditions;
 pub mod config;
 pub mod controller;
@@ -19,12 +20,6 @@ mod testing;
 /// Everything a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("listing the Jobs of workflow {workflow}")]
-    ListJobs {
-        workflow: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("listing the Pods of Job {job}")]
     ListPods {
         job: String,
@@ -65,8 +60,7 @@ impl Error {
     /// The API server refused the call for want of an RBAC rule (403).
     pub fn is_forbidden(&self) -> bool {
         let source = match self {
-            Self::ListJobs { source, .. }
-            | Self::ListPods { source, .. }
+            Self::ListPods { source, .. }
             | Self::CreateJob { source, .. }
             | Self::DeleteJob { source, .. }
             | Self::DeleteWorkflow { source, .. }
@@ -79,7 +73,6 @@ impl Error {
     /// A fixed label for metrics (never the error text: unbounded values).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Self::ListJobs { .. } => "list_jobs",
             Self::ListPods { .. } => "list_pods",
             Self::CreateJob { .. } => "create_job",
             Self::ForeignJob { .. } => "foreign_job",

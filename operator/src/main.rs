@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
+use mining_operator::api_calls::{CountCalls, counted_client};
 use mining_operator::config::Config;
 use mining_operator::controller;
 use mining_operator::metrics::Metrics;
@@ -41,8 +42,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();
-    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
     let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };
+    let kube_config = kube::Config::infer().await.context("finding the Kubernetes API")?;
+    let counter = CountCalls::new(state.metrics.api_calls.clone());
+    let client = counted_client(kube_config, counter).context("connecting to the Kubernetes API")?;
 
     let app = Router::new()
         .route("/metrics", get(metrics))

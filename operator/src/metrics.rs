@@ -9,6 +9,8 @@ use prometheus_client::registry::Registry;
 
 use mining_api::WorkflowPhase;
 
+use crate::api_calls::ApiCall;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub error: &'static str,
@@ -47,6 +49,10 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub block_duration: Histogram,
     pub workflows: Family<PhaseLabels, Gauge>,
+    pub api_calls: Family<ApiCall, Counter>,
+    pub api_calls_per_reconcile: Histogram,
+    /// 1 while this replica holds the leader lease, else 0.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -74,7 +80,27 @@ impl Default for Metrics {
         );
         let workflows = Family::<PhaseLabels, Gauge>::default();
         registry.register("workflows", "MiningWorkflows by phase", workflows.clone());
-        Self { registry, reconciles, reconcile_errors, reconcile_duration, block_duration, workflows }
+        let api_calls = Family::<ApiCall, Counter>::default();
+        registry.register("api_calls", "Calls to the API server, by verb and resource", api_calls.clone());
+        let api_calls_per_reconcile = Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0]);
+        registry.register(
+            "api_calls_per_reconcile",
+            "Calls to the API server one reconcile made",
+            api_calls_per_reconcile.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica holds the leader lease", leader.clone());
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            block_duration,
+            workflows,
+            api_calls,
+            api_calls_per_reconcile,
+            leader,
+        }
     }
 }
 
