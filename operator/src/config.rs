@@ -26,6 +26,36 @@ pub struct Config {
     /// Address of the /metrics, /healthz and /readyz server.
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    #[command(flatten)]
+    pub election: Election,
+}
+
+/// Leader election: several replicas, one reconciling.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct Election {
+    /// Take part in leader election (for running more than one replica);
+    /// without it this process reconciles alone.
+    #[arg(id = "leader_elect", long = "leader-elect", env = "LEADER_ELECT", default_value_t = false)]
+    pub enabled: bool,
+    /// The Lease the replicas compete for.
+    #[arg(
+        id = "leader_election_lease",
+        long = "leader-election-lease",
+        env = "LEADER_ELECTION_LEASE",
+        default_value = "mining-operator"
+    )]
+    pub lease: String,
+    /// Namespace of the Lease: by default this Pod's own, else the watched one, else `default`.
+    #[arg(id = "leader_election_namespace", long = "leader-election-namespace", env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Seconds a leader's lease lasts without renewal; a standby takes over
+    /// at most this long after the leader stops renewing.
+    #[arg(id = "leader_election_lease_seconds", long = "leader-election-lease-seconds", env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(3..=3600))]
+    pub lease_seconds: u64,
+    /// This replica's name in the Lease (the Pod name in a cluster).
+    #[arg(id = "leader_election_identity", long = "leader-election-identity", env = "POD_NAME")]
+    pub identity: Option<String>,
 }
 
 /// How each block's Job is run.
@@ -98,6 +128,8 @@ mod tests {
             &["operator", "--max-blocks", "0"],
             &["operator", "--max-concurrent-workflows", "0"],
             &["operator", "--job-backoff-limit", "-1"],
+            &["operator", "--leader-election-lease-seconds", "2"],
+            &["operator", "--leader-election-lease-seconds", "18446744073709551616"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

@@ -25,6 +25,7 @@ use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
 use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job};
+use crate::leader::{self, Leadership};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::naming::workflow_label;
 use crate::plan::{Action, BlockJob, Observed, PlannedEvent, plan, status_rejected};
@@ -53,7 +54,10 @@ pub struct Context {
     /// writer of `status`, so what it wrote is at least as new as the cache,
     /// which may not have caught up when a Job event triggers the next
     /// reconcile; planning on a stale status would verify a block twice.
-    pub written: std::sync::Mutex<std::collections::HashMap<String, mining_api::MiningWorkflowStatus>>,
+    /// With it, the resourceVersion that write produced: the next write's
+    /// precondition, so a deposed leader's late write fails instead of
+    /// putting an older status over a newer one.
+    pub written: std::sync::Mutex<HashMap<String, Written>>,
     /// Held from an admission's count to its status write: admissions never
     /// run in parallel, so the limit holds exactly.
     pub admission: tokio::sync::Mutex<()>,
@@ -62,6 +66,15 @@ pub struct Context {
     /// When each workflow (by uid) last got a `Forbidden` Event: one per
     /// [`FORBIDDEN_EVENT_INTERVAL`], not one per retry.
     pub forbidden_told: std::sync::Mutex<HashMap<String, Instant>>,
+    /// Whether this replica may reconcile now.
+    pub leadership: Leadership,
+}
+
+/// A status this operator wrote and the resourceVersion the write produced.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub status: MiningWorkflowStatus,
+    pub resource_version: Option<String>,
 }
 
 /// How often a workflow stuck on a missing RBAC rule is told so again.
@@ -79,17 +92,37 @@ impl Context {
                 self.store.state().iter().filter_map(|w| w.metadata.uid.clone()).collect();
             written.retain(|uid, _| live.contains(uid));
         }
-        if let Some(status) = written.get(&uid) {
-            workflow.status = Some(status.clone());
+        if let Some(written) = written.get(&uid) {
+            workflow.status = Some(written.status.clone());
+            workflow.metadata.resource_version =
+                newer_version(workflow.metadata.resource_version.take(), written.resource_version.clone());
         }
         workflow
+    }
+
+    /// Leadership changed. A new term starts from the API's state, not from
+    /// what this replica wrote in an earlier one, and looks at every workflow.
+    fn on_leadership(&self, leading: bool) {
+        self.metrics.leader.set(i64::from(leading));
+        self.written.lock().expect("no panics while holding the lock").clear();
+        self.expected_jobs.lock().expect("no panics while holding the lock").clear();
+        if leading {
+            for workflow in self.store.state() {
+                let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
+            }
+        }
+    }
+
+    fn forget(&self, workflow: &MiningWorkflow) {
+        let uid = workflow.metadata.uid.clone().unwrap_or_default();
+        self.written.lock().expect("no panics while holding the lock").remove(&uid);
     }
 
     /// Every workflow with its freshest phase.
     fn phases(&self) -> Vec<Seen> {
         let written: HashMap<String, WorkflowPhase> =
             (self.written.lock().expect("no panics while holding the lock").iter())
-                .filter_map(|(uid, status)| Some((uid.clone(), status.phase?)))
+                .filter_map(|(uid, written)| Some((uid.clone(), written.status.phase?)))
                 .collect();
         freshest_phases(self.store.state(), &written)
     }
@@ -101,9 +134,26 @@ impl Context {
         }
     }
 
-    fn remember(&self, workflow: &MiningWorkflow, status: &mining_api::MiningWorkflowStatus) {
+    fn remember(
+        &self,
+        workflow: &MiningWorkflow,
+        status: &MiningWorkflowStatus,
+        resource_version: Option<String>,
+    ) {
         let uid = workflow.metadata.uid.clone().unwrap_or_default();
-        self.written.lock().expect("no panics while holding the lock").insert(uid, status.clone());
+        let written = Written { status: status.clone(), resource_version };
+        self.written.lock().expect("no panics while holding the lock").insert(uid, written);
+    }
+}
+
+/// The newer of the cache's and this operator's last resourceVersion.
+/// resourceVersions are opaque: when both read as numbers the larger wins,
+/// else this operator's own. A wrong guess costs one refused write (409) and
+/// a retry from the cache, never a lost status.
+fn newer_version(cached: Option<String>, written: Option<String>) -> Option<String> {
+    match (cached.as_deref().map(str::parse::<u64>), written.as_deref().map(str::parse::<u64>)) {
+        (Some(Ok(c)), Some(Ok(w))) if c > w => cached,
+        _ => written.or(cached),
     }
 }
 
@@ -116,6 +166,23 @@ fn workflows_api(client: &Client, config: &Config) -> Api<MiningWorkflow> {
 
 /// Runs the controller until a shutdown signal.
 pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+    let (changes, mut changed) = tokio::sync::mpsc::unbounded_channel();
+    let (leadership, election) = if config.election.enabled {
+        let on_change = move |leading| {
+            let _ = changes.send(leading);
+        };
+        match leader::start(client.clone(), &config.election, config.namespace.as_deref(), on_change).await {
+            Ok((leadership, handle)) => (leadership, Some(handle)),
+            Err(err) => {
+                // Reconciling without the lease could race another leader: never do that.
+                warn!(error = %err, "cannot take part in leader election; not reconciling");
+                return;
+            }
+        }
+    } else {
+        metrics.leader.set(1);
+        (Leadership::alone(), None)
+    };
     let workflows = workflows_api(&client, &config);
     let jobs: Api<Job> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -142,7 +209,14 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         written: Default::default(),
         admission: tokio::sync::Mutex::new(()),
         forbidden_told: Default::default(),
+        leadership,
         wake,
+    });
+    let on_leadership = context.clone();
+    tokio::spawn(async move {
+        while let Some(leading) = changed.recv().await {
+            on_leadership.on_leadership(leading);
+        }
     });
     tokio::spawn(async move {
         // Re-polled rather than awaited once: a second waiter on the store is
@@ -172,6 +246,9 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
             }
         })
         .await;
+    if let Some(election) = election {
+        election.step_down().await;
+    }
 }
 
 fn error_policy(workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>) -> Requeue {
@@ -206,6 +283,10 @@ fn tell_forbidden(ctx: &Context, workflow: &MiningWorkflow, error: &Error) {
 }
 
 async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {
+    if !ctx.leadership.is_leading() {
+        // A standby: the leader acts; this replica is woken when it leads.
+        return Ok(Requeue::await_change());
+    }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let workflow = ctx.freshest(&workflow);
@@ -250,6 +331,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
+    if !ctx.leadership.is_leading() {
+        return Ok(Requeue::await_change()); // deposed while planning
+    }
     // Apply: deletions first (a status saying Cancelled must not stand while
     // its Jobs still run), then the status, then creations (a block is
     // recorded before the next block's Job builds on it).
@@ -289,15 +373,23 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     }
     if workflow.status.as_ref() != Some(&plan.status) {
         let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-        match write_status(&api, &name, &plan.status).await {
-            Ok(()) => ctx.remember(workflow, &plan.status),
+        let version = workflow.metadata.resource_version.as_deref();
+        match write_status(&api, &name, &plan.status, version).await {
+            Ok(version) => ctx.remember(workflow, &plan.status, version),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Someone wrote since what this plan was based on (a user's
+                // spec change, or a newer leader): plan again from the cache.
+                info!(workflow = %name, "workflow changed since it was read; planning again");
+                ctx.forget(workflow);
+                return Ok(Requeue::requeue(Duration::from_millis(200)));
+            }
             Err(kube::Error::Api(s)) if s.code == 422 => {
                 let fallback = status_rejected(workflow, &s.message, Timestamp::now());
                 warn!(workflow = %name, error = %s.message, "status refused by the API server; failing the workflow");
-                write_status(&api, &name, &fallback)
+                let version = write_status(&api, &name, &fallback, version)
                     .await
                     .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
-                ctx.remember(workflow, &fallback);
+                ctx.remember(workflow, &fallback, version);
                 events.push(PlannedEvent {
                     warning: true,
                     reason: reasons::STATUS_REJECTED,
@@ -332,17 +424,24 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 
-async fn write_status(
+/// Server-side applies `status`, only if the workflow is still at
+/// `resource_version` (409 otherwise); returns the version it produced.
+pub async fn write_status(
     api: &Api<MiningWorkflow>,
     name: &str,
     status: &MiningWorkflowStatus,
-) -> kube::Result<()> {
-    let body = json!({
+    resource_version: Option<&str>,
+) -> kube::Result<Option<String>> {
+    let mut body = json!({
         "apiVersion": MiningWorkflow::api_version(&()),
         "kind": MiningWorkflow::kind(&()),
         "status": status,
     });
-    api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await.map(|_| ())
+    if let Some(version) = resource_version {
+        body["metadata"] = json!({ "resourceVersion": version });
+    }
+    let written = api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await?;
+    Ok(written.metadata.resource_version)
 }
 
 /// Events go out off the reconcile's path: they describe what was done, and

@@ -11,6 +11,7 @@ pub mod conditions;
 pub mod config;
 pub mod controller;
 pub mod job;
+pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod plan;
