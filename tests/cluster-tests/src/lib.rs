@@ -213,6 +213,25 @@ impl OperatorProcess {
         let _ = self.child.wait();
     }
 
+    /// Sends a signal (`STOP`, `CONT`, ...) to the process, as `kill -SIG` would.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// The value of one series of the operator's /metrics, e.g.
+    /// `mining_operator_leader` or `mining_operator_api_calls_total{verb="create",resource="jobs"}`;
+    /// 0 when the series is absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, body) = self.get("/metrics").await;
+        body.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// GET a path of the operator's HTTP server; retries until it answers.
     pub async fn get(&self, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
