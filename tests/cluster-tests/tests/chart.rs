@@ -54,6 +54,11 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("operator.image.pullPolicy=Sometimes", "operator/image/pullPolicy"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
         ("frontend.auth.mode=tokens", "frontend.auth.tokens (or frontend.auth.existingSecret) is needed"),
+        (
+            "operator.leaderElection.enabled=false",
+            "operator.replicas > 1 needs operator.leaderElection.enabled",
+        ),
+        ("operator.leaderElection.leaseSeconds=1", "operator/leaderElection/leaseSeconds"),
     ] {
         let output = Command::new(&helm).args(["template", "r", &chart(), "--set", set]).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);

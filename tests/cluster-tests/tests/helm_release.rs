@@ -186,6 +186,17 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     .await;
     assert_ne!(addresses[0], addresses[1]);
 
+    // Two operator replicas, one leader: the chart's Lease names one of its Pods.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
+    let lease = format!("{}-operator", release.fullname());
+    let holder = eventually("the operator Lease to have a holder", TIMEOUT, || async {
+        leases.get_opt(&lease).await.ok().flatten()?.spec?.holder_identity
+    })
+    .await;
+    let operator_pods: Api<Pod> = ns.api();
+    let holder_pod = operator_pods.get(&holder).await.expect("the holder is a Pod of the release");
+    assert_eq!(holder_pod.metadata.labels.unwrap()["app.kubernetes.io/component"], "operator");
+
     // A client mines a chain through the Service; the chain is the reference's.
     let token = release.user_token("agent").await;
     let outcome = release.mine(&token, json!({"difficulty": 8, "blocks": 3, "wait_seconds": 20})).await;
@@ -247,7 +258,9 @@ async fn a_component_whose_service_account_lacks_a_rule_fails_visibly() {
         eprintln!("skipped: needs the local cluster, whose node agent maps the chart's images");
         return;
     }
-    let release = Release::install("helm-rbac", &["--set", "frontend.replicas=1"]).await;
+    let release =
+        Release::install("helm-rbac", &["--set", "frontend.replicas=1", "--set", "operator.replicas=1"])
+            .await;
     let ns = &release.ns;
     let token = release.user_token("agent").await;
     let roles: Api<Role> = ns.api();
@@ -307,8 +320,11 @@ async fn tokens_mode_reads_its_secret_and_refuses_other_tokens() {
         return;
     }
     let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
-    let release =
-        Release::install("helm-tokens", &[&tokens[..], &["--set", "frontend.replicas=1"]].concat()).await;
+    let release = Release::install(
+        "helm-tokens",
+        &[&tokens[..], &["--set", "frontend.replicas=1", "--set", "operator.replicas=1"]].concat(),
+    )
+    .await;
     // The frontend reads the chart's Secret, mounted as a file.
     let outcome =
         release.mine("alice-secret", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 20})).await;
