@@ -194,14 +194,19 @@ pub struct OperatorProcess {
 
 impl OperatorProcess {
     pub fn start(namespace: &str, extra_args: &[&str]) -> Self {
+        Self::start_binary(&operator_binary(), namespace, extra_args)
+    }
+
+    /// Starts a given operator build (benchmarks compare two side by side).
+    pub fn start_binary(binary: &std::path::Path, namespace: &str, extra_args: &[&str]) -> Self {
         // A free port for /metrics: bind, read it, release it.
         let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let child = std::process::Command::new(operator_binary())
+        let child = std::process::Command::new(binary)
             .args(["--namespace", namespace, "--http-addr", &http.to_string()])
             .args(extra_args)
             // The default image; a --miner-image in extra_args overrides it.
             .env("MINER_IMAGE", "mining-operator/miner:dev")
-            .env("RUST_LOG", "info,kube=warn")
+            .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             .spawn()
             .expect("start the operator");
         Self { child, http }

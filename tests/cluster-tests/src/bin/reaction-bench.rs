@@ -1,20 +1,28 @@
-//! Benchmark: how fast the operator reacts to a finished block.
+//! Benchmark: how fast the operator drives workflows, and what it costs the
+//! API server.
 //!
-//! `cargo run --release -p cluster-tests --bin reaction-bench -- [WORKFLOWS] [BLOCKS]`
+//! `cargo run --release -p cluster-tests --bin reaction-bench -- [WORKFLOWS] [BLOCKS] [DIFFICULTY]`
 //! against the cluster in `$KUBECONFIG` (e.g. `tests/cluster/cluster.sh up`).
+//! `BENCH_OPERATORS=before=PATH,after=PATH` compares operator builds side by
+//! side, alternating `BENCH_ROUNDS` times (default: this workspace's release
+//! operator, once).
 //!
-//! Starts an operator for a fresh namespace, creates WORKFLOWS workflows of
-//! BLOCKS blocks at difficulty 8 (mining takes microseconds, so what is left
-//! is the control loop), and watches their Jobs. The reaction time of block k
-//! is the moment the Job of block k+1 is first seen minus the moment block k's
-//! Job is first seen Complete; both are seen by the same watch, so its
-//! delivery delay cancels out.
+//! Each run starts an operator for a fresh namespace, creates WORKFLOWS
+//! workflows of BLOCKS blocks (difficulty 8 by default: mining takes
+//! microseconds, so what is left is the control loop) and watches their Jobs
+//! and the workflows. A reaction is the time from block k's Job first seen
+//! `Complete` to block k+1's Job first seen, and for the last block to the
+//! workflow first seen `Succeeded`; all moments come from watches in this one
+//! process, so delivery delays mostly cancel out. At the end it reads the
+//! operator's /metrics: API calls (every verb, watches included) per block,
+//! and the reconcile-duration p99 (upper bound of its histogram bucket).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
-use futures::TryStreamExt;
+use cluster_tests::{OperatorProcess, TestNamespace, install_crd, operator_binary};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -25,23 +33,41 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-#[tokio::main]
-async fn main() {
-    let mut args = std::env::args().skip(1);
-    let workflows: usize = args.next().map_or(1, |a| a.parse().expect("WORKFLOWS"));
-    let blocks: u32 = args.next().map_or(8, |a| a.parse().expect("BLOCKS"));
+struct Run {
+    label: String,
+    wall: Duration,
+    succeeded: usize,
+    reactions: Vec<f64>,
+    api_calls: f64,
+    reconciles: f64,
+    reconcile_p99: String,
+}
+
+enum Seen {
+    Job(Job),
+    Workflow(MiningWorkflow),
+}
+
+async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u32, difficulty: u32) -> Run {
     let ns = TestNamespace::new("reaction-bench").await;
     install_crd(&ns.client).await;
-    let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", "1000"]);
-
+    let operator = OperatorProcess::start_binary(binary, &ns.name, &["--max-concurrent-workflows", "1000"]);
     let jobs: Api<Job> = ns.api();
-    let mut stream = Box::pin(watcher(jobs, watcher::Config::default()).default_backoff().applied_objects());
     let api: Api<MiningWorkflow> = ns.api();
+    let job_events =
+        watcher(jobs, watcher::Config::default()).default_backoff().applied_objects().map_ok(Seen::Job);
+    let workflow_events = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .map_ok(Seen::Workflow);
+    let mut events = futures::stream::select(job_events.boxed(), workflow_events.boxed());
+    // Wait until the operator serves /metrics (it has started) before the clock starts.
+    let _ = operator.get("/healthz").await;
     let started = Instant::now();
     for i in 0..workflows {
         let workflow: MiningWorkflow = serde_json::from_value(json!({
             "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-            "metadata": {"name": format!("bench-{i}")}, "spec": {"difficulty": 8, "blocks": blocks},
+            "metadata": {"name": format!("bench-{i}")}, "spec": {"difficulty": difficulty, "blocks": blocks},
         }))
         .unwrap();
         api.create(&PostParams::default(), &workflow).await.unwrap();
@@ -49,60 +75,118 @@ async fn main() {
 
     let mut first_seen: HashMap<(String, u32), Instant> = HashMap::new();
     let mut completed: HashMap<(String, u32), Instant> = HashMap::new();
-    let expected = workflows * blocks as usize;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while completed.len() < expected && Instant::now() < deadline {
-        let Ok(Ok(Some(job))) = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await else {
+    let mut succeeded: HashMap<String, Instant> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while succeeded.len() < workflows && Instant::now() < deadline {
+        let Ok(Ok(Some(seen))) = tokio::time::timeout(Duration::from_secs(5), events.try_next()).await else {
             continue;
         };
         let now = Instant::now();
-        let labels = job.metadata.labels.clone().unwrap_or_default();
-        let (Some(workflow), Some(block)) = (labels.get(labels::WORKFLOW), labels.get(labels::BLOCK)) else {
-            continue;
-        };
-        let key = (workflow.clone(), block.parse().unwrap());
-        first_seen.entry(key.clone()).or_insert(now);
-        let complete = job
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
-        if complete {
-            completed.entry(key).or_insert(now);
+        match seen {
+            Seen::Workflow(w) => {
+                if w.status.as_ref().and_then(|s| s.phase) == Some(WorkflowPhase::Succeeded) {
+                    succeeded.entry(w.metadata.name.unwrap_or_default()).or_insert(now);
+                }
+            }
+            Seen::Job(job) => {
+                let labels = job.metadata.labels.clone().unwrap_or_default();
+                let (Some(workflow), Some(block)) = (labels.get(labels::WORKFLOW), labels.get(labels::BLOCK))
+                else {
+                    continue;
+                };
+                let key = (workflow.clone(), block.parse().unwrap());
+                first_seen.entry(key.clone()).or_insert(now);
+                let complete = job
+                    .status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+                if complete {
+                    completed.entry(key).or_insert(now);
+                }
+            }
         }
     }
     let wall = started.elapsed();
     let mut reactions: Vec<f64> = completed
         .iter()
         .filter_map(|((workflow, block), done)| {
-            first_seen
-                .get(&(workflow.clone(), block + 1))
-                .map(|next| next.duration_since(*done).as_secs_f64() * 1000.0)
+            let next = if *block == blocks {
+                succeeded.get(workflow)
+            } else {
+                first_seen.get(&(workflow.clone(), block + 1))
+            };
+            next.map(|next| next.saturating_duration_since(*done).as_secs_f64() * 1000.0)
         })
         .collect();
     reactions.sort_by(f64::total_cmp);
-    let succeeded = api
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|w| w.status.as_ref().and_then(|s| s.phase) == Some(WorkflowPhase::Succeeded))
-        .count();
-    println!(
-        "workflows={workflows} blocks={blocks} completed_jobs={} succeeded={succeeded} wall={:.1}s",
-        completed.len(),
-        wall.as_secs_f64()
-    );
-    if reactions.is_empty() {
-        println!("no reactions measured");
-    } else {
-        println!(
-            "reaction ms: n={} p50={:.1} p95={:.1} max={:.1}",
-            reactions.len(),
-            percentile(&reactions, 0.5),
-            percentile(&reactions, 0.95),
-            reactions[reactions.len() - 1]
-        );
-    }
+    let (_, metrics) = operator.get("/metrics").await;
+    let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let api_calls =
+        metrics.lines().filter(|l| l.starts_with("mining_operator_api_calls_total{")).map(value).sum();
+    let reconciles = metrics
+        .lines()
+        .find(|l| l.starts_with("mining_operator_reconcile_duration_seconds_count"))
+        .map_or(0.0, value);
+    let reconcile_p99 = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("mining_operator_reconcile_duration_seconds_bucket{le=\""))
+        .filter_map(|l| l.split_once("\"}").map(|(le, rest)| (le.to_string(), value(rest))))
+        .find(|(_, count)| *count >= reconciles * 0.99)
+        .map_or("?".into(), |(le, _)| le);
+    drop(operator);
     ns.delete().await;
+    Run {
+        label: label.into(),
+        wall,
+        succeeded: succeeded.len(),
+        reactions,
+        api_calls,
+        reconciles,
+        reconcile_p99,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let workflows: usize = args.next().map_or(1, |a| a.parse().expect("WORKFLOWS"));
+    let blocks: u32 = args.next().map_or(8, |a| a.parse().expect("BLOCKS"));
+    let difficulty: u32 = args.next().map_or(8, |a| a.parse().expect("DIFFICULTY"));
+    let operators: Vec<(String, PathBuf)> = match std::env::var("BENCH_OPERATORS") {
+        Ok(list) => list
+            .split(',')
+            .map(|pair| {
+                let (label, path) = pair.split_once('=').expect("BENCH_OPERATORS is label=path,...");
+                (label.to_string(), PathBuf::from(path))
+            })
+            .collect(),
+        Err(_) => vec![("this".into(), operator_binary())],
+    };
+    let rounds: usize = std::env::var("BENCH_ROUNDS").map_or(1, |r| r.parse().expect("BENCH_ROUNDS"));
+    println!("workflows={workflows} blocks={blocks} difficulty={difficulty} rounds={rounds}");
+    println!(
+        "| operator | succeeded | wall s | reaction p50 ms | p95 ms | max ms | reconcile p99 ≤ s | API calls / block | calls / reconcile |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for _ in 0..rounds {
+        for (label, binary) in &operators {
+            let run = run(label, binary, workflows, blocks, difficulty).await;
+            let r = &run.reactions;
+            let (p50, p95, max) = if r.is_empty() {
+                (f64::NAN, f64::NAN, f64::NAN)
+            } else {
+                (percentile(r, 0.5), percentile(r, 0.95), r[r.len() - 1])
+            };
+            let block_count = (workflows as f64) * f64::from(blocks);
+            println!(
+                "| {} | {}/{workflows} | {:.1} | {p50:.0} | {p95:.0} | {max:.0} | {} | {:.1} | {:.2} |",
+                run.label,
+                run.succeeded,
+                run.wall.as_secs_f64(),
+                run.reconcile_p99,
+                run.api_calls / block_count,
+                run.api_calls / run.reconciles.max(1.0),
+            );
+        }
+    }
 }
