@@ -45,6 +45,8 @@ pub struct Context {
     pub store: Store<MiningWorkflow>,
     /// The operator's Jobs, from the same watch that triggers reconciles.
     pub jobs: Store<Job>,
+    /// The Pods of the operator's Jobs, for their results without a call.
+    pub pods: Store<Pod>,
     /// Jobs this operator created that its Job store has not shown yet
     /// (name → workflow uid, block, when): without these a reconcile that
     /// runs before the creation's watch event would create the Job again.
@@ -58,9 +60,11 @@ pub struct Context {
     /// precondition, so a deposed leader's late write fails instead of
     /// putting an older status over a newer one.
     pub written: std::sync::Mutex<HashMap<String, Written>>,
-    /// Held from an admission's count to its status write: admissions never
-    /// run in parallel, so the limit holds exactly.
-    pub admission: tokio::sync::Mutex<()>,
+    /// Admissions decided but not yet written: counted as mining by every
+    /// other admission, so the limit holds exactly while admissions run in
+    /// parallel (a lock held across the status write made 200 new workflows
+    /// wait on each other's writes).
+    pub admissions_in_flight: std::sync::Mutex<usize>,
     /// Wakes queued workflows the moment a slot frees.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<MiningWorkflow>>,
     /// When each workflow (by uid) last got a `Forbidden` Event: one per
@@ -196,6 +200,18 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         .default_backoff()
         .reflect(job_writer)
         .touched_objects();
+    // Pod events trigger nothing (a Job's own status says when it finished);
+    // the store only saves reading a finished Job's Pods from the API.
+    let pods_api: Api<Pod> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let pod_events = watcher(pods_api, watcher::Config::default().labels(&managed).any_semantic())
+        .default_backoff()
+        .modify(|pod| pod.managed_fields_mut().clear())
+        .reflect(pod_writer);
+    tokio::spawn(pod_events.for_each(|_| std::future::ready(())));
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let context = Arc::new(Context {
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
@@ -204,10 +220,11 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         config,
         store: store.clone(),
         jobs: job_store.clone(),
+        pods: pod_store,
         expected_jobs: Default::default(),
         ready: ready.clone(),
         written: Default::default(),
-        admission: tokio::sync::Mutex::new(()),
+        admissions_in_flight: std::sync::Mutex::new(0),
         forbidden_told: Default::default(),
         leadership,
         wake,
@@ -297,6 +314,17 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     result
 }
 
+/// A slot reserved by an admission in flight; freed when dropped (after the
+/// status write, or on any early return).
+struct Reservation<'a>(&'a Context);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.0.admissions_in_flight.lock().expect("no panics while holding the lock");
+        *in_flight = in_flight.saturating_sub(1);
+    }
+}
+
 fn phase_of(workflow: &MiningWorkflow) -> WorkflowPhase {
     workflow.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
 }
@@ -318,14 +346,22 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     }
     // Observe.
     let jobs = observe_jobs(workflow, &name, &namespace, ctx).await?;
-    // A workflow that may be admitted counts the others under the admission
-    // lock, held until its status is written.
+    // A workflow that may be admitted counts the others, and those being
+    // admitted right now, and reserves a slot until its status is written.
     let before = phase_of(workflow);
-    let admission = match before {
-        WorkflowPhase::Pending => Some(ctx.admission.lock().await),
-        _ => None,
+    let (others_mining, queued_ahead, admission) = match before {
+        WorkflowPhase::Pending => {
+            let mut in_flight = ctx.admissions_in_flight.lock().expect("no panics while holding the lock");
+            let (mining, ahead) = standing(&ctx.phases(), workflow);
+            let counted = mining.saturating_add(*in_flight);
+            *in_flight += 1;
+            (counted, ahead, Some(Reservation(ctx)))
+        }
+        _ => {
+            let (mining, ahead) = standing(&ctx.phases(), workflow);
+            (mining, ahead, None)
+        }
     };
-    let (others_mining, queued_ahead) = standing(&ctx.phases(), workflow);
     // Plan.
     let observed = Observed { workflow, jobs, others_mining, queued_ahead, now: Timestamp::now() };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
@@ -525,7 +561,7 @@ async fn observe_jobs(
         let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
         let (true, Some(block)) = (ours, block) else { continue };
         if block > verified {
-            observed.insert(block, classify_job(&job, &ctx.client).await?);
+            observed.insert(block, classify_job(&job, ctx).await?);
         }
     }
     // Created but not yet seen: running, as far as planning goes.
@@ -544,7 +580,7 @@ async fn observe_jobs(
 /// ever seen is noticed.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
+async fn classify_job(job: &Job, ctx: &Context) -> Result<BlockJob> {
     let status = job.status.clone().unwrap_or_default();
     let condition = |type_: &str| {
         status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
@@ -553,11 +589,16 @@ async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
         return Ok(BlockJob::Running);
     }
     if condition("Complete").is_some() {
-        let pods = job_pods(job, client).await?;
-        let message = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-            .find_map(terminated_message);
+        let succeeded_message = |pods: &[Pod]| {
+            pods.iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+                .find_map(terminated_message)
+        };
+        // The Pod store usually has the result already; when it lags, read live.
+        let message = match succeeded_message(&cached_job_pods(job, &ctx.pods)) {
+            Some(message) => Some(message),
+            None => succeeded_message(&job_pods(job, &ctx.client).await?),
+        };
         return Ok(BlockJob::Succeeded {
             message,
             started: status.start_time,
@@ -565,8 +606,8 @@ async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
         });
     }
     if let Some(failed) = condition("Failed") {
-        let pods = job_pods(job, client).await?;
-        // The most recent failed Pod says best what went wrong.
+        // Live: the most recent failed Pod says best what went wrong.
+        let pods = job_pods(job, &ctx.client).await?;
         let last_message = pods
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
@@ -581,6 +622,17 @@ async fn classify_job(job: &Job, client: &Client) -> Result<BlockJob> {
         return Ok(BlockJob::Failed { reason: failed.reason.unwrap_or_else(|| "Failed".into()), message });
     }
     Ok(BlockJob::Running)
+}
+
+/// The Job's Pods as the Pod store has them.
+fn cached_job_pods(job: &Job, pods: &Store<Pod>) -> Vec<Pod> {
+    let name = job.name_any();
+    let namespace = job.metadata.namespace.as_deref();
+    pods.state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == namespace && p.labels().get("job-name") == Some(&name))
+        .map(|p| p.as_ref().clone())
+        .collect()
 }
 
 async fn job_pods(job: &Job, client: &Client) -> Result<Vec<Pod>> {

@@ -133,6 +133,11 @@ async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u3
         .filter_map(|l| l.split_once("\"}").map(|(le, rest)| (le.to_string(), value(rest))))
         .find(|(_, count)| *count >= reconciles * 0.99)
         .map_or("?".into(), |(le, _)| le);
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        for line in metrics.lines().filter(|l| l.starts_with("mining_operator_api_calls_total{")) {
+            eprintln!("{label}: {line}");
+        }
+    }
     drop(operator);
     ns.delete().await;
     Run {
