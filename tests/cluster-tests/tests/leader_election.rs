@@ -104,6 +104,7 @@ async fn a_standby_takes_over_within_the_lease_when_the_leader_is_killed() {
     })
     .await;
     let took_over = killed.elapsed();
+    eprintln!("the standby led {took_over:?} after the leader was killed (lease {LEASE_SECONDS} s)");
     // The lease runs out at most LEASE_SECONDS after the last renewal; the
     // standby checks it at least that often, plus a little for the watch.
     assert!(took_over < Duration::from_secs(LEASE_SECONDS + 3), "took over after {took_over:?}");
