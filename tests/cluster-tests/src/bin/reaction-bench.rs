@@ -44,8 +44,8 @@ struct Run {
 }
 
 enum Seen {
-    Job(Job),
-    Workflow(MiningWorkflow),
+    Job(Box<Job>),
+    Workflow(Box<MiningWorkflow>),
 }
 
 async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u32, difficulty: u32) -> Run {
@@ -54,12 +54,14 @@ async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u3
     let operator = OperatorProcess::start_binary(binary, &ns.name, &["--max-concurrent-workflows", "1000"]);
     let jobs: Api<Job> = ns.api();
     let api: Api<MiningWorkflow> = ns.api();
-    let job_events =
-        watcher(jobs, watcher::Config::default()).default_backoff().applied_objects().map_ok(Seen::Job);
+    let job_events = watcher(jobs, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .map_ok(|j| Seen::Job(Box::new(j)));
     let workflow_events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects()
-        .map_ok(Seen::Workflow);
+        .map_ok(|w| Seen::Workflow(Box::new(w)));
     let mut events = futures::stream::select(job_events.boxed(), workflow_events.boxed());
     // Wait until the operator serves /metrics (it has started) before the clock starts.
     let _ = operator.get("/healthz").await;
