@@ -64,6 +64,13 @@ fn blocks_of(workflow: Option<&MiningWorkflow>) -> usize {
     workflow.and_then(|w| w.status.as_ref()).map_or(0, |s| s.blocks.len())
 }
 
+async fn wait_succeeded(workflows: &Api<MiningWorkflow>, name: &str) -> MiningWorkflow {
+    let succeeded = |w: Option<&MiningWorkflow>| {
+        w.and_then(|w| w.status.as_ref()?.phase) == Some(WorkflowPhase::Succeeded)
+    };
+    wait_for(workflows, name, succeeded, TIMEOUT).await.expect("the workflow")
+}
+
 /// The chain is valid, and each block had exactly one Job.
 async fn assert_one_valid_job_per_block(ns: &TestNamespace, done: &MiningWorkflow, difficulty: u32) {
     let status = done.status.as_ref().unwrap();
@@ -109,16 +116,7 @@ async fn a_standby_takes_over_within_the_lease_when_the_leader_is_killed() {
     // standby checks it at least that often, plus a little for the watch.
     assert!(took_over < Duration::from_secs(LEASE_SECONDS + 3), "took over after {took_over:?}");
 
-    let done = wait_for(
-        &workflows,
-        "relay",
-        |w: Option<&MiningWorkflow>| {
-            w.and_then(|w| w.status.as_ref()?.phase) == Some(WorkflowPhase::Succeeded)
-        },
-        TIMEOUT,
-    )
-    .await
-    .unwrap();
+    let done = wait_succeeded(&workflows, "relay").await;
     assert_eq!(done.status.as_ref().unwrap().blocks.len(), 5);
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert!(replicas[standby].metric(JOBS_CREATED).await >= 1.0, "the new leader mined the rest");
@@ -151,16 +149,7 @@ async fn a_frozen_leader_is_deposed_and_writes_nothing_when_it_wakes() {
     })
     .await;
 
-    let done = wait_for(
-        &workflows,
-        "frozen",
-        |w: Option<&MiningWorkflow>| {
-            w.and_then(|w| w.status.as_ref()?.phase) == Some(WorkflowPhase::Succeeded)
-        },
-        TIMEOUT,
-    )
-    .await
-    .unwrap();
+    let done = wait_succeeded(&workflows, "frozen").await;
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert_eq!(replicas[leader].metric(writes).await, frozen_writes, "the deposed leader wrote no status");
     ns.delete().await;
