@@ -96,6 +96,26 @@ pub fn mine_block(index: u64, prev: &str, difficulty: u32, threads: usize) -> Re
     search::search(&template, difficulty, threads.max(1), Engine::best()).ok_or(Error::Exhausted(difficulty))
 }
 
+/// Mines the nonces `start..start + count` of one block (the end saturates
+/// at `u64::MAX`): the smallest winner among them, or `None`.
+pub fn mine_range(
+    index: u64,
+    prev: &str,
+    difficulty: u32,
+    threads: usize,
+    start: u64,
+    count: u64,
+) -> Result<Option<Found>, Error> {
+    if index == 0 {
+        return Err(Error::InvalidIndex);
+    }
+    validate_prev(prev)?;
+    validate_difficulty(difficulty)?;
+    let template = BlockTemplate::new(index, prev);
+    let nonces = start..start.saturating_add(count);
+    Ok(search::search_range(&template, difficulty, threads.max(1), Engine::best(), nonces))
+}
+
 /// Checks a block: recomputes its hash and its leading zero bits.
 /// Returns the hash as 64 uppercase hex digits.
 pub fn verify_block(index: u64, prev: &str, nonce: u64, difficulty: u32) -> Result<String, Error> {

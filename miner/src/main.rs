@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use mining_api::{BlockResult, GENESIS};
+use mining_api::{BlockResult, GENESIS, NoWinner};
 
 #[derive(Parser)]
 #[command(name = "miner", version, about = "Proof-of-work miner: SHA-256 over \"{index}:{prev}:{nonce}\"")]
@@ -30,6 +30,14 @@ enum Command {
         prev: String,
         #[command(flatten)]
         search: SearchArgs,
+        /// Search only nonces from this one on (with --count: one range of a
+        /// block split across Pods). Prints a no-winner document when the
+        /// range holds no winner.
+        #[arg(long)]
+        start: Option<u64>,
+        /// Search only this many nonces (from --start, or 0).
+        #[arg(long, value_parser = parse_positive)]
+        count: Option<u64>,
         /// Also write the result here; a container's termination message by default.
         #[arg(long, default_value = "/dev/termination-log")]
         result_file: PathBuf,
@@ -117,9 +125,14 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode, miner::Error> {
     match command {
-        Command::Mine { index, prev, search, result_file } => {
+        Command::Mine { index, prev, search, start: None, count: None, result_file } => {
             let result = mine_and_report(index, &prev, &search)?;
-            write_result_file(&result_file, &result);
+            write_result_file(&result_file, &result.to_json_line());
+        }
+        Command::Mine { index, prev, search, start, count, result_file } => {
+            let (start, count) = (start.unwrap_or(0), count.unwrap_or(u64::MAX));
+            let line = mine_range_and_report(index, &prev, &search, start, count)?;
+            write_result_file(&result_file, &line);
         }
         Command::Chain { blocks, search } => {
             let mut prev = GENESIS.to_string();
@@ -172,10 +185,56 @@ fn mine_and_report(index: u64, prev: &str, search: &SearchArgs) -> Result<BlockR
     Ok(result)
 }
 
+/// Mines one nonce range, prints its winner's or its no-winner document and
+/// returns that line.
+fn mine_range_and_report(
+    index: u64,
+    prev: &str,
+    search: &SearchArgs,
+    start: u64,
+    count: u64,
+) -> Result<String, miner::Error> {
+    let threads = search.threads();
+    let started = Instant::now();
+    let found = miner::mine_range(index, prev, search.difficulty, threads, start, count)?;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let line = match found {
+        Some(found) => BlockResult {
+            index,
+            prev: prev.to_string(),
+            nonce: found.nonce,
+            hash: miner::hex_upper(&found.digest),
+            attempts: found.nonce + 1,
+            difficulty: search.difficulty,
+            elapsed_ms,
+        }
+        .to_json_line(),
+        None => {
+            let count = count.min(u64::MAX - start);
+            NoWinner {
+                index,
+                prev: prev.to_string(),
+                difficulty: search.difficulty,
+                start,
+                count,
+                elapsed_ms,
+            }
+            .to_json_line()
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    eprintln!(
+        "miner: block={index} range={start}+{count} winner={} elapsed_ms={elapsed_ms} threads={threads}",
+        found.map_or("none".to_string(), |f| f.nonce.to_string())
+    );
+    Ok(line)
+}
+
 /// Writes the result where Kubernetes reads the termination message. Outside
 /// a container that path usually is not writable: warn and go on.
-fn write_result_file(path: &PathBuf, result: &BlockResult) {
-    if let Err(err) = std::fs::write(path, result.to_json_line()) {
+fn write_result_file(path: &PathBuf, line: &str) {
+    if let Err(err) = std::fs::write(path, line) {
         eprintln!("miner: warning: could not write result to {}: {err}", path.display());
     }
 }

@@ -218,17 +218,38 @@ pub struct Found {
 /// already won, so every smaller nonce has been tried. `None` when the whole
 /// nonce space holds no winner.
 pub fn search(template: &BlockTemplate, difficulty: u32, threads: usize, engine: Engine) -> Option<Found> {
+    search_range(template, difficulty, threads, engine, 0..u64::MAX)
+}
+
+/// [`search`] within `nonces` (end exclusive): the smallest winner in the
+/// range, or `None` when the range holds none. A block split into ranges
+/// gets the sequential answer from the smallest winner of the lowest range
+/// that has one, once every range below it has reported none.
+pub fn search_range(
+    template: &BlockTemplate,
+    difficulty: u32,
+    threads: usize,
+    engine: Engine,
+    nonces: std::ops::Range<u64>,
+) -> Option<Found> {
     assert!(template.fits_single_block(), "prefix too long for a single final block");
-    let next_chunk = AtomicU64::new(0);
+    let end = nonces.end;
+    let next_chunk = AtomicU64::new(nonces.start);
     let best = AtomicU64::new(u64::MAX);
     let best_state = std::sync::Mutex::new(None::<(u64, [u32; 8])>);
 
     let worker = || loop {
-        let start = next_chunk.fetch_add(CHUNK, Ordering::Relaxed);
-        if start >= best.load(Ordering::Relaxed) || start > u64::MAX - CHUNK {
+        // Claimed with a checked step: the counter never passes `end`, so it
+        // cannot wrap however many threads claim near the top of the space.
+        let claim = next_chunk.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+            (c < end).then(|| c.saturating_add(CHUNK).min(end))
+        });
+        let Ok(start) = claim else { return };
+        if start >= best.load(Ordering::Relaxed) {
             return;
         }
-        if let Some((nonce, state)) = scan_range(template, difficulty, start, start + CHUNK, &best, engine) {
+        let chunk_end = start.saturating_add(CHUNK).min(end);
+        if let Some((nonce, state)) = scan_range(template, difficulty, start, chunk_end, &best, engine) {
             let mut slot = best_state.lock().expect("no panics while holding the lock");
             if slot.is_none_or(|(n, _)| nonce < n) {
                 *slot = Some((nonce, state));
@@ -351,5 +372,40 @@ mod tests {
         for _ in 0..50 {
             assert_eq!(search(&template, 4, 4, Engine::best()).unwrap().nonce, want);
         }
+    }
+
+    #[test]
+    fn a_range_yields_its_own_smallest_winner_or_none() {
+        let template = BlockTemplate::new(2, "GENESIS");
+        let difficulty = 8;
+        // Every winner below 3000, by the naive definition.
+        let winners: Vec<u64> = (0u64..3000)
+            .filter(|n| crate::leading_zero_bits(&digest_of(&format!("2:GENESIS:{n}"))) >= difficulty)
+            .collect();
+        assert!(winners.len() >= 4, "{winners:?}");
+        for engine in engines() {
+            for threads in [1, 3] {
+                for (start, end) in
+                    [(0, 3000), (winners[1], 3000), (winners[1] + 1, 3000), (7, 8), (3000, 3000)]
+                {
+                    let want = winners.iter().copied().find(|n| (start..end).contains(n));
+                    let got =
+                        search_range(&template, difficulty, threads, engine, start..end).map(|f| f.nonce);
+                    assert_eq!(got, want, "{start}..{end} engine {} threads {threads}", engine.name());
+                }
+                // A range that ends just before a winner does not see it.
+                let before = winners[2];
+                let got = search_range(&template, difficulty, threads, engine, winners[1] + 1..before);
+                assert_eq!(got, None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_range_at_the_top_of_the_nonce_space_ends_without_wrapping() {
+        let template = BlockTemplate::new(1, "GENESIS");
+        // 256 bits never win: the whole range is scanned and nothing found.
+        let top = u64::MAX - 5 * CHUNK / 2;
+        assert_eq!(search_range(&template, 256, 4, Engine::best(), top..u64::MAX), None);
     }
 }

@@ -161,6 +161,19 @@ fn bad_input_exits_2_with_one_line_on_stderr_and_nothing_on_stdout() {
         &["chain", "--blocks", "-1", "--difficulty", "8"],
         &["verify", "--index", "1", "--prev", "GENESIS", "--nonce", "abc", "--difficulty", "8"],
         &["mine", "--prev", "GENESIS", "--difficulty", "8"],
+        &["mine", "--index", "1", "--prev", "GENESIS", "--difficulty", "8", "--count", "0"],
+        &["mine", "--index", "1", "--prev", "GENESIS", "--difficulty", "8", "--start", "-5"],
+        &[
+            "mine",
+            "--index",
+            "1",
+            "--prev",
+            "GENESIS",
+            "--difficulty",
+            "8",
+            "--start",
+            "18446744073709551616",
+        ],
         &["dig"],
     ];
     for args in cases {
@@ -171,4 +184,43 @@ fn bad_input_exits_2_with_one_line_on_stderr_and_nothing_on_stdout() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("miner: "), "{args:?}: {stderr}");
     }
+}
+
+/// A block cut into ranges: the range below the reference answer reports no
+/// winner (naming exactly what it searched), the range starting at it finds
+/// it, and the range after it finds a later winner, never the same one.
+#[test]
+fn mining_in_ranges_agrees_with_the_python_reference() {
+    let reference = &reference_chain(2, 12)[1];
+    let (prev, nonce) = (reference["prev"].as_str().unwrap(), reference["nonce"].as_u64().unwrap());
+    assert!(nonce > 0, "the reference block needs nonces below its answer");
+    let mine = |start: u64, count: u64| {
+        let (start, count) = (start.to_string(), count.to_string());
+        let args = [
+            "mine",
+            "--index",
+            "2",
+            "--prev",
+            prev,
+            "--difficulty",
+            "12",
+            "--start",
+            &start,
+            "--count",
+            &count,
+        ];
+        let output = miner(&[&args[..], &["--threads", "3", "--result-file", "/dev/null"]].concat());
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let mut lines = stdout_lines(&output);
+        assert_eq!(lines.len(), 1);
+        without_elapsed(lines.remove(0))
+    };
+    let below = mine(0, nonce);
+    let expected_none = serde_json::json!({
+        "index": 2, "prev": prev, "difficulty": 12, "start": 0, "count": nonce,
+    });
+    assert_eq!(below, expected_none);
+    assert_eq!(&mine(nonce / 2, nonce - nonce / 2 + 1), reference);
+    let after = mine(nonce + 1, 1 << 30);
+    assert!(after["nonce"].as_u64().unwrap() > nonce, "{after}");
 }

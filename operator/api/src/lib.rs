@@ -3,7 +3,7 @@
 //! (so the miner's writer and the operator's parser cannot drift apart).
 
 mod result;
-pub use result::BlockResult;
+pub use result::{BlockResult, NoWinner, RangeReport};
 
 #[cfg(feature = "kubernetes")]
 mod workflow;

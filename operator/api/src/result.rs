@@ -35,9 +35,77 @@ impl BlockResult {
     }
 }
 
+/// What `miner mine --start S --count C` found when its nonce range holds no
+/// winner: a result too, so a block split into ranges knows which ranges
+/// are done. Its fields name exactly the range that was searched.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct NoWinner {
+    pub index: u64,
+    pub prev: String,
+    pub difficulty: u32,
+    /// First nonce searched.
+    pub start: u64,
+    /// Nonces searched: `start..start + count`.
+    pub count: u64,
+    pub elapsed_ms: u64,
+}
+
+impl NoWinner {
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("NoWinner serialises")
+    }
+}
+
+/// The result of mining one nonce range: its smallest winner, or none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RangeReport {
+    Winner(BlockResult),
+    NoWinner(NoWinner),
+}
+
+impl RangeReport {
+    /// Parses a range's termination message: a document with a `nonce` is a
+    /// winner, one without says the range has none. Errors name what is wrong.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        let value: serde_json::Value = serde_json::from_str(text.trim())?;
+        if value.get("nonce").is_some() {
+            serde_json::from_value(value).map(Self::Winner)
+        } else {
+            serde_json::from_value(value).map(Self::NoWinner)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_report_is_a_winner_when_it_has_a_nonce_and_none_otherwise() {
+        let none = NoWinner {
+            index: 3,
+            prev: "GENESIS".into(),
+            difficulty: 30,
+            start: 1 << 27,
+            count: 1 << 27,
+            elapsed_ms: 9,
+        };
+        assert_eq!(RangeReport::from_json(&none.to_json_line()).unwrap(), RangeReport::NoWinner(none));
+        let winner = BlockResult {
+            index: 1,
+            prev: "GENESIS".into(),
+            nonce: 7,
+            hash: "00".repeat(32),
+            attempts: 8,
+            difficulty: 4,
+            elapsed_ms: 0,
+        };
+        let parsed = RangeReport::from_json(&winner.to_json_line()).unwrap();
+        assert_eq!(parsed, RangeReport::Winner(winner));
+        for garbage in ["", "[]", r#"{"nonce":"x"}"#, r#"{"index":1}"#, r#"{"index":1,"start":-1}"#] {
+            assert!(RangeReport::from_json(garbage).is_err(), "{garbage}");
+        }
+    }
 
     #[test]
     fn result_round_trips_through_its_json_line() {
