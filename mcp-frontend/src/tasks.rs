@@ -149,6 +149,7 @@ mod tests {
                 ttl_seconds_after_finished: None,
                 active_deadline_seconds: None,
                 cancel,
+                parallelism: 1,
             },
         );
         workflow.metadata.creation_timestamp = Some(Time(at(1_000)));

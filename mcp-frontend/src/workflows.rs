@@ -32,6 +32,7 @@ pub fn build_workflow(
             ttl_seconds_after_finished: None,
             active_deadline_seconds: None,
             cancel: false,
+            parallelism: 1,
         },
     );
     workflow.metadata.labels = Some(

@@ -103,6 +103,14 @@ pub struct Limits {
     #[arg(long = "minimality-check-budget", env = "MINIMALITY_CHECK_BUDGET", default_value_t = DEFAULT_MINIMALITY_BUDGET,
           value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
     pub minimality_check_budget: u64,
+    /// Pods one block may use at once (`spec.parallelism` is capped at this).
+    #[arg(long, env = "MAX_PARALLELISM", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_parallelism: u32,
+    /// Nonces per range when a block is split across Pods; by default the
+    /// block's expected work cut into four ranges per Pod.
+    #[arg(long, env = "NONCE_RANGE_SIZE", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 62)))]
+    pub nonce_range_size: Option<u64>,
 }
 
 /// Default of `--minimality-check-budget`: 2^24 hashes, about half a second
@@ -128,6 +136,8 @@ mod tests {
             &["operator", "--max-blocks", "0"],
             &["operator", "--max-concurrent-workflows", "0"],
             &["operator", "--job-backoff-limit", "-1"],
+            &["operator", "--max-parallelism", "65"],
+            &["operator", "--nonce-range-size", "0"],
             &["operator", "--leader-election-lease-seconds", "2"],
             &["operator", "--leader-election-lease-seconds", "18446744073709551616"],
         ] {

@@ -15,7 +15,7 @@ use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
+use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, annotations, labels, reasons};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -24,11 +24,12 @@ use std::collections::HashMap;
 use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
 use crate::config::Config;
-use crate::job::{MANAGER, MinerSettings, build_block_job};
+use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
 use crate::leader::{self, Leadership};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::naming::workflow_label;
 use crate::plan::{Action, BlockJob, Observed, PlannedEvent, plan, status_rejected};
+use crate::ranges::RangeJob;
 use crate::{Error, Result};
 
 /// Longest Pod message carried into a workflow's status.
@@ -50,7 +51,7 @@ pub struct Context {
     /// Jobs this operator created that its Job store has not shown yet
     /// (name → workflow uid, block, when): without these a reconcile that
     /// runs before the creation's watch event would create the Job again.
-    pub expected_jobs: std::sync::Mutex<HashMap<String, (String, u32, Instant)>>,
+    pub expected_jobs: std::sync::Mutex<HashMap<String, ExpectedJob>>,
     pub ready: Arc<AtomicBool>,
     /// The status last written per workflow uid. This operator is the only
     /// writer of `status`, so what it wrote is at least as new as the cache,
@@ -72,6 +73,16 @@ pub struct Context {
     pub forbidden_told: std::sync::Mutex<HashMap<String, Instant>>,
     /// Whether this replica may reconcile now.
     pub leadership: Leadership,
+}
+
+/// A Job created and not yet seen in the Job store.
+#[derive(Clone, Debug)]
+pub struct ExpectedJob {
+    pub workflow_uid: String,
+    pub block: u32,
+    /// The nonce range, for a Job that mines one.
+    pub range: Option<(u64, u64)>,
+    pub created: Instant,
 }
 
 /// A status this operator wrote and the resourceVersion the write produced.
@@ -345,7 +356,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         return Ok(Requeue::await_change());
     }
     // Observe.
-    let jobs = observe_jobs(workflow, &name, &namespace, ctx).await?;
+    let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, ctx).await?;
     // A workflow that may be admitted counts the others, and those being
     // admitted right now, and reserves a slot until its status is written.
     let before = phase_of(workflow);
@@ -363,7 +374,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         }
     };
     // Plan.
-    let observed = Observed { workflow, jobs, others_mining, queued_ahead, now: Timestamp::now() };
+    let observed = Observed { workflow, jobs, ranges, others_mining, queued_ahead, now: Timestamp::now() };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
@@ -376,12 +387,8 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     let job_api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     for action in &plan.actions {
         match action {
-            Action::CreateJob { .. } => {}
-            Action::DeleteJob { name: job } => match job_api.delete(job, &DeleteParams::background()).await {
-                Ok(_) => info!(workflow = %name, job = %job, "deleted Job"),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(source) => return Err(Error::DeleteJob { name: job.clone(), source }),
-            },
+            Action::CreateJob { .. } | Action::CreateRangeJob { .. } | Action::CleanUpJob { .. } => {}
+            Action::DeleteJob { name: job } => delete_job(&job_api, &name, job).await?,
             Action::DeleteWorkflow => {
                 let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
                 match api.delete(&name, &DeleteParams::background()).await {
@@ -448,16 +455,45 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if before == WorkflowPhase::Mining && after.is_finished() {
         ctx.wake_queued();
     }
+    let settings = MinerSettings {
+        image: &ctx.config.miner_image,
+        image_pull_policy: &ctx.config.miner_image_pull_policy,
+        threads: ctx.config.miner_threads,
+        job: &ctx.config.job,
+    };
     for action in &plan.actions {
-        if let Action::CreateJob { block, prev, difficulty } = action {
-            let job = create_or_adopt_job(workflow, &job_api, *block, prev, *difficulty, &ctx.config).await?;
-            let uid = workflow.metadata.uid.clone().unwrap_or_default();
-            let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
-            expected.insert(job, (uid, *block, Instant::now()));
-        }
+        let (job, block, range) = match action {
+            Action::CreateJob { block, prev, difficulty } => {
+                (build_block_job(workflow, *block, prev, *difficulty, &settings), *block, None)
+            }
+            Action::CreateRangeJob { block, prev, difficulty, start, count } => {
+                let range = (*start, *count);
+                (build_range_job(workflow, *block, prev, *difficulty, range, &settings), *block, Some(range))
+            }
+            Action::CleanUpJob { name: job } => {
+                delete_job(&job_api, &name, job).await?;
+                continue;
+            }
+            Action::DeleteJob { .. } | Action::DeleteWorkflow => continue,
+        };
+        let job = create_or_adopt_job(workflow, &job_api, job, block).await?;
+        let workflow_uid = workflow.metadata.uid.clone().unwrap_or_default();
+        let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
+        expected.insert(job, ExpectedJob { workflow_uid, block, range, created: Instant::now() });
     }
     publish_events(ctx, workflow, &name, events);
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+async fn delete_job(api: &Api<Job>, workflow: &str, job: &str) -> Result<()> {
+    match api.delete(job, &DeleteParams::background()).await {
+        Ok(_) => {
+            info!(workflow = %workflow, job = %job, "deleted Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(Error::DeleteJob { name: job.to_string(), source }),
+    }
 }
 
 /// Server-side applies `status`, only if the workflow is still at
@@ -541,13 +577,14 @@ async fn observe_jobs(
     name: &str,
     namespace: &str,
     ctx: &Context,
-) -> Result<BTreeMap<u32, BlockJob>> {
+) -> Result<(BTreeMap<u32, BlockJob>, BTreeMap<u32, Vec<RangeJob>>)> {
     let label = workflow_label(name);
     let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
     // Blocks already verified in the status need no second look (and no Pod
     // reads: those would grow with the chain on every reconcile).
     let verified = workflow.status.as_ref().map_or(0, |s| s.blocks.len() as u32);
     let mut observed = BTreeMap::new();
+    let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
     let mut seen = Vec::new();
     for job in ctx.jobs.state() {
         if job.metadata.namespace.as_deref() != Some(namespace)
@@ -560,19 +597,53 @@ async fn observe_jobs(
         let ours = job.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
         let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
         let (true, Some(block)) = (ours, block) else { continue };
-        if block > verified {
-            observed.insert(block, classify_job(&job, ctx).await?);
+        if block <= verified {
+            continue;
+        }
+        match job_range(&job) {
+            Ok(None) => {
+                observed.insert(block, classify_job(&job, ctx).await?);
+            }
+            Ok(Some((start, count))) => {
+                let state = classify_job(&job, ctx).await?;
+                ranges.entry(block).or_default().push(RangeJob { name: job.name_any(), start, count, state });
+            }
+            Err(why) => {
+                warn!(workflow = %name, job = %job.name_any(), %why, "ignoring a Job with a garbled range")
+            }
         }
     }
     // Created but not yet seen: running, as far as planning goes.
     let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
-    expected.retain(|job, (_, _, at)| !seen.contains(job) && at.elapsed() < EXPECTATION_TIMEOUT);
-    for (owner, block, _) in expected.values() {
-        if owner == uid && *block > verified {
-            observed.entry(*block).or_insert(BlockJob::Running);
+    expected.retain(|job, e| !seen.contains(job) && e.created.elapsed() < EXPECTATION_TIMEOUT);
+    for (job, e) in expected.iter() {
+        if e.workflow_uid != uid || e.block <= verified {
+            continue;
+        }
+        match e.range {
+            None => {
+                observed.entry(e.block).or_insert(BlockJob::Running);
+            }
+            Some((start, count)) => ranges.entry(e.block).or_default().push(RangeJob {
+                name: job.clone(),
+                start,
+                count,
+                state: BlockJob::Running,
+            }),
         }
     }
-    Ok(observed)
+    Ok((observed, ranges))
+}
+
+/// The nonce range a Job mines, from its annotations (`None`: a whole block).
+fn job_range(job: &Job) -> std::result::Result<Option<(u64, u64)>, String> {
+    let read =
+        |key: &str| job.annotations().get(key).map(|v| v.parse::<u64>().map_err(|e| format!("{key}: {e}")));
+    match (read(annotations::NONCE_START), read(annotations::NONCE_COUNT)) {
+        (None, None) => Ok(None),
+        (Some(start), Some(count)) => Ok(Some((start?, count?))),
+        _ => Err("only one of the range annotations is set".into()),
+    }
 }
 
 /// How long a created Job counts as existing without its watch event: far
@@ -657,18 +728,9 @@ fn terminated_message(pod: &Pod) -> Option<String> {
 async fn create_or_adopt_job(
     workflow: &MiningWorkflow,
     api: &Api<Job>,
+    job: Job,
     block: u32,
-    prev: &str,
-    difficulty: u32,
-    config: &Config,
 ) -> Result<String> {
-    let settings = MinerSettings {
-        image: &config.miner_image,
-        image_pull_policy: &config.miner_image_pull_policy,
-        threads: config.miner_threads,
-        job: &config.job,
-    };
-    let job = build_block_job(workflow, block, prev, difficulty, &settings);
     let name = job.metadata.name.clone().unwrap_or_default();
     match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &job).await {
         Ok(_) => {

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Resource;
-use mining_api::{MiningWorkflow, labels};
+use mining_api::{MiningWorkflow, annotations, labels};
 use serde_json::json;
 
 use crate::config::JobSettings;
-use crate::naming::{block_job_name, workflow_label};
+use crate::naming::{block_job_name, range_job_name, workflow_label};
 
 /// The distroless `nonroot` user the miner image runs as.
 const MINER_UID: i64 = 65532;
@@ -41,7 +41,55 @@ pub fn build_block_job(
     difficulty: u32,
     settings: &MinerSettings,
 ) -> Job {
+    build_job(workflow, block, prev, difficulty, None, settings)
+}
+
+/// Builds the Job that mines `count` nonces from `start` of block `block`:
+/// the same Pod as a whole block's, told its range, with the range in
+/// annotations for the operator to read back.
+pub fn build_range_job(
+    workflow: &MiningWorkflow,
+    block: u32,
+    prev: &str,
+    difficulty: u32,
+    (start, count): (u64, u64),
+    settings: &MinerSettings,
+) -> Job {
+    build_job(workflow, block, prev, difficulty, Some((start, count)), settings)
+}
+
+fn build_job(
+    workflow: &MiningWorkflow,
+    block: u32,
+    prev: &str,
+    difficulty: u32,
+    range: Option<(u64, u64)>,
+    settings: &MinerSettings,
+) -> Job {
     let name = workflow.metadata.name.clone().unwrap_or_default();
+    let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
+    let (job_name, annotations, mut args) = match range {
+        None => (block_job_name(&name, uid, block), None, vec![]),
+        Some((start, count)) => (
+            range_job_name(&name, uid, block, start),
+            Some(BTreeMap::from([
+                (annotations::NONCE_START.to_string(), start.to_string()),
+                (annotations::NONCE_COUNT.to_string(), count.to_string()),
+            ])),
+            vec!["--start".to_string(), start.to_string(), "--count".to_string(), count.to_string()],
+        ),
+    };
+    let mut all_args: Vec<String> = ["mine", "--index", &block.to_string(), "--prev", prev]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            "--difficulty".into(),
+            difficulty.to_string(),
+            "--threads".into(),
+            settings.threads.to_string(),
+        ])
+        .collect();
+    all_args.append(&mut args);
     let labels = block_labels(&name, block);
     let owner = workflow.controller_owner_ref(&()).expect("a stored workflow has a name and uid");
     let quantities = |pairs: [(&str, &Option<String>); 2]| -> Option<BTreeMap<String, Quantity>> {
@@ -59,9 +107,10 @@ pub fn build_block_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": block_job_name(&name, workflow.metadata.uid.as_deref().unwrap_or_default(), block),
+            "name": job_name,
             "namespace": workflow.metadata.namespace,
             "labels": labels,
+            "annotations": annotations,
             "ownerReferences": [owner],
         },
         "spec": {
@@ -83,13 +132,7 @@ pub fn build_block_job(
                         "name": "miner",
                         "image": settings.image,
                         "imagePullPolicy": settings.image_pull_policy,
-                        "args": [
-                            "mine",
-                            "--index", block.to_string(),
-                            "--prev", prev,
-                            "--difficulty", difficulty.to_string(),
-                            "--threads", settings.threads.to_string(),
-                        ],
+                        "args": all_args,
                         "resources": resources,
                         "terminationMessagePath": "/dev/termination-log",
                         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -169,6 +212,22 @@ mod tests {
         assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "100m");
         assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "64Mi");
         assert!(!resources.requests.as_ref().unwrap().contains_key("memory"));
+    }
+
+    #[test]
+    fn a_range_job_mines_only_its_range_and_says_so_in_annotations() {
+        let js = job_settings();
+        let job = build_range_job(&workflow("demo", 30, 4), 2, "ABC", 30, (1 << 27, 1 << 26), &settings(&js));
+        let name = job.metadata.name.clone().unwrap();
+        assert!(name.starts_with("demo-") && name.ends_with("-b2-r8000000"), "{name}");
+        let annotations = job.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[annotations::NONCE_START], "134217728");
+        assert_eq!(annotations[annotations::NONCE_COUNT], "67108864");
+        assert_eq!(job.metadata.labels.as_ref().unwrap()[labels::BLOCK], "2");
+        let args = job.spec.unwrap().template.spec.unwrap().containers[0].args.clone().unwrap();
+        assert_eq!(args[args.len() - 4..], ["--start", "134217728", "--count", "67108864"]);
+        let whole = build_block_job(&workflow("demo", 30, 4), 2, "ABC", 30, &settings(&js));
+        assert_eq!(whole.metadata.annotations, None);
     }
 
     #[test]

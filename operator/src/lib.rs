@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod plan;
+pub mod ranges;
 #[cfg(test)]
 mod testing;
 

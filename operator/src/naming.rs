@@ -35,9 +35,19 @@ pub fn workflow_label(workflow: &str) -> String {
 /// workflows — any names, or the same name deleted and created again — can
 /// never map to the same Job name. The name's prefix is only for people.
 pub fn block_job_name(workflow: &str, uid: &str, block: u32) -> String {
+    job_name(workflow, uid, &format!("b{block}"))
+}
+
+/// The Job that mines the nonces from `start` of block `block` (see
+/// [`block_job_name`]); the start in hex keeps the name short.
+pub fn range_job_name(workflow: &str, uid: &str, block: u32, start: u64) -> String {
+    job_name(workflow, uid, &format!("b{block}-r{start:x}"))
+}
+
+fn job_name(workflow: &str, uid: &str, tail: &str) -> String {
     let uid: String = uid.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect();
     let uid = format!("{uid:0>width$}", width = UID_DIGITS);
-    let suffix = format!("-{}-b{block}", &uid[uid.len() - UID_DIGITS..]);
+    let suffix = format!("-{}-{tail}", &uid[uid.len() - UID_DIGITS..]);
     let room = MAX_LABEL_VALUE.saturating_sub(suffix.len());
     let cut = (0..=room.min(workflow.len())).rev().find(|&i| workflow.is_char_boundary(i)).unwrap_or(0);
     let prefix = workflow[..cut].trim_end_matches(['-', '.']);
@@ -71,6 +81,9 @@ mod tests {
             assert!(name.ends_with(&format!("-b{block}")));
         }
         assert!(workflow_label(&long).len() <= 63);
+        let range = range_job_name(&long, UID, 64, u64::MAX);
+        assert!(range.len() <= 63 && range.ends_with("-b64-rffffffffffffffff"), "{range}");
+        assert_ne!(range_job_name("demo", UID, 1, 0x10), range_job_name("demo", UID, 11, 0));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use mining_api::{
 use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
+use crate::ranges::{RangeJob, RangeStep, decide, range_size};
 
 /// How often a queued workflow looks again on its own. A freed slot wakes
 /// the oldest queued workflows at once; this timer only refreshes the
@@ -42,6 +43,8 @@ pub struct Observed<'a> {
     pub workflow: &'a MiningWorkflow,
     /// This workflow's Jobs (owned by it), by block index.
     pub jobs: BTreeMap<u32, BlockJob>,
+    /// The Jobs of blocks mined in ranges (`spec.parallelism` > 1), by block.
+    pub ranges: BTreeMap<u32, Vec<RangeJob>>,
     /// Other workflows mining, or admitted and about to.
     pub others_mining: usize,
     /// Workflows waiting for a slot that were created before this one: they
@@ -57,8 +60,22 @@ pub enum Action {
         prev: String,
         difficulty: u32,
     },
+    /// Mine the nonces `start..start + count` of a block in a Job of its own.
+    CreateRangeJob {
+        block: u32,
+        prev: String,
+        difficulty: u32,
+        start: u64,
+        count: u64,
+    },
     /// Delete a block's Job with background propagation (its Pods go too).
     DeleteJob {
+        name: String,
+    },
+    /// Delete a Job no longer needed once the status is written (the ranges
+    /// of a decided block: deleted earlier, a failed status write would have
+    /// them mined again).
+    CleanUpJob {
         name: String,
     },
     /// Retention is over: delete the workflow.
@@ -86,6 +103,7 @@ pub struct Plan {
 struct Planner<'a> {
     name: String,
     minimality_budget: u64,
+    limits: &'a Limits,
     observed: &'a Observed<'a>,
     now: Time,
     generation: Option<i64>,
@@ -99,6 +117,7 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
     let mut planner = Planner {
         name: workflow.metadata.name.clone().unwrap_or_default(),
         minimality_budget: limits.minimality_check_budget,
+        limits,
         observed,
         now: Time(observed.now),
         generation: workflow.metadata.generation,
@@ -307,6 +326,13 @@ impl Planner<'_> {
             }
             let prev = self.plan.status.blocks.last().map_or(GENESIS.to_string(), |b| b.hash.clone());
             self.plan.status.current_block = Some(block);
+            let ranges = self.observed.ranges.get(&block).map_or(&[][..], Vec::as_slice);
+            if !self.observed.jobs.contains_key(&block) && (!ranges.is_empty() || self.parallelism() > 1) {
+                if self.mine_ranges(block, &prev, total) {
+                    continue;
+                }
+                return;
+            }
             match self.observed.jobs.get(&block).cloned() {
                 None => {
                     // The status already named this block: its Job existed (or was
@@ -328,7 +354,8 @@ impl Planner<'_> {
                     let budget = self.minimality_budget;
                     match verify_block_result(message.as_deref(), block, &prev, difficulty, budget) {
                         Ok((result, minimal)) => {
-                            self.record_block(block, result, minimal, started, finished, total)
+                            let job = block_job_name(&self.name, self.uid(), block);
+                            self.record_block(block, result, minimal, started, finished, total, job, 1)
                         }
                         // Mining is deterministic: a result whose Pod is gone is mined again.
                         Err((reasons::MISSING_RESULT, why)) if self.results_lost() < MAX_RESULTS_LOST => {
@@ -346,6 +373,99 @@ impl Planner<'_> {
                     self.event(true, reasons::JOB_FAILED, &message);
                     return self.finish(WorkflowPhase::Failed, reasons::JOB_FAILED, message);
                 }
+            }
+        }
+    }
+
+    /// Pods this block may use: the spec's wish within the operator's limit.
+    fn parallelism(&self) -> u32 {
+        self.spec().parallelism.clamp(1, self.limits.max_parallelism.max(1))
+    }
+
+    /// One step of a block mined in ranges; true when the block is recorded
+    /// and the chain can move on.
+    fn mine_ranges(&mut self, block: u32, prev: &str, total: u32) -> bool {
+        let difficulty = self.difficulty();
+        let parallelism = self.parallelism();
+        let size = range_size(difficulty, parallelism, self.limits.nonce_range_size);
+        let jobs = self.observed.ranges.get(&block).cloned().unwrap_or_default();
+        match decide(&jobs, block, prev, difficulty, parallelism, size) {
+            RangeStep::Decided { result, job, ranges } => {
+                let minimal = match check_minimality(
+                    &result,
+                    block,
+                    prev,
+                    difficulty,
+                    self.limits.minimality_check_budget,
+                ) {
+                    Ok(minimal) => minimal,
+                    Err((reason, why)) => {
+                        let message = format!("block {block}: {why}");
+                        self.event(true, reason, &message);
+                        self.finish(WorkflowPhase::Failed, reason, message);
+                        return false;
+                    }
+                };
+                let winner = jobs.iter().find(|j| j.name == job);
+                let (started, finished) = match winner.map(|j| &j.state) {
+                    Some(BlockJob::Succeeded { started, finished, .. }) => {
+                        (started.clone(), finished.clone())
+                    }
+                    _ => (None, None),
+                };
+                let cleanup = jobs.iter().filter(|j| j.name != job).map(|j| j.name.clone());
+                let cleanup: Vec<Action> = cleanup.map(|name| Action::CleanUpJob { name }).collect();
+                self.plan.actions.extend(cleanup);
+                self.record_block(block, result, minimal, started, finished, total, job, ranges);
+                true
+            }
+            RangeStep::Mining { create, stop, refilled, cleared, running } => {
+                if jobs.is_empty() {
+                    let note = format!(
+                        "mining block {block}/{total} in {parallelism} Pods, ranges of {size} nonces"
+                    );
+                    self.event(false, reasons::BLOCK_STARTED, note);
+                } else if refilled > 0 && self.phase() == WorkflowPhase::Mining {
+                    let note = format!(
+                        "{refilled} range Job(s) of block {block}/{total} are gone; creating them again"
+                    );
+                    self.event(true, reasons::JOB_RECREATED, note);
+                }
+                let starting = create.len();
+                self.plan.actions.extend(stop.into_iter().map(|name| Action::DeleteJob { name }));
+                self.plan.actions.extend(create.into_iter().map(|range| Action::CreateRangeJob {
+                    block,
+                    prev: prev.to_string(),
+                    difficulty,
+                    start: range.start,
+                    count: range.end - range.start,
+                }));
+                let pods = running + starting;
+                let detail = format!(" in {pods} Pods; no winner below nonce {cleared}");
+                self.mining_with(block, total, &detail);
+                false
+            }
+            RangeStep::Lost { job, why } if self.results_lost() < MAX_RESULTS_LOST => {
+                let lost = self.results_lost().saturating_add(1);
+                self.plan.status.results_lost = Some(lost);
+                self.plan.actions.push(Action::DeleteJob { name: job });
+                let note = format!(
+                    "{why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
+                );
+                self.event(true, reasons::RESULT_LOST, note);
+                self.mining(block, total);
+                false
+            }
+            RangeStep::Lost { why, .. } => {
+                let message = format!("block {block}: {why}");
+                self.event(true, reasons::MISSING_RESULT, &message);
+                self.finish(WorkflowPhase::Failed, reasons::MISSING_RESULT, message);
+                false
+            }
+            RangeStep::Failed { reason, message } => {
+                self.event(true, reason, &message);
+                self.finish(WorkflowPhase::Failed, reason, message);
+                false
             }
         }
     }
@@ -369,7 +489,11 @@ impl Planner<'_> {
     }
 
     fn mining(&mut self, block: u32, total: u32) {
-        let message = format!("mining block {block}/{total}");
+        self.mining_with(block, total, "");
+    }
+
+    fn mining_with(&mut self, block: u32, total: u32, detail: &str) {
+        let message = format!("mining block {block}/{total}{detail}");
         self.plan.status.message = Some(message.clone());
         self.condition(condition_types::MINING, ConditionStatus::True, reasons::BLOCK_STARTED, &message);
         self.condition(condition_types::READY, ConditionStatus::False, reasons::PENDING, message);
@@ -384,14 +508,17 @@ impl Planner<'_> {
         started: Option<Time>,
         finished: Option<Time>,
         total: u32,
+        job_name: String,
+        ranges: usize,
     ) {
         // The miner's own clock: Job times have a resolution of one second.
         self.plan.mined_block_seconds.push(result.elapsed_ms as f64 / 1000.0);
+        let pods = if ranges > 1 { format!(" in {ranges} ranges") } else { String::new() };
         self.event(
             false,
             reasons::BLOCK_MINED,
             format!(
-                "block {block}/{total}: nonce {} after {} attempts, hash {}",
+                "block {block}/{total}: nonce {} after {} attempts{pods}, hash {}",
                 result.nonce, result.attempts, result.hash
             ),
         );
@@ -401,7 +528,7 @@ impl Planner<'_> {
             hash: result.hash,
             attempts: result.attempts,
             minimality_checked,
-            job_name: block_job_name(&self.name, self.uid(), block),
+            job_name,
             started_at: started,
             finished_at: finished,
         });
@@ -429,10 +556,12 @@ impl Planner<'_> {
     }
 
     fn delete_unfinished_jobs(&mut self) {
-        let running: Vec<String> = (self.observed.jobs.iter())
+        let mut running: Vec<String> = (self.observed.jobs.iter())
             .filter(|(_, job)| **job == BlockJob::Running)
             .map(|(block, _)| block_job_name(&self.name, self.uid(), *block))
             .collect();
+        let ranges = self.observed.ranges.values().flatten();
+        running.extend(ranges.filter(|j| j.state == BlockJob::Running).map(|j| j.name.clone()));
         self.plan.actions.extend(running.into_iter().map(|name| Action::DeleteJob { name }));
     }
 
@@ -520,8 +649,22 @@ pub fn verify_block_result(
     }
     miner::verify_result(&result, block as u64, prev, difficulty)
         .map_err(|e| (reasons::INVALID_RESULT, format!("result rejected: {e}")))?;
+    let minimal = check_minimality(&result, block, prev, difficulty, minimality_budget)?;
+    Ok((result, minimal))
+}
+
+/// When a verified result's nonce is at most `minimality_budget`, checks
+/// that no smaller nonce meets the difficulty (a sequential scan up to it:
+/// at most that many hashes). Returns whether it checked.
+pub fn check_minimality(
+    result: &BlockResult,
+    block: u32,
+    prev: &str,
+    difficulty: u32,
+    minimality_budget: u64,
+) -> Result<bool, (&'static str, String)> {
     if result.nonce > minimality_budget {
-        return Ok((result, false));
+        return Ok(false);
     }
     // The claimed nonce is valid, so the scan stops at it at the latest.
     let smallest = miner::mine_block(u64::from(block), prev, difficulty, 1)
@@ -535,7 +678,7 @@ pub fn verify_block_result(
             ),
         ));
     }
-    Ok((result, true))
+    Ok(true)
 }
 
 fn clip(text: &str, max: usize) -> &str {

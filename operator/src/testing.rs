@@ -12,6 +12,7 @@ pub fn workflow(name: &str, difficulty: u32, blocks: u32) -> MiningWorkflow {
             ttl_seconds_after_finished: None,
             active_deadline_seconds: None,
             cancel: false,
+            parallelism: 1,
         },
     );
     wf.metadata.namespace = Some("ns".into());

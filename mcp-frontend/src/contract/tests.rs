@@ -19,6 +19,7 @@ fn workflow(difficulty: u32, blocks: u32) -> MiningWorkflow {
             ttl_seconds_after_finished: None,
             active_deadline_seconds: None,
             cancel: false,
+            parallelism: 1,
         },
     );
     workflow.metadata.creation_timestamp = Some(Time(at(0)));

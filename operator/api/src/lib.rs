@@ -26,5 +26,13 @@ pub mod labels {
     pub const CALLER: &str = "mining-operator.dev/caller";
 }
 
+/// Annotation keys on the objects the operator creates.
+pub mod annotations {
+    /// On a Job that mines one nonce range of a block: the first nonce.
+    pub const NONCE_START: &str = "mining-operator.dev/nonce-start";
+    /// On the same Job: how many nonces it mines.
+    pub const NONCE_COUNT: &str = "mining-operator.dev/nonce-count";
+}
+
 /// `prev` of the first block of every chain.
 pub const GENESIS: &str = "GENESIS";

@@ -63,10 +63,22 @@ pub struct MiningWorkflowSpec {
     /// Set to true to stop mining; the workflow ends Cancelled.
     #[serde(default)]
     pub cancel: bool,
+
+    /// Pods that mine one block at once, each scanning its own range of the
+    /// block's nonces. The answer is the same as with 1 (one Pod scanning in
+    /// order): the smallest winning nonce. May be changed while mining; the
+    /// operator caps it at its own limit.
+    #[serde(default = "default_parallelism")]
+    #[schemars(range(min = 1, max = 64))]
+    pub parallelism: u32,
 }
 
 fn default_blocks() -> u32 {
     DEFAULT_BLOCKS
+}
+
+fn default_parallelism() -> u32 {
+    1
 }
 
 /// Where a workflow is in its life.

@@ -9,6 +9,8 @@ fn limits() -> Limits {
         max_concurrent_workflows: 2,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
+        max_parallelism: 8,
+        nonce_range_size: None,
     }
 }
 
@@ -16,6 +18,7 @@ fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Pla
     let observed = Observed {
         workflow: wf,
         jobs: jobs.iter().cloned().collect(),
+        ranges: BTreeMap::new(),
         others_mining: 0,
         queued_ahead: 0,
         now,
@@ -216,8 +219,14 @@ fn a_workflow_over_the_difficulty_limit_is_rejected_without_a_job() {
 #[test]
 fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
     let wf = workflow("w", 8, 2);
-    let observed =
-        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, queued_ahead: 0, now: at(0) };
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 2,
+        queued_ahead: 0,
+        now: at(0),
+    };
     let plan = plan(&observed, &limits());
     assert_eq!(plan.status.phase, Some(WorkflowPhase::Pending));
     assert!(plan.actions.is_empty());
@@ -229,8 +238,14 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
 fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_position() {
     let wf = workflow("w", 8, 2);
     // Limit 2, one mining: one slot, and one older workflow waits for it.
-    let observed =
-        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 1, queued_ahead: 1, now: at(0) };
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 1,
+        queued_ahead: 1,
+        now: at(0),
+    };
     let queued = plan(&observed, &limits());
     assert_eq!(queued.status.phase, Some(WorkflowPhase::Pending));
     assert!(queued.actions.is_empty());
@@ -240,14 +255,26 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
     );
     // Still queued a moment later, further back: no second Queued Event.
     let wf = with_status(wf.clone(), &queued);
-    let observed =
-        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 2, queued_ahead: 3, now: at(1) };
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 2,
+        queued_ahead: 3,
+        now: at(1),
+    };
     let later = plan(&observed, &limits());
     assert!(later.events.is_empty(), "{:?}", later.events);
     assert!(later.status.message.unwrap().starts_with("queued: 3 ahead of it"));
     // Its turn: admitted.
-    let observed =
-        Observed { workflow: &wf, jobs: BTreeMap::new(), others_mining: 1, queued_ahead: 0, now: at(2) };
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 1,
+        queued_ahead: 0,
+        now: at(2),
+    };
     assert_eq!(plan(&observed, &limits()).status.phase, Some(WorkflowPhase::Mining));
 }
 
@@ -403,4 +430,98 @@ fn a_valid_but_not_smallest_nonce_is_an_invalid_result_and_the_smallest_is_recor
     // Beyond the budget the check is skipped, and the status says so.
     let (_, checked) = verify_block_result(Some(&claimed(larger, 4)), 1, GENESIS, 4, smallest).unwrap();
     assert!(!checked);
+}
+
+/// A chain mined with `spec.parallelism` 2, every range's report computed
+/// by the real miner: the same blocks as one Pod per block, range Jobs
+/// cleaned up once each block is recorded, and the status telling how far
+/// the ranges got.
+#[test]
+fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
+    let mut limits = limits();
+    limits.nonce_range_size = Some(300);
+    let mut wf = workflow("w", 10, 2);
+    wf.spec.parallelism = 2;
+    let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
+    let mut prev: String;
+    let mut created_for_block_one = Vec::new();
+    for _round in 0..200 {
+        let observed = Observed {
+            workflow: &wf,
+            jobs: BTreeMap::new(),
+            ranges: ranges.clone(),
+            others_mining: 0,
+            queued_ahead: 0,
+            now: at(1),
+        };
+        let plan = plan(&observed, &limits);
+        assert!(!plan.actions.iter().any(|a| matches!(a, Action::CreateJob { .. })), "{:?}", plan.actions);
+        for action in &plan.actions {
+            match action {
+                Action::CreateRangeJob { block, prev: p, difficulty, start, count } => {
+                    let recorded = (*block > 1).then(|| plan.status.blocks[*block as usize - 2].hash.clone());
+                    assert_eq!((p.clone(), *difficulty), (recorded.unwrap_or(GENESIS.into()), 10));
+                    if *block == 1 {
+                        created_for_block_one.push(*start);
+                    }
+                    let name = crate::naming::range_job_name("w", "uid-w", *block, *start);
+                    let job = RangeJob { name, start: *start, count: *count, state: BlockJob::Running };
+                    ranges.entry(*block).or_default().push(job);
+                }
+                Action::DeleteJob { name } | Action::CleanUpJob { name } => {
+                    ranges.values_mut().for_each(|jobs| jobs.retain(|j| &j.name != name));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        wf = with_status(wf, &plan);
+        let status = wf.status.as_ref().unwrap();
+        if status.phase == Some(WorkflowPhase::Succeeded) {
+            let want = [mined(1, GENESIS, 10), mined(2, &mined(1, GENESIS, 10).hash, 10)];
+            let got: Vec<(u64, &str)> = status.blocks.iter().map(|b| (b.nonce, b.hash.as_str())).collect();
+            assert_eq!(got, want.iter().map(|r| (r.nonce, r.hash.as_str())).collect::<Vec<_>>());
+            assert!(status.blocks.iter().all(|b| b.minimality_checked && b.job_name.contains("-r")));
+            assert!(ranges.values().flatten().count() <= 2, "only the winners' Jobs remain: {ranges:?}");
+            assert_eq!(created_for_block_one[..2], [0, 300], "two ranges from nonce 0 at once");
+            return;
+        }
+        prev = status.blocks.last().map_or(GENESIS.to_string(), |b| b.hash.clone());
+        let running = ranges.values().flatten().filter(|j| j.state == BlockJob::Running).count();
+        assert!(running <= 2, "{running} ranges at once");
+        if status.message.as_deref().is_some_and(|m| m.contains("in 2 Pods")) {
+            assert!(status.message.as_deref().unwrap().contains("no winner below nonce"));
+        }
+        // The highest running range finishes first: the worst order for a
+        // naive "first winner wins".
+        let block = status.current_block.unwrap();
+        let Some(job) = ranges.get_mut(&block).and_then(|jobs| {
+            jobs.iter_mut().filter(|j| j.state == BlockJob::Running).max_by_key(|j| j.start)
+        }) else {
+            continue;
+        };
+        let found = miner::mine_range(block.into(), &prev, 10, 1, job.start, job.count).unwrap();
+        let message = match found {
+            Some(found) => BlockResult {
+                index: block.into(),
+                prev: prev.clone(),
+                nonce: found.nonce,
+                hash: miner::hex_upper(&found.digest),
+                attempts: found.nonce + 1,
+                difficulty: 10,
+                elapsed_ms: 1,
+            }
+            .to_json_line(),
+            None => mining_api::NoWinner {
+                index: block.into(),
+                prev: prev.clone(),
+                difficulty: 10,
+                start: job.start,
+                count: job.count,
+                elapsed_ms: 1,
+            }
+            .to_json_line(),
+        };
+        job.state = BlockJob::Succeeded { message: Some(message), started: None, finished: None };
+    }
+    panic!("the chain did not finish");
 }
