@@ -21,6 +21,8 @@ pub const LIST_MINING_WORKFLOWS: &str = "list_mining_workflows";
 
 /// Most blocks a chain may have (the CRD's bound).
 pub const MAX_BLOCKS: u32 = mining_api::MAX_BLOCKS;
+/// Most Pods one block may use (the CRD's bound; the operator may cap lower).
+pub const MAX_PARALLELISM: u32 = 64;
 /// Most workflows one list answer holds.
 pub const MAX_LIST_LIMIT: u32 = 100;
 const DEFAULT_LIST_LIMIT: u32 = 20;
@@ -42,6 +44,10 @@ pub struct StartMiningArgs {
     pub difficulty: Option<u32>,
     /// Number of blocks in the chain.
     pub blocks: Option<u32>,
+    /// Pods that mine each block at once, each scanning its own range of
+    /// nonces. The answer is the same; a hard block finishes sooner when the
+    /// cluster has the cores. Default 1.
+    pub parallelism: Option<u32>,
     /// Seconds to wait for the result before answering `running` (0 answers at once).
     pub wait_seconds: Option<u32>,
     /// Any string unique to this request. Retrying with the same key returns
@@ -125,6 +131,7 @@ pub struct WorkflowList {
 pub struct StartRequest {
     pub difficulty: u32,
     pub blocks: u32,
+    pub parallelism: u32,
     pub wait_seconds: u32,
     pub idempotency_key: Option<String>,
 }
@@ -143,11 +150,23 @@ impl Limits {
         if !(1..=MAX_BLOCKS).contains(&blocks) {
             return Err(format!("blocks must be an integer from 1 to {MAX_BLOCKS} (got {blocks})"));
         }
+        let parallelism = args.parallelism.unwrap_or(1);
+        if !(1..=MAX_PARALLELISM).contains(&parallelism) {
+            return Err(format!(
+                "parallelism must be an integer from 1 to {MAX_PARALLELISM} (got {parallelism})"
+            ));
+        }
         let wait_seconds = self.wait_seconds(args.wait_seconds, self.wait_budget_seconds)?;
         if let Some(key) = &args.idempotency_key {
             check_idempotency_key(key)?;
         }
-        Ok(StartRequest { difficulty, blocks, wait_seconds, idempotency_key: args.idempotency_key })
+        Ok(StartRequest {
+            difficulty,
+            blocks,
+            parallelism,
+            wait_seconds,
+            idempotency_key: args.idempotency_key,
+        })
     }
 
     /// A wait within the budget; `default` when none was asked for.
@@ -176,7 +195,7 @@ impl Limits {
         match tool {
             START_MINING => format!(
                 "start_mining takes difficulty (integer 1-{}, default {}), blocks (integer 1-{MAX_BLOCKS}, default {}), \
-                 wait_seconds (integer 0-{}, default {}) and idempotency_key (string of 1-{MAX_IDEMPOTENCY_KEY_LEN} characters), all optional",
+                 parallelism (integer 1-{MAX_PARALLELISM}, default 1), wait_seconds (integer 0-{}, default {}) and idempotency_key (string of 1-{MAX_IDEMPOTENCY_KEY_LEN} characters), all optional",
                 self.max_difficulty,
                 self.default_difficulty,
                 self.default_blocks,
@@ -203,6 +222,7 @@ impl Limits {
             &[
                 ("difficulty", 1, self.max_difficulty, Some(self.default_difficulty)),
                 ("blocks", 1, MAX_BLOCKS, Some(self.default_blocks)),
+                ("parallelism", 1, MAX_PARALLELISM, Some(1)),
                 ("wait_seconds", 0, budget, Some(budget)),
             ],
         );
@@ -344,7 +364,13 @@ mod tests {
         let request = limits().start_request(StartMiningArgs::default()).unwrap();
         assert_eq!(
             request,
-            StartRequest { difficulty: 21, blocks: 4, wait_seconds: 20, idempotency_key: None }
+            StartRequest {
+                difficulty: 21,
+                blocks: 4,
+                parallelism: 1,
+                wait_seconds: 20,
+                idempotency_key: None
+            }
         );
     }
 
@@ -354,6 +380,8 @@ mod tests {
             (json!({"difficulty": 0}), "difficulty must be an integer from 1 to 32"),
             (json!({"difficulty": 33}), "from 1 to 32 (got 33)"),
             (json!({"blocks": 65}), "blocks must be an integer from 1 to 64"),
+            (json!({"parallelism": 0}), "parallelism must be an integer from 1 to 64 (got 0)"),
+            (json!({"parallelism": 65}), "parallelism must be an integer from 1 to 64"),
             (json!({"wait_seconds": 21}), "wait_seconds must be an integer from 0 to 20"),
             (json!({"idempotency_key": ""}), "idempotency_key must be 1 to 128"),
         ];

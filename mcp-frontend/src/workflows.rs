@@ -32,7 +32,7 @@ pub fn build_workflow(
             ttl_seconds_after_finished: None,
             active_deadline_seconds: None,
             cancel: false,
-            parallelism: 1,
+            parallelism: request.parallelism,
         },
     );
     workflow.metadata.labels = Some(
@@ -100,11 +100,13 @@ mod tests {
     fn built_workflow_is_named_by_its_id_and_labelled_by_its_caller() {
         let id = WorkflowId::parse(&format!("mw-{}", "b".repeat(26))).unwrap();
         let caller = Caller::new("alice");
-        let request = StartRequest { difficulty: 9, blocks: 3, wait_seconds: 0, idempotency_key: None };
+        let request =
+            StartRequest { difficulty: 9, blocks: 3, parallelism: 2, wait_seconds: 0, idempotency_key: None };
         let workflow = build_workflow(&id, &caller, &request, &[]);
         assert_eq!(workflow.metadata.name.as_deref(), Some(id.as_str()));
         assert_eq!(workflow.metadata.generate_name, None);
         assert_eq!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.label);
         assert_eq!((workflow.spec.difficulty, workflow.spec.blocks, workflow.spec.cancel), (9, 3, false));
+        assert_eq!(workflow.spec.parallelism, 2);
     }
 }

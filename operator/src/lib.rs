@@ -14,10 +14,12 @@ pub mod job;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod observe;
 pub mod plan;
 pub mod ranges;
 #[cfg(test)]
 mod testing;
+pub mod verify;
 
 /// Everything a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]

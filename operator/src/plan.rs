@@ -10,14 +10,15 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use mining_api::{
-    BlockResult, ConditionStatus, GENESIS, MAX_STORED_INTEGER, MinedBlock, MiningWorkflow,
-    MiningWorkflowStatus, WorkflowPhase, condition_types, reasons,
+    BlockResult, ConditionStatus, GENESIS, MinedBlock, MiningWorkflow, MiningWorkflowStatus, WorkflowPhase,
+    condition_types, reasons,
 };
 
 use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
 use crate::ranges::{RangeJob, RangeStep, decide, range_size};
+use crate::verify::{check_minimality, clip, verify_block_result};
 
 /// How often a queued workflow looks again on its own. A freed slot wakes
 /// the oldest queued workflows at once; this timer only refreshes the
@@ -618,72 +619,6 @@ pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> 
         generation,
     );
     status
-}
-
-/// Parses and verifies a block's termination message, and — when the nonce
-/// is at most `minimality_budget` — that no smaller nonce meets the
-/// difficulty (a sequential scan up to it: at most that many hashes).
-/// Returns the result and whether minimality was checked. Errors carry the
-/// reason for the condition and a sentence for people.
-pub fn verify_block_result(
-    message: Option<&str>,
-    block: u32,
-    prev: &str,
-    difficulty: u32,
-    minimality_budget: u64,
-) -> Result<(BlockResult, bool), (&'static str, String)> {
-    let Some(text) = message.filter(|m| !m.trim().is_empty()) else {
-        return Err((reasons::MISSING_RESULT, "the miner's Pod completed without a result".into()));
-    };
-    let result = BlockResult::from_json(text)
-        .map_err(|e| (reasons::INVALID_RESULT, format!("unreadable result ({e}): {}", clip(text, 200))))?;
-    // A status holds int64 integers; a larger nonce could be verified but never recorded.
-    if result.nonce > MAX_STORED_INTEGER || result.attempts > MAX_STORED_INTEGER {
-        return Err((
-            reasons::INVALID_RESULT,
-            format!(
-                "result rejected: nonce {} is above {MAX_STORED_INTEGER}, the largest a status can hold",
-                result.nonce
-            ),
-        ));
-    }
-    miner::verify_result(&result, block as u64, prev, difficulty)
-        .map_err(|e| (reasons::INVALID_RESULT, format!("result rejected: {e}")))?;
-    let minimal = check_minimality(&result, block, prev, difficulty, minimality_budget)?;
-    Ok((result, minimal))
-}
-
-/// When a verified result's nonce is at most `minimality_budget`, checks
-/// that no smaller nonce meets the difficulty (a sequential scan up to it:
-/// at most that many hashes). Returns whether it checked.
-pub fn check_minimality(
-    result: &BlockResult,
-    block: u32,
-    prev: &str,
-    difficulty: u32,
-    minimality_budget: u64,
-) -> Result<bool, (&'static str, String)> {
-    if result.nonce > minimality_budget {
-        return Ok(false);
-    }
-    // The claimed nonce is valid, so the scan stops at it at the latest.
-    let smallest = miner::mine_block(u64::from(block), prev, difficulty, 1)
-        .map_err(|e| (reasons::INVALID_RESULT, format!("result rejected: {e}")))?;
-    if smallest.nonce != result.nonce {
-        return Err((
-            reasons::INVALID_RESULT,
-            format!(
-                "result rejected: nonce {} is not the smallest; nonce {} already has {difficulty} leading zero bits",
-                result.nonce, smallest.nonce
-            ),
-        ));
-    }
-    Ok(true)
-}
-
-fn clip(text: &str, max: usize) -> &str {
-    let end = (0..=max.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    &text[..end]
 }
 
 #[cfg(test)]

@@ -108,7 +108,12 @@ async fn budget_expiry_answers_running_and_polling_completes() {
     let url = stack.frontend.url();
     // wait_seconds 0 answers at once, before any Pod ran.
     let document = Sdk::Python
-        .call(&url, None, "start_mining", json!({"difficulty": 14, "blocks": 4, "wait_seconds": 0}))
+        .call(
+            &url,
+            None,
+            "start_mining",
+            json!({"difficulty": 14, "blocks": 4, "wait_seconds": 0, "parallelism": 2}),
+        )
         .await;
     let outcome = structured(&document).clone();
     assert_eq!(outcome["status"], "running", "{outcome:#}");
@@ -122,6 +127,7 @@ async fn budget_expiry_answers_running_and_polling_completes() {
     let api: Api<MiningWorkflow> = stack.ns.api();
     let workflow = api.get(&id).await.expect("the workflow exists under its id");
     assert!(workflow.metadata.labels.unwrap().contains_key(mining_api::labels::CALLER));
+    assert_eq!(workflow.spec.parallelism, 2, "parallelism reaches the workflow");
 
     let finished = stack.poll_until_final(Sdk::TypeScript, None, &id).await;
     assert_matches_reference(&finished, 4, 14);
@@ -268,6 +274,7 @@ async fn bad_input_gets_clear_errors_and_creates_nothing() {
         (json!({"difficulty": "hard"}), "invalid type: string"),
         (json!({"difficulty": 1e30}), "difficulty (integer 1-24"),
         (json!({"blocks": 65}), "blocks must be an integer from 1 to 64"),
+        (json!({"parallelism": 65}), "parallelism must be an integer from 1 to 64"),
         (json!({"blocks": -3}), "blocks (integer 1-64"),
         (json!({"wait_seconds": 999}), "wait_seconds must be an integer from 0 to 20"),
         (json!({"difficult": 3}), "unknown field `difficult`"),

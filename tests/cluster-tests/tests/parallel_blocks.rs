@@ -42,11 +42,21 @@ fn assert_matches_reference(workflow: &MiningWorkflow, difficulty: u32, range_si
     let mut nonces = Vec::new();
     for (block, want) in status.blocks.iter().zip(&reference) {
         let nonce = want["nonce"].as_u64().unwrap();
-        assert_eq!((block.nonce, block.hash.as_str()), (nonce, want["hash"].as_str().unwrap()), "block {}", block.index);
+        assert_eq!(
+            (block.nonce, block.hash.as_str()),
+            (nonce, want["hash"].as_str().unwrap()),
+            "block {}",
+            block.index
+        );
         assert!(block.minimality_checked, "block {}", block.index);
         let start = nonce / range_size * range_size;
         let suffix = format!("-b{}-r{start:x}", block.index);
-        assert!(block.job_name.ends_with(&suffix), "block {}: {} (want …{suffix})", block.index, block.job_name);
+        assert!(
+            block.job_name.ends_with(&suffix),
+            "block {}: {} (want …{suffix})",
+            block.index,
+            block.job_name
+        );
         nonces.push(nonce);
     }
     nonces
@@ -96,8 +106,14 @@ async fn parallel_blocks_find_the_python_references_nonces_wherever_the_winner_f
     assert_one_job_per_block_remains(&ns, "three-pods", 3, range_size).await;
     let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
     eventually("a BlockStarted Event naming the Pods and the range size", TIMEOUT, || async {
-        let notes: Vec<String> =
-            events.list(&ListParams::default()).await.ok()?.items.into_iter().filter_map(|e| e.note).collect();
+        let notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
         notes.iter().any(|n| n.contains("in 3 Pods, ranges of 2000 nonces")).then_some(())
     })
     .await;

@@ -1,0 +1,187 @@
+//! What a reconcile observes of a workflow's Jobs: from the Job store, with
+//! expectations for Jobs created but not seen yet, and the results of
+//! finished ones from their Pods.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use mining_api::{MiningWorkflow, annotations, labels};
+use tracing::warn;
+
+use crate::controller::Context;
+use crate::naming::workflow_label;
+use crate::plan::BlockJob;
+use crate::ranges::RangeJob;
+use crate::{Error, Result};
+
+/// Longest Pod message carried into a workflow's status.
+const MAX_POD_MESSAGE: usize = 512;
+
+/// A Job created and not yet seen in the Job store.
+#[derive(Clone, Debug)]
+pub struct ExpectedJob {
+    pub workflow_uid: String,
+    pub block: u32,
+    /// The nonce range, for a Job that mines one.
+    pub range: Option<(u64, u64)>,
+    pub created: Instant,
+}
+
+/// This workflow's Jobs by block, each classified, from the Job store; only
+/// a finished Job whose block is not verified yet has its Pods read, live
+/// (not from a cache), so a result is never missed for being late.
+pub async fn observe_jobs(
+    workflow: &MiningWorkflow,
+    name: &str,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(BTreeMap<u32, BlockJob>, BTreeMap<u32, Vec<RangeJob>>)> {
+    let label = workflow_label(name);
+    let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
+    // Blocks already verified in the status need no second look (and no Pod
+    // reads: those would grow with the chain on every reconcile).
+    let verified = workflow.status.as_ref().map_or(0, |s| s.blocks.len() as u32);
+    let mut observed = BTreeMap::new();
+    let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
+    let mut seen = Vec::new();
+    for job in ctx.jobs.state() {
+        if job.metadata.namespace.as_deref() != Some(namespace)
+            || job.labels().get(labels::WORKFLOW) != Some(&label)
+        {
+            continue;
+        }
+        seen.push(job.name_any());
+        // Only Jobs this workflow (this uid) controls: a same-named predecessor's are not ours.
+        let ours = job.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
+        let block = job.labels().get(labels::BLOCK).and_then(|b| b.parse::<u32>().ok());
+        let (true, Some(block)) = (ours, block) else { continue };
+        if block <= verified {
+            continue;
+        }
+        match job_range(&job) {
+            Ok(None) => {
+                observed.insert(block, classify_job(&job, ctx).await?);
+            }
+            Ok(Some((start, count))) => {
+                let state = classify_job(&job, ctx).await?;
+                ranges.entry(block).or_default().push(RangeJob { name: job.name_any(), start, count, state });
+            }
+            Err(why) => {
+                warn!(workflow = %name, job = %job.name_any(), %why, "ignoring a Job with a garbled range")
+            }
+        }
+    }
+    // Created but not yet seen: running, as far as planning goes.
+    let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
+    expected.retain(|job, e| !seen.contains(job) && e.created.elapsed() < EXPECTATION_TIMEOUT);
+    for (job, e) in expected.iter() {
+        if e.workflow_uid != uid || e.block <= verified {
+            continue;
+        }
+        match e.range {
+            None => {
+                observed.entry(e.block).or_insert(BlockJob::Running);
+            }
+            Some((start, count)) => ranges.entry(e.block).or_default().push(RangeJob {
+                name: job.clone(),
+                start,
+                count,
+                state: BlockJob::Running,
+            }),
+        }
+    }
+    Ok((observed, ranges))
+}
+
+/// The nonce range a Job mines, from its annotations (`None`: a whole block).
+fn job_range(job: &Job) -> std::result::Result<Option<(u64, u64)>, String> {
+    let read =
+        |key: &str| job.annotations().get(key).map(|v| v.parse::<u64>().map_err(|e| format!("{key}: {e}")));
+    match (read(annotations::NONCE_START), read(annotations::NONCE_COUNT)) {
+        (None, None) => Ok(None),
+        (Some(start), Some(count)) => Ok(Some((start?, count?))),
+        _ => Err("only one of the range annotations is set".into()),
+    }
+}
+
+/// How long a created Job counts as existing without its watch event: far
+/// longer than any watch delay, short enough that a Job deleted before it was
+/// ever seen is noticed.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn classify_job(job: &Job, ctx: &Context) -> Result<BlockJob> {
+    let status = job.status.clone().unwrap_or_default();
+    let condition = |type_: &str| {
+        status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
+    };
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(BlockJob::Running);
+    }
+    if condition("Complete").is_some() {
+        let succeeded_message = |pods: &[Pod]| {
+            pods.iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+                .find_map(terminated_message)
+        };
+        // The Pod store usually has the result already; when it lags, read live.
+        let message = match succeeded_message(&cached_job_pods(job, &ctx.pods)) {
+            Some(message) => Some(message),
+            None => succeeded_message(&job_pods(job, &ctx.client).await?),
+        };
+        return Ok(BlockJob::Succeeded {
+            message,
+            started: status.start_time,
+            finished: status.completion_time,
+        });
+    }
+    if let Some(failed) = condition("Failed") {
+        // Live: the most recent failed Pod says best what went wrong.
+        let pods = job_pods(job, &ctx.client).await?;
+        let last_message = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+            .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
+            .and_then(terminated_message)
+            .unwrap_or_else(|| failed.message.clone().unwrap_or_default());
+        let mut message: String = last_message.trim().to_string();
+        if message.len() > MAX_POD_MESSAGE {
+            let cut = (0..=MAX_POD_MESSAGE).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
+            message.truncate(cut);
+        }
+        return Ok(BlockJob::Failed { reason: failed.reason.unwrap_or_else(|| "Failed".into()), message });
+    }
+    Ok(BlockJob::Running)
+}
+
+/// The Job's Pods as the Pod store has them.
+fn cached_job_pods(job: &Job, pods: &Store<Pod>) -> Vec<Pod> {
+    let name = job.name_any();
+    let namespace = job.metadata.namespace.as_deref();
+    pods.state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == namespace && p.labels().get("job-name") == Some(&name))
+        .map(|p| p.as_ref().clone())
+        .collect()
+}
+
+async fn job_pods(job: &Job, client: &Client) -> Result<Vec<Pod>> {
+    let name = job.name_any();
+    let pods: Api<Pod> =
+        Api::namespaced(client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
+    Ok(pods
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(|source| Error::ListPods { job: name, source })?
+        .items)
+}
+
+fn terminated_message(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let status = statuses.iter().find(|s| s.name == "miner").or(statuses.first())?;
+    status.state.as_ref()?.terminated.as_ref()?.message.clone().filter(|m| !m.trim().is_empty())
+}
