@@ -134,3 +134,62 @@ async fn default_ranges_mine_the_reference_chain_with_two_pods() {
     assert_one_job_per_block_remains(&ns, "default-ranges", 2, 1 << 22).await;
     ns.delete().await;
 }
+
+/// A hard block in ranges survives what a single block Job does: a range
+/// Job deleted by hand is created again (same range, same name), a restarted
+/// operator adopts the running ranges instead of duplicating them, and
+/// cancelling stops every range.
+#[tokio::test]
+async fn range_jobs_are_recreated_adopted_after_a_restart_and_stopped_by_cancel() {
+    let ns = TestNamespace::new("mwf-parallel-life").await;
+    install_crd(&ns.client).await;
+    let mut operator = OperatorProcess::start(&ns.name, &[]);
+    // Difficulty 34: ranges of 2^31 nonces, about a minute each on one core.
+    create(&ns, "hard", 34, 1, 2).await;
+    let jobs: Api<Job> = ns.api();
+    let selector = format!("{}=hard", labels::WORKFLOW);
+    let live_names = || async {
+        let items = jobs.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+        let mut names: Vec<String> = items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .filter_map(|j| j.metadata.name)
+            .collect();
+        names.sort();
+        Some(names)
+    };
+    let first =
+        eventually("two range Jobs", TIMEOUT, || async { live_names().await.filter(|n| n.len() == 2) }).await;
+    assert!(first[0].ends_with("-b1-r0") || first[1].ends_with("-b1-r0"), "{first:?}");
+
+    let old_uid = jobs.get(&first[1]).await.unwrap().metadata.uid;
+    jobs.delete(&first[1], &kube::api::DeleteParams::background()).await.unwrap();
+    eventually("the deleted range created again under its name", TIMEOUT, || async {
+        let again = jobs.get_opt(&first[1]).await.ok().flatten()?;
+        (again.metadata.uid != old_uid && again.metadata.deletion_timestamp.is_none()).then_some(())
+    })
+    .await;
+    assert_eq!(live_names().await.unwrap(), first);
+
+    operator.kill();
+    let restarted = OperatorProcess::start(&ns.name, &[]);
+    // The new operator must reconcile the workflow and neither add nor replace ranges.
+    let workflows: Api<MiningWorkflow> = ns.api();
+    eventually("the restarted operator to reconcile", TIMEOUT, || async {
+        (restarted.metric("mining_operator_reconciles_total").await >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(live_names().await.unwrap(), first, "the same two ranges after the restart");
+
+    let patch = json!({"spec": {"cancel": true}});
+    workflows
+        .patch("hard", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let cancelled = |w: Option<&MiningWorkflow>| {
+        w.and_then(|w| w.status.as_ref()).and_then(|s| s.phase) == Some(WorkflowPhase::Cancelled)
+    };
+    wait_for(&workflows, "hard", cancelled, TIMEOUT).await.unwrap();
+    eventually("every range Job gone", TIMEOUT, || async { live_names().await.filter(Vec::is_empty) }).await;
+    ns.delete().await;
+}
