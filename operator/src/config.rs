@@ -108,8 +108,10 @@ pub struct Limits {
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_parallelism: u32,
     /// Nonces per range when a block is split across Pods; by default the
-    /// block's expected work cut into four ranges per Pod.
-    #[arg(long, env = "NONCE_RANGE_SIZE", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 62)))]
+    /// block's expected work cut into four ranges per Pod. At least 1024: a
+    /// block keeps the Jobs of its finished ranges until it is decided, so
+    /// tiny ranges would mean thousands of Jobs.
+    #[arg(long, env = "NONCE_RANGE_SIZE", value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 62)))]
     pub nonce_range_size: Option<u64>,
 }
 
@@ -138,6 +140,7 @@ mod tests {
             &["operator", "--job-backoff-limit", "-1"],
             &["operator", "--max-parallelism", "65"],
             &["operator", "--nonce-range-size", "0"],
+            &["operator", "--nonce-range-size", "1023"],
             &["operator", "--leader-election-lease-seconds", "2"],
             &["operator", "--leader-election-lease-seconds", "18446744073709551616"],
         ] {
