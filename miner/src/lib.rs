@@ -8,7 +8,7 @@
 pub mod search;
 mod shani;
 
-use mining_api::{BlockResult, GENESIS};
+use mining_api::{BlockResult, GENESIS, NoWinner, RangeReport};
 use sha2::{Digest, Sha256};
 
 pub use search::{BlockTemplate, Engine, Found};
@@ -116,6 +116,43 @@ pub fn mine_range(
     Ok(search::search_range(&template, difficulty, threads.max(1), Engine::best(), nonces))
 }
 
+/// The result document for a winner of block `index` on `prev`.
+pub fn block_result(index: u64, prev: &str, difficulty: u32, found: &Found, elapsed_ms: u64) -> BlockResult {
+    BlockResult {
+        index,
+        prev: prev.to_string(),
+        nonce: found.nonce,
+        hash: hex_upper(&found.digest),
+        attempts: found.nonce.saturating_add(1),
+        difficulty,
+        elapsed_ms,
+    }
+}
+
+/// What mining `count` nonces from `start` found, as the document the
+/// operator reads: the range's winner, or that it has none.
+pub fn range_report(
+    index: u64,
+    prev: &str,
+    difficulty: u32,
+    (start, count): (u64, u64),
+    found: Option<&Found>,
+    elapsed_ms: u64,
+) -> RangeReport {
+    match found {
+        Some(found) => RangeReport::Winner(block_result(index, prev, difficulty, found, elapsed_ms)),
+        None => RangeReport::NoWinner(NoWinner {
+            index,
+            prev: prev.to_string(),
+            difficulty,
+            start,
+            // The range ends at u64::MAX at the latest (see `mine_range`).
+            count: count.min(u64::MAX - start),
+            elapsed_ms,
+        }),
+    }
+}
+
 /// Checks a block: recomputes its hash and its leading zero bits.
 /// Returns the hash as 64 uppercase hex digits.
 pub fn verify_block(index: u64, prev: &str, nonce: u64, difficulty: u32) -> Result<String, Error> {
@@ -156,16 +193,7 @@ mod tests {
     use super::*;
 
     fn mined_result(index: u64, prev: &str, difficulty: u32) -> BlockResult {
-        let found = mine_block(index, prev, difficulty, 2).unwrap();
-        BlockResult {
-            index,
-            prev: prev.to_string(),
-            nonce: found.nonce,
-            hash: hex_upper(&found.digest),
-            attempts: found.nonce + 1,
-            difficulty,
-            elapsed_ms: 0,
-        }
+        block_result(index, prev, difficulty, &mine_block(index, prev, difficulty, 2).unwrap(), 0)
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use mining_api::{BlockResult, GENESIS, NoWinner};
+use mining_api::{BlockResult, GENESIS};
 
 #[derive(Parser)]
 #[command(name = "miner", version, about = "Proof-of-work miner: SHA-256 over \"{index}:{prev}:{nonce}\"")]
@@ -162,15 +162,7 @@ fn mine_and_report(index: u64, prev: &str, search: &SearchArgs) -> Result<BlockR
     let started = Instant::now();
     let found = miner::mine_block(index, prev, search.difficulty, threads)?;
     let elapsed = started.elapsed();
-    let result = BlockResult {
-        index,
-        prev: prev.to_string(),
-        nonce: found.nonce,
-        hash: miner::hex_upper(&found.digest),
-        attempts: found.nonce + 1,
-        difficulty: search.difficulty,
-        elapsed_ms: elapsed.as_millis() as u64,
-    };
+    let result = miner::block_result(index, prev, search.difficulty, &found, elapsed.as_millis() as u64);
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (e.g. piped into `head`) is not the miner's failure.
     let _ = writeln!(stdout, "{}", result.to_json_line()).and_then(|()| stdout.flush());
@@ -198,30 +190,9 @@ fn mine_range_and_report(
     let started = Instant::now();
     let found = miner::mine_range(index, prev, search.difficulty, threads, start, count)?;
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    let line = match found {
-        Some(found) => BlockResult {
-            index,
-            prev: prev.to_string(),
-            nonce: found.nonce,
-            hash: miner::hex_upper(&found.digest),
-            attempts: found.nonce + 1,
-            difficulty: search.difficulty,
-            elapsed_ms,
-        }
-        .to_json_line(),
-        None => {
-            let count = count.min(u64::MAX - start);
-            NoWinner {
-                index,
-                prev: prev.to_string(),
-                difficulty: search.difficulty,
-                start,
-                count,
-                elapsed_ms,
-            }
-            .to_json_line()
-        }
-    };
+    let report =
+        miner::range_report(index, prev, search.difficulty, (start, count), found.as_ref(), elapsed_ms);
+    let line = report.to_json_line();
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
     eprintln!(

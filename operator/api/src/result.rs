@@ -64,6 +64,13 @@ pub enum RangeReport {
 }
 
 impl RangeReport {
+    pub fn to_json_line(&self) -> String {
+        match self {
+            Self::Winner(result) => result.to_json_line(),
+            Self::NoWinner(none) => none.to_json_line(),
+        }
+    }
+
     /// Parses a range's termination message: a document with a `nonce` is a
     /// winner, one without says the range has none. Errors name what is wrong.
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {

@@ -30,15 +30,7 @@ fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Pla
 /// A real result document for `block` on top of `prev`, mined here.
 fn mined(block: u32, prev: &str, difficulty: u32) -> BlockResult {
     let found = miner::mine_block(block as u64, prev, difficulty, 1).unwrap();
-    BlockResult {
-        index: block as u64,
-        prev: prev.to_string(),
-        nonce: found.nonce,
-        hash: miner::hex_upper(&found.digest),
-        attempts: found.nonce + 1,
-        difficulty,
-        elapsed_ms: 1,
-    }
+    miner::block_result(block as u64, prev, difficulty, &found, 1)
 }
 
 fn succeeded(result: &BlockResult) -> BlockJob {
@@ -501,27 +493,8 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
             continue;
         };
         let found = miner::mine_range(block.into(), &prev, 10, 1, job.start, job.count).unwrap();
-        let message = match found {
-            Some(found) => BlockResult {
-                index: block.into(),
-                prev: prev.clone(),
-                nonce: found.nonce,
-                hash: miner::hex_upper(&found.digest),
-                attempts: found.nonce + 1,
-                difficulty: 10,
-                elapsed_ms: 1,
-            }
-            .to_json_line(),
-            None => mining_api::NoWinner {
-                index: block.into(),
-                prev: prev.clone(),
-                difficulty: 10,
-                start: job.start,
-                count: job.count,
-                elapsed_ms: 1,
-            }
-            .to_json_line(),
-        };
+        let report = miner::range_report(block.into(), &prev, 10, (job.start, job.count), found.as_ref(), 1);
+        let message = report.to_json_line();
         job.state = BlockJob::Succeeded { message: Some(message), started: None, finished: None };
     }
     panic!("the chain did not finish");

@@ -10,27 +10,9 @@ use super::*;
 /// What the miner would report for this range.
 fn report(block: u32, prev: &str, difficulty: u32, range: &Range<u64>) -> String {
     let count = range.end - range.start;
-    match miner::mine_range(u64::from(block), prev, difficulty, 1, range.start, count).unwrap() {
-        Some(found) => BlockResult {
-            index: u64::from(block),
-            prev: prev.to_string(),
-            nonce: found.nonce,
-            hash: miner::hex_upper(&found.digest),
-            attempts: found.nonce + 1,
-            difficulty,
-            elapsed_ms: 1,
-        }
-        .to_json_line(),
-        None => NoWinner {
-            index: u64::from(block),
-            prev: prev.to_string(),
-            difficulty,
-            start: range.start,
-            count,
-            elapsed_ms: 1,
-        }
-        .to_json_line(),
-    }
+    let found = miner::mine_range(u64::from(block), prev, difficulty, 1, range.start, count).unwrap();
+    miner::range_report(u64::from(block), prev, difficulty, (range.start, count), found.as_ref(), 1)
+        .to_json_line()
 }
 
 fn done(message: String) -> BlockJob {

@@ -212,6 +212,22 @@ impl OperatorProcess {
         Self { child, http }
     }
 
+    /// A replica that takes part in leader election for `namespace`, with
+    /// its Lease there.
+    pub fn start_replica(namespace: &str, identity: &str, lease_seconds: u64, extra_args: &[&str]) -> Self {
+        let lease = lease_seconds.to_string();
+        let election = [
+            "--leader-elect",
+            "--leader-election-namespace",
+            namespace,
+            "--leader-election-identity",
+            identity,
+            "--leader-election-lease-seconds",
+            &lease,
+        ];
+        Self::start(namespace, &[&election[..], extra_args].concat())
+    }
+
     /// SIGKILL, as a crash or an OOM kill would end it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -280,4 +296,28 @@ pub fn reference_chain(blocks: u32, difficulty: u32) -> Vec<serde_json::Value> {
         .expect("python3 runs the reference miner");
     assert!(output.status.success(), "reference miner: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// What a benchmark's watches saw: a Job or a workflow, as applied.
+pub enum Seen {
+    Job(Box<k8s_openapi::api::batch::v1::Job>),
+    Workflow(Box<mining_api::MiningWorkflow>),
+}
+
+/// One stream of every Job and workflow change in the namespace, as this
+/// process sees them (benchmarks time moments from it).
+pub fn jobs_and_workflows(
+    ns: &TestNamespace,
+) -> futures::stream::BoxStream<'static, Result<Seen, kube::runtime::watcher::Error>> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::{WatchStreamExt, watcher};
+    let jobs = watcher(ns.api::<k8s_openapi::api::batch::v1::Job>(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .map_ok(|j| Seen::Job(Box::new(j)));
+    let workflows = watcher(ns.api::<mining_api::MiningWorkflow>(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .map_ok(|w| Seen::Workflow(Box::new(w)));
+    futures::stream::select(jobs.boxed(), workflows.boxed()).boxed()
 }

@@ -15,19 +15,7 @@ const LEADER: &str = "mining_operator_leader";
 const JOBS_CREATED: &str = r#"mining_operator_api_calls_total{verb="create",resource="jobs"}"#;
 
 fn replica(namespace: &str, identity: &str) -> OperatorProcess {
-    let seconds = LEASE_SECONDS.to_string();
-    OperatorProcess::start(
-        namespace,
-        &[
-            "--leader-elect",
-            "--leader-election-namespace",
-            namespace,
-            "--leader-election-identity",
-            identity,
-            "--leader-election-lease-seconds",
-            &seconds,
-        ],
-    )
+    OperatorProcess::start_replica(namespace, identity, LEASE_SECONDS, &[])
 }
 
 /// Waits until exactly one of the replicas says it leads; returns its index.

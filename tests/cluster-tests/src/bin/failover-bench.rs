@@ -26,19 +26,12 @@ const LEADER: &str = "mining_operator_leader";
 const JOBS_CREATED: &str = r#"mining_operator_api_calls_total{verb="create",resource="jobs"}"#;
 
 fn replica(namespace: &str, identity: &str, lease_seconds: u64) -> OperatorProcess {
-    let lease = lease_seconds.to_string();
-    let args = [
-        "--leader-elect",
-        "--leader-election-namespace",
+    OperatorProcess::start_replica(
         namespace,
-        "--leader-election-identity",
         identity,
-        "--leader-election-lease-seconds",
-        &lease,
-        "--max-concurrent-workflows",
-        "1000",
-    ];
-    OperatorProcess::start(namespace, &args)
+        lease_seconds,
+        &["--max-concurrent-workflows", "1000"],
+    )
 }
 
 #[tokio::main]

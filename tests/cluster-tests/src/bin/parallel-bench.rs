@@ -16,18 +16,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
+use cluster_tests::{OperatorProcess, Seen, TestNamespace, install_crd, jobs_and_workflows};
+use futures::TryStreamExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
-
-enum Seen {
-    Job(Box<Job>),
-    Workflow(Box<MiningWorkflow>),
-}
 
 struct Run {
     /// Seconds per block: first Job seen to recorded.
@@ -43,17 +36,8 @@ async fn run(difficulty: u32, blocks: u32, parallelism: u32, operator_args: &[St
     let args: Vec<&str> = operator_args.iter().map(String::as_str).collect();
     let operator = OperatorProcess::start(&ns.name, &args);
     let _ = operator.get("/healthz").await;
-    let jobs: Api<Job> = ns.api();
     let api: Api<MiningWorkflow> = ns.api();
-    let job_events = watcher(jobs, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .map_ok(|j| Seen::Job(Box::new(j)));
-    let workflow_events = watcher(api.clone(), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .map_ok(|w| Seen::Workflow(Box::new(w)));
-    let mut events = futures::stream::select(job_events.boxed(), workflow_events.boxed());
+    let mut events = jobs_and_workflows(&ns);
     let workflow: MiningWorkflow = serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow", "metadata": {"name": "hard"},
         "spec": {"difficulty": difficulty, "blocks": blocks, "parallelism": parallelism},

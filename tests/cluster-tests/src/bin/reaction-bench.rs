@@ -21,11 +21,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd, operator_binary};
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
+use cluster_tests::{OperatorProcess, Seen, TestNamespace, install_crd, jobs_and_workflows, operator_binary};
+use futures::TryStreamExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
 
@@ -43,26 +41,12 @@ struct Run {
     reconcile_p99: String,
 }
 
-enum Seen {
-    Job(Box<Job>),
-    Workflow(Box<MiningWorkflow>),
-}
-
 async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u32, difficulty: u32) -> Run {
     let ns = TestNamespace::new("reaction-bench").await;
     install_crd(&ns.client).await;
     let operator = OperatorProcess::start_binary(binary, &ns.name, &["--max-concurrent-workflows", "1000"]);
-    let jobs: Api<Job> = ns.api();
     let api: Api<MiningWorkflow> = ns.api();
-    let job_events = watcher(jobs, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .map_ok(|j| Seen::Job(Box::new(j)));
-    let workflow_events = watcher(api.clone(), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .map_ok(|w| Seen::Workflow(Box::new(w)));
-    let mut events = futures::stream::select(job_events.boxed(), workflow_events.boxed());
+    let mut events = jobs_and_workflows(&ns);
     // Wait until the operator serves /metrics (it has started) before the clock starts.
     let _ = operator.get("/healthz").await;
     let started = Instant::now();
