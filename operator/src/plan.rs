@@ -422,9 +422,13 @@ impl Planner<'_> {
             }
             RangeStep::Mining { create, stop, refilled, cleared, running } => {
                 if jobs.is_empty() {
-                    let note = format!(
+                    let mut note = format!(
                         "mining block {block}/{total} in {parallelism} Pods, ranges of {size} nonces"
                     );
+                    let asked = self.spec().parallelism;
+                    if asked > parallelism {
+                        note.push_str(&format!(" (spec.parallelism {asked} is above this operator's limit)"));
+                    }
                     self.event(false, reasons::BLOCK_STARTED, note);
                 } else if refilled > 0 && self.phase() == WorkflowPhase::Mining {
                     let note = format!(

@@ -499,3 +499,28 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
     }
     panic!("the chain did not finish");
 }
+
+#[test]
+fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
+    let mut limits = limits();
+    limits.max_parallelism = 3;
+    let mut wf = workflow("w", 20, 1);
+    wf.spec.parallelism = 64;
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 0,
+        queued_ahead: 0,
+        now: at(0),
+    };
+    let plan = plan(&observed, &limits);
+    let created = plan.actions.iter().filter(|a| matches!(a, Action::CreateRangeJob { .. })).count();
+    assert_eq!(created, 3);
+    let started = plan.events.iter().find(|e| e.reason == reasons::BLOCK_STARTED).unwrap();
+    assert!(
+        started.note.contains("in 3 Pods") && started.note.contains("above this operator's limit"),
+        "{}",
+        started.note
+    );
+}
