@@ -10,8 +10,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use mining_api::{
-    BlockResult, ConditionStatus, GENESIS, MinedBlock, MiningWorkflow, MiningWorkflowStatus, WorkflowPhase,
-    condition_types, reasons,
+    BlockResult, ConditionStatus, GENESIS, MAX_STORED_INTEGER, MinedBlock, MiningWorkflow,
+    MiningWorkflowStatus, WorkflowPhase, condition_types, reasons,
 };
 
 use crate::conditions::set_condition;
@@ -390,7 +390,8 @@ impl Planner<'_> {
         let parallelism = self.parallelism();
         let size = range_size(difficulty, parallelism, self.limits.nonce_range_size);
         let jobs = self.observed.ranges.get(&block).cloned().unwrap_or_default();
-        match decide(&jobs, block, prev, difficulty, parallelism, size) {
+        let cleared_before = self.plan.status.no_winner_below.unwrap_or(0);
+        match decide(&jobs, cleared_before, block, prev, difficulty, parallelism, size) {
             RangeStep::Decided { result, job, ranges } => {
                 let minimal = match check_minimality(
                     &result,
@@ -421,6 +422,17 @@ impl Planner<'_> {
                 true
             }
             RangeStep::Mining { create, stop, refilled, cleared, running } => {
+                // Recorded, the cleared prefix lets the Jobs that found it go
+                // (after the status write), so a block keeps about
+                // `parallelism` Jobs however many ranges it takes.
+                let cleared = cleared.min(MAX_STORED_INTEGER);
+                self.plan.status.no_winner_below = (cleared > 0).then_some(cleared);
+                let below = jobs.iter().filter(|j| {
+                    matches!(j.state, BlockJob::Succeeded { .. })
+                        && j.start.saturating_add(j.count) <= cleared
+                });
+                let done: Vec<Action> = below.map(|j| Action::CleanUpJob { name: j.name.clone() }).collect();
+                self.plan.actions.extend(done);
                 if jobs.is_empty() {
                     let mut note = format!(
                         "mining block {block}/{total} in {parallelism} Pods, ranges of {size} nonces"
@@ -518,7 +530,8 @@ impl Planner<'_> {
     ) {
         // The miner's own clock: Job times have a resolution of one second.
         self.plan.mined_block_seconds.push(result.elapsed_ms as f64 / 1000.0);
-        let pods = if ranges > 1 { format!(" in {ranges} ranges") } else { String::new() };
+        self.plan.status.no_winner_below = None;
+        let pods = if ranges > 1 { " (mined in ranges)" } else { "" };
         self.event(
             false,
             reasons::BLOCK_MINED,
@@ -551,6 +564,7 @@ impl Planner<'_> {
         status.phase = Some(phase);
         status.finished_at = Some(self.now.clone());
         status.current_block = None;
+        status.no_winner_below = None;
         status.message = Some(message.clone());
         let ready =
             if phase == WorkflowPhase::Succeeded { ConditionStatus::True } else { ConditionStatus::False };

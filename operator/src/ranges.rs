@@ -84,16 +84,19 @@ pub enum RangeStep {
     },
 }
 
-/// Decides a block mined in ranges from its range Jobs (any order).
+/// Decides a block mined in ranges from its range Jobs (any order) and
+/// `cleared_before`: nonces below it are known to hold no winner (recorded
+/// in the status, so that the Jobs that found that out can go).
 pub fn decide(
     jobs: &[RangeJob],
+    cleared_before: u64,
     block: u32,
     prev: &str,
     difficulty: u32,
     parallelism: u32,
     size: u64,
 ) -> RangeStep {
-    let mut cleared: Vec<Range<u64>> = Vec::new();
+    let mut cleared: Vec<Range<u64>> = std::iter::once(0..cleared_before).collect();
     let mut winner: Option<(&RangeJob, BlockResult)> = None;
     for job in jobs {
         match &job.state {
@@ -147,8 +150,9 @@ pub fn decide(
         .filter(|j| j.state == BlockJob::Running && j.start > bound)
         .map(|j| j.name.clone())
         .collect();
-    let kept: Vec<Range<u64>> =
-        jobs.iter().filter(|j| !stop.contains(&j.name)).map(RangeJob::nonces).collect();
+    let kept: Vec<Range<u64>> = (jobs.iter().filter(|j| !stop.contains(&j.name)).map(RangeJob::nonces))
+        .chain(std::iter::once(0..cleared_before))
+        .collect();
     let running = jobs.iter().filter(|j| j.state == BlockJob::Running && !stop.contains(&j.name)).count();
     let frontier = kept.iter().map(|r| r.end).max().unwrap_or(0);
     let holes = gaps(kept, frontier.min(bound));

@@ -152,6 +152,11 @@ pub struct MiningWorkflowStatus {
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// For a block mined across Pods: it has no winning nonce below this
+    /// (its ranges that finished without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784u64))]
+    pub no_winner_below: Option<u64>,
     /// The difficulty mining started with. `spec.difficulty` is immutable; on
     /// API servers too old to enforce that, later changes are ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,11 +30,17 @@ fn simulate(
     mut pick: impl FnMut(usize) -> (usize, bool),
 ) -> (BlockResult, usize) {
     let mut jobs: Vec<RangeJob> = Vec::new();
+    let mut cleared_before = 0;
     for _round in 0..10_000 {
-        match decide(&jobs, block, GENESIS, difficulty, parallelism, size) {
+        match decide(&jobs, cleared_before, block, GENESIS, difficulty, parallelism, size) {
             RangeStep::Decided { result, ranges, .. } => return (result, ranges),
-            RangeStep::Mining { create, stop, .. } => {
+            RangeStep::Mining { create, stop, cleared, .. } => {
+                // What the operator does: record the cleared prefix, then
+                // delete the finished ranges wholly below it.
+                assert!(cleared >= cleared_before, "the cleared prefix never shrinks");
+                cleared_before = cleared;
                 jobs.retain(|j| !stop.contains(&j.name));
+                jobs.retain(|j| j.state == BlockJob::Running || j.nonces().end > cleared_before);
                 for range in create {
                     let name = format!("r{:x}", range.start);
                     assert!(jobs.iter().all(|j| j.name != name), "range {name} created twice");
@@ -77,7 +83,7 @@ fn the_winner_in_the_first_range_stops_every_range_above_it() {
         RangeJob { name: "a".into(), start: 0, count: size, state: done(report(1, GENESIS, 8, &(0..size))) },
         RangeJob { name: "b".into(), start: size, count: size, state: BlockJob::Running },
     ];
-    match decide(&jobs, 1, GENESIS, 8, 2, size) {
+    match decide(&jobs, 0, 1, GENESIS, 8, 2, size) {
         RangeStep::Decided { result, job, ranges } => {
             assert_eq!((result.nonce, job.as_str(), ranges), (want, "a", 2));
         }
@@ -101,7 +107,7 @@ fn a_winner_above_an_unfinished_range_waits_and_stops_only_what_lies_above_it() 
         },
         RangeJob { name: "third".into(), start: third.start, count: size, state: BlockJob::Running },
     ];
-    match decide(&jobs, 1, GENESIS, 8, 3, size) {
+    match decide(&jobs, 0, 1, GENESIS, 8, 3, size) {
         RangeStep::Mining { create, stop, running, .. } => {
             assert!(create.is_empty(), "{create:?}");
             assert_eq!(stop, ["third"]);
@@ -122,7 +128,7 @@ fn a_range_claiming_no_winner_where_a_verified_one_lies_is_rejected() {
         RangeJob { name: "liar".into(), start: 0, count: size, state: done(lie.to_json_line()) },
         RangeJob { name: "honest".into(), start: want, count: 1, state: done(overlapping) },
     ];
-    let step = decide(&jobs, 1, GENESIS, 8, 2, size);
+    let step = decide(&jobs, 0, 1, GENESIS, 8, 2, size);
     assert!(
         matches!(&step, RangeStep::Failed { reason, message } if *reason == reasons::INVALID_RESULT && message.contains("liar")),
         "{step:?}"
@@ -140,14 +146,14 @@ fn reports_for_another_range_or_block_or_outside_the_range_are_rejected() {
     let outside = report(1, GENESIS, 8, &(want..want + 1));
     for message in [wrong_range.to_json_line(), wrong_block.to_json_line(), "{]".into()] {
         let jobs = [RangeJob { name: "r0".into(), start: 0, count: size, state: done(message.clone()) }];
-        let step = decide(&jobs, 1, GENESIS, 8, 1, size);
+        let step = decide(&jobs, 0, 1, GENESIS, 8, 1, size);
         assert!(
             matches!(step, RangeStep::Failed { reason: reasons::INVALID_RESULT, .. }),
             "{message}: {step:?}"
         );
     }
     let jobs = [RangeJob { name: "r".into(), start: want + 1, count: size, state: done(outside) }];
-    let step = decide(&jobs, 1, GENESIS, 8, 1, size);
+    let step = decide(&jobs, 0, 1, GENESIS, 8, 1, size);
     assert!(matches!(&step, RangeStep::Failed { message, .. } if message.contains("outside")), "{step:?}");
 }
 
@@ -159,7 +165,7 @@ fn a_finished_range_without_a_result_is_lost_and_a_failed_one_fails_the_block() 
         count: 10,
         state: BlockJob::Succeeded { message: None, started: None, finished: None },
     }];
-    assert!(matches!(decide(&lost, 1, GENESIS, 8, 2, 10), RangeStep::Lost { job, .. } if job == "r0"));
+    assert!(matches!(decide(&lost, 0, 1, GENESIS, 8, 2, 10), RangeStep::Lost { job, .. } if job == "r0"));
     let failed = [RangeJob {
         name: "r0".into(),
         start: 0,
@@ -167,14 +173,14 @@ fn a_finished_range_without_a_result_is_lost_and_a_failed_one_fails_the_block() 
         state: BlockJob::Failed { reason: "BackoffLimitExceeded".into(), message: "oom".into() },
     }];
     assert!(matches!(
-        decide(&failed, 1, GENESIS, 8, 2, 10),
+        decide(&failed, 0, 1, GENESIS, 8, 2, 10),
         RangeStep::Failed { reason: reasons::JOB_FAILED, .. }
     ));
 }
 
 #[test]
 fn a_block_starts_with_parallelism_ranges_from_zero() {
-    match decide(&[], 1, GENESIS, 8, 3, 100) {
+    match decide(&[], 0, 1, GENESIS, 8, 3, 100) {
         RangeStep::Mining { create, stop, running, cleared, refilled } => {
             assert_eq!(create, [0..100, 100..200, 200..300]);
             assert!(stop.is_empty());
@@ -189,7 +195,7 @@ fn the_top_of_the_nonce_space_ends_the_search_instead_of_wrapping() {
     let start = u64::MAX - 10;
     let none = NoWinner { index: 1, prev: GENESIS.into(), difficulty: 64, start, count: 10, elapsed_ms: 0 };
     let jobs = [RangeJob { name: "top".into(), start, count: 10, state: done(none.to_json_line()) }];
-    match decide(&jobs, 1, GENESIS, 64, 2, 10) {
+    match decide(&jobs, 0, 1, GENESIS, 64, 2, 10) {
         RangeStep::Mining { create, .. } => {
             // Below `start` is a hole to fill; nothing is created past the top.
             assert!(create.iter().all(|r| r.end <= start), "{create:?}");
@@ -221,5 +227,27 @@ proptest! {
         });
         prop_assert_eq!(result.nonce, want.nonce);
         prop_assert_eq!(result.hash, miner::hex_upper(&want.digest));
+    }
+}
+
+#[test]
+fn a_cleared_prefix_from_the_status_stands_in_for_deleted_ranges() {
+    let want = miner::mine_block(1, GENESIS, 8, 1).unwrap().nonce;
+    assert!(want >= 2, "the fixture needs room below the winner");
+    let cut = want / 2;
+    // The ranges below `cut` are gone; the status says they held no winner.
+    let rest = report(1, GENESIS, 8, &(cut..want + 1));
+    let jobs = [RangeJob { name: "upper".into(), start: cut, count: want + 1 - cut, state: done(rest) }];
+    match decide(&jobs, cut, 1, GENESIS, 8, 2, 1000) {
+        RangeStep::Decided { result, .. } => assert_eq!(result.nonce, want),
+        other => panic!("{other:?}"),
+    }
+    // Without it, the same Jobs leave a hole that is mined again.
+    match decide(&jobs, 0, 1, GENESIS, 8, 2, 1000) {
+        RangeStep::Mining { create, refilled, .. } => {
+            assert_eq!(create.len(), 1);
+            assert_eq!((create[0].clone(), refilled), (0..cut, 1));
+        }
+        other => panic!("{other:?}"),
     }
 }
