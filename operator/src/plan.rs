@@ -328,7 +328,10 @@ impl Planner<'_> {
             let prev = self.plan.status.blocks.last().map_or(GENESIS.to_string(), |b| b.hash.clone());
             self.plan.status.current_block = Some(block);
             let ranges = self.observed.ranges.get(&block).map_or(&[][..], Vec::as_slice);
-            if !self.observed.jobs.contains_key(&block) && (!ranges.is_empty() || self.parallelism() > 1) {
+            // A block started in ranges stays in ranges (even if parallelism
+            // drops to 1, or every Job of it has been cleaned up so far).
+            let in_ranges = !ranges.is_empty() || self.plan.status.no_winner_below.is_some();
+            if !self.observed.jobs.contains_key(&block) && (in_ranges || self.parallelism() > 1) {
                 if self.mine_ranges(block, &prev, total) {
                     continue;
                 }
@@ -433,7 +436,7 @@ impl Planner<'_> {
                 });
                 let done: Vec<Action> = below.map(|j| Action::CleanUpJob { name: j.name.clone() }).collect();
                 self.plan.actions.extend(done);
-                if jobs.is_empty() {
+                if jobs.is_empty() && cleared_before == 0 {
                     let mut note = format!(
                         "mining block {block}/{total} in {parallelism} Pods, ranges of {size} nonces"
                     );

@@ -524,3 +524,27 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
         started.note
     );
 }
+
+#[test]
+fn a_block_begun_in_ranges_stays_in_ranges_when_parallelism_drops_to_one() {
+    let mut wf = workflow("w", 20, 1);
+    wf.spec.parallelism = 2;
+    let mut status = observe(&wf, &[], at(0)).status;
+    // Every Job so far was cleaned up below the recorded prefix.
+    status.no_winner_below = Some(1 << 22);
+    wf.status = Some(status);
+    wf.spec.parallelism = 1;
+    let plan = observe(&wf, &[], at(1));
+    assert_eq!(
+        plan.actions,
+        [Action::CreateRangeJob {
+            block: 1,
+            prev: GENESIS.into(),
+            difficulty: 20,
+            start: 1 << 22,
+            count: 1 << 22
+        }],
+        "no whole-block Job from nonce 0, and no second BlockStarted"
+    );
+    assert!(plan.events.iter().all(|e| e.reason != reasons::BLOCK_STARTED), "{:?}", plan.events);
+}
