@@ -169,6 +169,14 @@ pub async fn install_crd(client: &Client) {
         }
     }
     wait_for(&crds, &name, kube::runtime::conditions::is_crd_established(), Duration::from_secs(30)).await;
+    // The API server serves the resource once its own cache of CRDs has seen
+    // the condition, which can lag behind the read above on a busy machine:
+    // until then a create would be a 404.
+    let workflows: Api<mining_api::MiningWorkflow> = Api::all(client.clone());
+    eventually("MiningWorkflows to be served", Duration::from_secs(30), || async {
+        workflows.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await;
 }
 
 /// The operator binary built by `cargo build --release` (tests/run.sh does).
@@ -186,9 +194,32 @@ pub fn operator_binary() -> PathBuf {
         })
 }
 
+/// A free loopback port for a process to listen on, checked by binding it.
+///
+/// Chosen at random below the kernel's ephemeral range (32768 and up), not
+/// with `bind(":0")`: a port from that range, once released, can be taken
+/// by any outgoing connection (every test talks to the API server) before
+/// the child binds it, and the child would then fail to start.
+pub fn free_port() -> std::net::SocketAddr {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    for _ in 0..1000 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u32(std::process::id());
+        let port = 20_000 + (hasher.finish() % 12_000) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
+    panic!("no free loopback port in 20000..32000")
+}
+
 /// An operator process watching one namespace; SIGKILLed when dropped.
 pub struct OperatorProcess {
-    child: std::process::Child,
+    // Behind a lock so that `&self` methods can ask whether it still runs.
+    child: std::sync::Mutex<std::process::Child>,
     pub http: std::net::SocketAddr,
 }
 
@@ -199,8 +230,7 @@ impl OperatorProcess {
 
     /// Starts a given operator build (benchmarks compare two side by side).
     pub fn start_binary(binary: &std::path::Path, namespace: &str, extra_args: &[&str]) -> Self {
-        // A free port for /metrics: bind, read it, release it.
-        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let http = free_port();
         let child = std::process::Command::new(binary)
             .args(["--namespace", namespace, "--http-addr", &http.to_string()])
             .args(extra_args)
@@ -209,7 +239,7 @@ impl OperatorProcess {
             .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             .spawn()
             .expect("start the operator");
-        Self { child, http }
+        Self { child: std::sync::Mutex::new(child), http }
     }
 
     /// A replica that takes part in leader election for `namespace`, with
@@ -230,17 +260,31 @@ impl OperatorProcess {
 
     /// SIGKILL, as a crash or an OOM kill would end it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Panics with its exit status if the process has ended (e.g. it could
+    /// not bind its port), rather than letting a test wait for a dead process.
+    pub fn assert_running(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the operator (pid {}) exited: {status}", child.id());
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).id()
     }
 
     /// Sends a signal (`STOP`, `CONT`, ...) to the process, as `kill -SIG` would.
     pub fn signal(&self, signal: &str) {
         let status = std::process::Command::new("kill")
-            .args([format!("-{signal}"), self.child.id().to_string()])
+            .args([format!("-{signal}"), self.pid().to_string()])
             .status()
             .expect("run kill");
-        assert!(status.success(), "kill -{signal} {}", self.child.id());
+        assert!(status.success(), "kill -{signal} {}", self.pid());
     }
 
     /// The value of one series of the operator's /metrics, e.g.
@@ -257,6 +301,7 @@ impl OperatorProcess {
     pub async fn get(&self, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         eventually(&format!("the operator to answer {path}"), Duration::from_secs(30), || async {
+            self.assert_running();
             let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
             let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
             stream.write_all(request.as_bytes()).await.ok()?;

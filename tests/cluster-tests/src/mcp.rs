@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use crate::free_port;
 use crate::{eventually, repo_root};
 
 /// A release binary next to the test binary's target dir (tests/run.sh builds them).
@@ -17,11 +18,6 @@ pub fn release_binary(name: &str) -> PathBuf {
     exe.ancestors().map(|dir| dir.join("release").join(name)).find(|c| c.exists()).unwrap_or_else(|| {
         panic!("no release/{name} above {}: run `cargo build --release --workspace --bins`", exe.display())
     })
-}
-
-/// A free loopback port: bind, read it, release it.
-pub fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
 /// An mcp-frontend process serving one namespace; SIGKILLed when dropped.
