@@ -91,12 +91,24 @@ pub async fn wait_for<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, condition)).await {
-        Ok(Ok(object)) => object,
-        Ok(Err(err)) => panic!("watching {name}: {err}"),
-        Err(_) => {
-            let last = api.get_opt(name).await;
-            panic!("timed out after {timeout:?} waiting for {name}; last seen: {last:#?}")
+    // A watch can end with an error on a busy API server (a closed
+    // connection, an expired resource version): watch again until the deadline.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        let matches = |object: Option<&K>| condition.matches_object(object);
+        match tokio::time::timeout_at(deadline, await_condition(api.clone(), name, matches)).await {
+            Ok(Ok(object)) => return object,
+            Ok(Err(err)) => {
+                last_error = Some(err.to_string());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(_) => {
+                let last = api.get_opt(name).await;
+                panic!(
+                    "timed out after {timeout:?} waiting for {name}; last watch error: {last_error:?}; last seen: {last:#?}"
+                )
+            }
         }
     }
 }
