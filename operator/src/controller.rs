@@ -1,10 +1,10 @@
 //! The I/O around `plan`: observe, apply, write status.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event as EventV1;
@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
+use crate::caches::{CacheSync, Watched};
 use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
 use crate::leader::{self, Leadership};
@@ -48,7 +49,8 @@ pub struct Context {
     /// (name → workflow uid, block, when): without these a reconcile that
     /// runs before the creation's watch event would create the Job again.
     pub expected_jobs: std::sync::Mutex<HashMap<String, ExpectedJob>>,
-    pub ready: Arc<AtomicBool>,
+    /// Whether the watches have listed everything yet.
+    pub caches: Arc<CacheSync>,
     /// The status last written per workflow uid. This operator is the only
     /// writer of `status`, so what it wrote is at least as new as the cache,
     /// which may not have caught up when a Job event triggers the next
@@ -80,6 +82,8 @@ pub struct Written {
 
 /// How often a workflow stuck on a missing RBAC rule is told so again.
 const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
+/// How soon a reconcile that found the Job cache still being listed runs again.
+const JOBS_NOT_LISTED_RETRY: Duration = Duration::from_millis(100);
 
 impl Context {
     /// The workflow as of this operator's last status write.
@@ -189,13 +193,22 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let controller = Controller::new(workflows, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    let caches = Arc::new(CacheSync::new(ready));
+    // As `Controller::new` would build it, with an eye on its first list.
+    let (store, workflow_writer) = reflector::store::<MiningWorkflow>();
+    let seen = caches.clone();
+    let workflow_events = watcher(workflows, watcher::Config::default().any_semantic())
+        .reflect(workflow_writer)
+        .inspect_ok(move |event| seen.saw(Watched::Workflows, event))
+        .applied_objects();
+    let controller = Controller::for_stream(workflow_events, store.clone());
     let (job_store, job_writer) = reflector::store::<Job>();
     let managed = format!("{}={MANAGER}", labels::MANAGED_BY);
+    let seen = caches.clone();
     let job_events = watcher(jobs, watcher::Config::default().labels(&managed).any_semantic())
         .default_backoff()
         .reflect(job_writer)
+        .inspect_ok(move |event| seen.saw(Watched::Jobs, event))
         .touched_objects();
     // Pod events trigger nothing (a Job's own status says when it finished);
     // the store only saves reading a finished Job's Pods from the API.
@@ -219,7 +232,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         jobs: job_store.clone(),
         pods: pod_store,
         expected_jobs: Default::default(),
-        ready: ready.clone(),
+        caches,
         written: Default::default(),
         admissions_in_flight: std::sync::Mutex::new(0),
         forbidden_told: Default::default(),
@@ -230,23 +243,6 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     tokio::spawn(async move {
         while let Some(leading) = changed.recv().await {
             on_leadership.on_leadership(leading);
-        }
-    });
-    tokio::spawn(async move {
-        // Re-polled rather than awaited once: a second waiter on the store is
-        // not always woken (the controller itself waits on it too), but a
-        // fresh wait after the initial list returns at once.
-        loop {
-            let both = async { store.wait_until_ready().await.and(job_store.wait_until_ready().await) };
-            match tokio::time::timeout(Duration::from_millis(200), both).await {
-                Ok(Ok(())) => {
-                    ready.store(true, Ordering::Relaxed);
-                    info!("caches synced; ready");
-                    return;
-                }
-                Ok(Err(_)) => return,
-                Err(_) => continue,
-            }
         }
     });
     controller
@@ -300,6 +296,10 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     if !ctx.leadership.is_leading() {
         // A standby: the leader acts; this replica is woken when it leads.
         return Ok(Requeue::await_change());
+    }
+    if !ctx.caches.jobs_listed() {
+        // Until then a block's Job may be missing from the cache only.
+        return Ok(Requeue::requeue(JOBS_NOT_LISTED_RETRY));
     }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
