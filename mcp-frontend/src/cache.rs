@@ -159,11 +159,6 @@ impl WorkflowCache {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// Waits for the first list (for start-up).
-    pub async fn wait_until_ready(&self) {
-        let _ = self.store.wait_until_ready().await;
-    }
-
     pub fn get(&self, name: &str) -> Cached {
         let key = ObjectRef::new_with(name, self.resource.clone()).within(&self.namespace);
         match self.store.get(&key) {
