@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
-use crate::tools::{Limits, MAX_BLOCKS};
+use mining_api::bounds::{BLOCKS, DIFFICULTY};
+
+use crate::tools::Limits;
 
 /// Longest wait a call may be given: clients time out tool calls at about 60 s
 /// (Claude Desktop) to 5 min (VS Code), and a wait must end well before.
 pub const MAX_WAIT_BUDGET_SECONDS: u32 = 50;
-/// Highest difficulty the operator's miner accepts.
-pub const MAX_DIFFICULTY: u32 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
@@ -43,17 +43,17 @@ pub struct Config {
 
     /// Difficulty when start_mining is not given one.
     #[arg(long, env = "DEFAULT_DIFFICULTY", default_value_t = 21,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DIFFICULTY)))]
+          value_parser = clap::value_parser!(u32).range(DIFFICULTY.clap_range()))]
     pub default_difficulty: u32,
 
     /// Chain length when start_mining is not given one.
-    #[arg(long, env = "DEFAULT_BLOCKS", default_value_t = 4,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BLOCKS)))]
+    #[arg(long, env = "DEFAULT_BLOCKS", default_value_t = mining_api::bounds::DEFAULT_BLOCKS,
+          value_parser = clap::value_parser!(u32).range(BLOCKS.clap_range()))]
     pub default_blocks: u32,
 
     /// Highest difficulty a caller may ask for.
     #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 32,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DIFFICULTY)))]
+          value_parser = clap::value_parser!(u32).range(DIFFICULTY.clap_range()))]
     pub max_difficulty: u32,
 
     /// Extra Host names to accept (e.g. the Service's DNS names), comma-separated;
@@ -82,7 +82,7 @@ pub struct Config {
     /// How long the operator keeps finished workflows that set no
     /// ttlSecondsAfterFinished (its --default-ttl-seconds): the `ttl` tasks report.
     #[arg(long, env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
-          value_parser = clap::value_parser!(u64).range(1..=mining_api::MAX_DURATION_SECONDS as u64))]
+          value_parser = clap::value_parser!(u64).range(1..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
 
     /// Longest one 2025-11-25 `tasks/result` call waits for its task before

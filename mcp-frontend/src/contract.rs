@@ -142,10 +142,9 @@ impl MiningOutcome {
 /// Where a workflow stands, read from its status (pure; `now` injected).
 pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
     let id = workflow.metadata.name.clone().unwrap_or_default();
-    let status = workflow.status.clone().unwrap_or_default();
-    let total = status.admitted_blocks.unwrap_or(workflow.spec.blocks);
-    let difficulty = status.admitted_difficulty.unwrap_or(workflow.spec.difficulty);
-    let done = u32::try_from(status.blocks.len()).unwrap_or(u32::MAX).min(total);
+    let total = workflow.total_blocks();
+    let difficulty = workflow.mined_difficulty();
+    let done = u32::try_from(workflow.mined_blocks().len()).unwrap_or(u32::MAX).min(total);
     let progress = Some(Progress { blocks_done: done, blocks_total: total });
     let mut answer = MiningOutcome {
         status: OutcomeStatus::Running,
@@ -158,7 +157,7 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
         poll_after_seconds: None,
         next: None,
     };
-    match status.phase.unwrap_or_default() {
+    match workflow.phase() {
         WorkflowPhase::Succeeded => match verified_chain(workflow, difficulty, total) {
             Ok(chain) => {
                 answer.status = OutcomeStatus::Completed;
@@ -178,7 +177,7 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
             let reason = ready_reason(workflow).unwrap_or("Failed").to_string();
             // The Ready condition has the whole text; `status.message` is a short column.
             let error = ready_message(workflow)
-                .or(status.message.as_deref())
+                .or(workflow.status.as_ref().and_then(|s| s.message.as_deref()))
                 .filter(|m| !m.is_empty())
                 .unwrap_or("mining failed")
                 .to_string();
@@ -209,13 +208,11 @@ fn plural(blocks: u32) -> &'static str {
 }
 
 fn ready_reason(workflow: &MiningWorkflow) -> Option<&str> {
-    let conditions = &workflow.status.as_ref()?.conditions;
-    conditions.iter().find(|c| c.type_ == condition_types::READY).map(|c| c.reason.as_str())
+    workflow.condition(condition_types::READY).map(|c| c.reason.as_str())
 }
 
 fn ready_message(workflow: &MiningWorkflow) -> Option<&str> {
-    let conditions = &workflow.status.as_ref()?.conditions;
-    conditions.iter().find(|c| c.type_ == condition_types::READY).map(|c| c.message.as_str())
+    workflow.condition(condition_types::READY).map(|c| c.message.as_str())
 }
 
 fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, total: u32) -> String {
@@ -226,11 +223,8 @@ fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, t
     match phase {
         WorkflowPhase::Mining => format!("{mined}; mining block {}", done.saturating_add(1).min(total)),
         _ => {
-            let queued = workflow.status.as_ref().and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == condition_types::ADMITTED && c.reason == reasons::QUEUED)
-            });
+            let queued =
+                workflow.condition(condition_types::ADMITTED).filter(|c| c.reason == reasons::QUEUED);
             match queued {
                 Some(condition) if !condition.message.is_empty() => format!("Queued: {}", condition.message),
                 Some(_) => "Queued: waiting for a free mining slot".into(),
@@ -244,10 +238,9 @@ fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, t
 /// blocks mined so far, else a wait that grows with the workflow's age;
 /// always within 1..=60.
 pub fn poll_after_seconds(workflow: &MiningWorkflow, now: Timestamp) -> u32 {
-    let status = workflow.status.clone().unwrap_or_default();
-    let total = status.admitted_blocks.unwrap_or(workflow.spec.blocks);
-    let durations: Vec<i64> = status
-        .blocks
+    let total = workflow.total_blocks();
+    let mined = workflow.mined_blocks();
+    let durations: Vec<i64> = mined
         .iter()
         .filter_map(|b| {
             Some(b.finished_at.as_ref()?.0.as_second().saturating_sub(b.started_at.as_ref()?.0.as_second()))
@@ -261,10 +254,9 @@ pub fn poll_after_seconds(workflow: &MiningWorkflow, now: Timestamp) -> u32 {
     } else {
         let count = i64::try_from(durations.len()).unwrap_or(i64::MAX);
         let mean = durations.iter().fold(0i64, |sum, d| sum.saturating_add(*d)) / count;
-        let done = u32::try_from(status.blocks.len()).unwrap_or(u32::MAX);
+        let done = u32::try_from(mined.len()).unwrap_or(u32::MAX);
         let remaining = i64::from(total.saturating_sub(done));
-        let since_last = status
-            .blocks
+        let since_last = mined
             .last()
             .and_then(|b| b.finished_at.as_ref())
             .map_or(0, |t| now.as_second().saturating_sub(t.0.as_second()).max(0));

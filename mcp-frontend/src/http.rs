@@ -16,10 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
+use crate::core::Core;
+use crate::faces::mcp_tools::MiningServer;
+use crate::faces::tasks_2025::answer_core_tasks;
 use crate::host_guard::{HostGuard, guard_host_and_origin};
-use crate::legacy_tasks::answer_core_tasks;
 use crate::metrics::Metrics;
-use crate::server::{App, MiningServer};
 
 /// Host names always accepted (rmcp's defaults: loopback only).
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -54,7 +55,7 @@ async fn ready(State(health): State<Health>) -> (StatusCode, &'static str) {
 
 /// The whole router. Stateless for every protocol version: any replica can
 /// answer any request, and a restart loses nothing but open waits.
-pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) -> Router {
+pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) -> Router {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
     hosts.extend(options.allowed_hosts.iter().filter(|h| !h.is_empty()).cloned());
     let mut config = StreamableHttpServerConfig::default()
@@ -70,17 +71,17 @@ pub fn router(app: Arc<App>, auth: Arc<AuthLayerState>, options: HttpOptions) ->
         allowed_hosts: hosts.clone(),
         allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
     });
-    let health = Health { cache: app.cache.clone(), metrics: app.metrics.clone() };
+    let health = Health { cache: core.cache.clone(), metrics: core.metrics.clone() };
     // Shared state is built once, outside the per-request factory.
-    let factory_app = app.clone();
+    let factory_core = core.clone();
     let service = StreamableHttpService::new(
-        move || Ok(MiningServer::new(factory_app.clone())),
+        move || Ok(MiningServer::new(factory_core.clone())),
         Arc::new(NeverSessionManager::default()),
         config,
     );
     let mcp = Router::new()
         .route_service("/mcp", service)
-        .route_layer(middleware::from_fn_with_state(app, answer_core_tasks))
+        .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))
         .route_layer(middleware::from_fn_with_state(guard, guard_host_and_origin));

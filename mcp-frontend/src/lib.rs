@@ -2,22 +2,24 @@
 //! start, poll, cancel and list `MiningWorkflow`s. The resource is the only
 //! record: a restarted or replaced frontend loses nothing.
 //!
-//! Layout: the protocol edge is thin (`http`, `auth`, `server`); decisions are
-//! pure (`contract` maps a status to an answer, `tools` checks arguments,
+//! Layout: one `core` (start, find, wait, cancel, list, the caller check and
+//! their metrics) behind three thin protocol `faces` (the rmcp tools, the
+//! 2025-11-25 task layer, the 2026-07-28 Tasks extension); the HTTP edge is
+//! `http`, `auth` and `host_guard`. Decisions are pure (`contract` maps a
+//! status to an answer, `tasks` maps it to a task, `tools` checks arguments,
 //! `ids` makes and checks ids); `cache` is the one watch that every waiting
-//! call shares; `workflows` holds the few API writes.
+//! call shares; `workflows` holds the few API calls.
 
 pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod contract;
+pub mod core;
+pub mod faces;
 pub mod host_guard;
 pub mod http;
 pub mod ids;
-pub mod legacy_tasks;
 pub mod metrics;
-pub mod server;
-pub mod task_extension;
 pub mod tasks;
 pub mod tools;
 pub mod workflows;

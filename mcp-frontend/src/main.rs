@@ -9,9 +9,9 @@ use kube::api::Api;
 use mcp_frontend::auth::{AuthLayerState, Authenticator, KubernetesReviews, TokenFile};
 use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
+use mcp_frontend::core::Core;
 use mcp_frontend::http::{HttpOptions, router};
 use mcp_frontend::metrics::Metrics;
-use mcp_frontend::server::App;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
     let cache_task = tokio::spawn(run_cache);
-    let app = Arc::new(App {
+    let core = Arc::new(Core {
         tools: limits.tools(),
         limits,
         max_running_per_caller: config.max_running_per_caller,
@@ -69,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(addr = %config.listen, %namespace, auth = ?config.auth, "serving MCP at /mcp");
-    axum::serve(listener, router(app, auth, options))
+    axum::serve(listener, router(core, auth, options))
         .with_graceful_shutdown(async move {
             stop_signal().await;
             tracing::info!("stopping");

@@ -13,18 +13,15 @@ use serde_json::{Value, json};
 
 use crate::contract::{MiningOutcome, OutcomeStatus, Progress};
 use crate::ids::{MAX_IDEMPOTENCY_KEY_LEN, check_idempotency_key};
+use mining_api::bounds::{BLOCKS, Bound, DEFAULT_PARALLELISM, DIFFICULTY, PARALLELISM};
 
 pub const START_MINING: &str = "start_mining";
 pub const GET_MINING_RESULT: &str = "get_mining_result";
 pub const CANCEL_MINING: &str = "cancel_mining";
 pub const LIST_MINING_WORKFLOWS: &str = "list_mining_workflows";
 
-/// Most blocks a chain may have (the CRD's bound).
-pub const MAX_BLOCKS: u32 = mining_api::MAX_BLOCKS;
-/// Most Pods one block may use (the CRD's bound; the operator may cap lower).
-pub const MAX_PARALLELISM: u32 = 64;
-/// Most workflows one list answer holds.
-pub const MAX_LIST_LIMIT: u32 = 100;
+/// Workflows one list answer holds.
+pub const LIST_LIMIT: Bound = Bound::new("limit", 1, 100);
 const DEFAULT_LIST_LIMIT: u32 = 20;
 
 /// The bounds tool arguments are checked against (from the flags).
@@ -137,25 +134,21 @@ pub struct StartRequest {
 }
 
 impl Limits {
+    /// The difficulties a caller may ask for: the API's, capped by the flag.
+    pub fn difficulty(&self) -> Bound {
+        DIFFICULTY.capped_at(self.max_difficulty)
+    }
+
+    /// The waits a call may be given, up to the budget.
+    pub fn wait(&self) -> Bound {
+        Bound::new("wait_seconds", 0, self.wait_budget_seconds)
+    }
+
     /// Checks `start_mining`'s arguments; the error names what is allowed.
     pub fn start_request(&self, args: StartMiningArgs) -> Result<StartRequest, String> {
-        let difficulty = args.difficulty.unwrap_or(self.default_difficulty);
-        if !(1..=self.max_difficulty).contains(&difficulty) {
-            return Err(format!(
-                "difficulty must be an integer from 1 to {} (got {difficulty})",
-                self.max_difficulty
-            ));
-        }
-        let blocks = args.blocks.unwrap_or(self.default_blocks);
-        if !(1..=MAX_BLOCKS).contains(&blocks) {
-            return Err(format!("blocks must be an integer from 1 to {MAX_BLOCKS} (got {blocks})"));
-        }
-        let parallelism = args.parallelism.unwrap_or(1);
-        if !(1..=MAX_PARALLELISM).contains(&parallelism) {
-            return Err(format!(
-                "parallelism must be an integer from 1 to {MAX_PARALLELISM} (got {parallelism})"
-            ));
-        }
+        let difficulty = self.difficulty().check(args.difficulty.unwrap_or(self.default_difficulty))?;
+        let blocks = BLOCKS.check(args.blocks.unwrap_or(self.default_blocks))?;
+        let parallelism = PARALLELISM.check(args.parallelism.unwrap_or(DEFAULT_PARALLELISM))?;
         let wait_seconds = self.wait_seconds(args.wait_seconds, self.wait_budget_seconds)?;
         if let Some(key) = &args.idempotency_key {
             check_idempotency_key(key)?;
@@ -171,45 +164,36 @@ impl Limits {
 
     /// A wait within the budget; `default` when none was asked for.
     pub fn wait_seconds(&self, asked: Option<u32>, default: u32) -> Result<u32, String> {
-        let seconds = asked.unwrap_or(default);
-        if seconds > self.wait_budget_seconds {
-            return Err(format!(
-                "wait_seconds must be an integer from 0 to {} (got {seconds}); poll with get_mining_result for longer",
-                self.wait_budget_seconds
-            ));
-        }
-        Ok(seconds)
+        self.wait()
+            .check(asked.unwrap_or(default))
+            .map_err(|err| format!("{err}; poll with get_mining_result for longer"))
     }
 
-    /// The list limit, 1..=100 (default 20).
+    /// The list limit, within [`LIST_LIMIT`] (default 20).
     pub fn list_limit(&self, asked: Option<u32>) -> Result<u32, String> {
-        let limit = asked.unwrap_or(DEFAULT_LIST_LIMIT);
-        if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-            return Err(format!("limit must be an integer from 1 to {MAX_LIST_LIMIT} (got {limit})"));
-        }
-        Ok(limit)
+        LIST_LIMIT.check(asked.unwrap_or(DEFAULT_LIST_LIMIT))
     }
 
     /// What each tool accepts, in words, for error messages.
     pub fn allowed(&self, tool: &str) -> String {
         match tool {
             START_MINING => format!(
-                "start_mining takes difficulty (integer 1-{}, default {}), blocks (integer 1-{MAX_BLOCKS}, default {}), \
-                 parallelism (integer 1-{MAX_PARALLELISM}, default 1), wait_seconds (integer 0-{}, default {}) and idempotency_key (string of 1-{MAX_IDEMPOTENCY_KEY_LEN} characters), all optional",
-                self.max_difficulty,
-                self.default_difficulty,
-                self.default_blocks,
-                self.wait_budget_seconds,
-                self.wait_budget_seconds
+                "start_mining takes difficulty ({}), blocks ({}), parallelism ({}), wait_seconds ({}) and \
+                 idempotency_key (string of 1-{MAX_IDEMPOTENCY_KEY_LEN} characters), all optional",
+                self.difficulty().describe(Some(self.default_difficulty)),
+                BLOCKS.describe(Some(self.default_blocks)),
+                PARALLELISM.describe(Some(DEFAULT_PARALLELISM)),
+                self.wait().describe(Some(self.wait_budget_seconds)),
             ),
             GET_MINING_RESULT => format!(
-                "get_mining_result takes workflow_id (string, required) and wait_seconds (integer 0-{}, default 0)",
-                self.wait_budget_seconds
+                "get_mining_result takes workflow_id (string, required) and wait_seconds ({})",
+                self.wait().describe(Some(0))
             ),
             CANCEL_MINING => "cancel_mining takes workflow_id (string, required)".into(),
             _ => format!(
                 "list_mining_workflows takes status (one of completed, running, failed, cancelled) and limit \
-                 (integer 1-{MAX_LIST_LIMIT}, default {DEFAULT_LIST_LIMIT}), both optional"
+                 ({}), both optional",
+                LIST_LIMIT.describe(Some(DEFAULT_LIST_LIMIT))
             ),
         }
     }
@@ -220,17 +204,15 @@ impl Limits {
         let start = with_bounds(
             input_schema::<StartMiningArgs>(),
             &[
-                ("difficulty", 1, self.max_difficulty, Some(self.default_difficulty)),
-                ("blocks", 1, MAX_BLOCKS, Some(self.default_blocks)),
-                ("parallelism", 1, MAX_PARALLELISM, Some(1)),
-                ("wait_seconds", 0, budget, Some(budget)),
+                (self.difficulty(), Some(self.default_difficulty)),
+                (BLOCKS, Some(self.default_blocks)),
+                (PARALLELISM, Some(DEFAULT_PARALLELISM)),
+                (self.wait(), Some(budget)),
             ],
         );
-        let get = with_bounds(input_schema::<GetMiningResultArgs>(), &[("wait_seconds", 0, budget, Some(0))]);
-        let list = with_bounds(
-            input_schema::<ListMiningWorkflowsArgs>(),
-            &[("limit", 1, MAX_LIST_LIMIT, Some(DEFAULT_LIST_LIMIT))],
-        );
+        let get = with_bounds(input_schema::<GetMiningResultArgs>(), &[(self.wait(), Some(0))]);
+        let list =
+            with_bounds(input_schema::<ListMiningWorkflowsArgs>(), &[(LIST_LIMIT, Some(DEFAULT_LIST_LIMIT))]);
         vec![
             Tool::new(
                 START_MINING,
@@ -320,14 +302,16 @@ fn strip_integer_formats(schema: &mut Value) {
     }
 }
 
-/// Sets `minimum`, `maximum` and `default` of integer properties.
-fn with_bounds(mut schema: JsonObject, bounds: &[(&str, u32, u32, Option<u32>)]) -> Arc<JsonObject> {
-    for (name, min, max, default) in bounds {
-        if let Some(Value::Object(property)) = schema.get_mut("properties").and_then(|p| p.get_mut(*name)) {
+/// Sets `minimum`, `maximum` and `default` of the integer property each bound names.
+fn with_bounds(mut schema: JsonObject, bounds: &[(Bound, Option<u32>)]) -> Arc<JsonObject> {
+    for (bound, default) in bounds {
+        if let Some(Value::Object(property)) =
+            schema.get_mut("properties").and_then(|p| p.get_mut(bound.name))
+        {
             // Option<u32> generates `type: [integer, null]`; a bounded integer is clearer to a model.
             property.insert("type".into(), json!("integer"));
-            property.insert("minimum".into(), json!(min));
-            property.insert("maximum".into(), json!(max));
+            property.insert("minimum".into(), json!(bound.min));
+            property.insert("maximum".into(), json!(bound.max));
             property.remove("format");
             if let Some(default) = default {
                 property.insert("default".into(), json!(default));

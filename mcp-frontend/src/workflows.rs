@@ -27,12 +27,9 @@ pub fn build_workflow(
     let mut workflow = MiningWorkflow::new(
         id.as_str(),
         MiningWorkflowSpec {
-            difficulty: request.difficulty,
             blocks: request.blocks,
-            ttl_seconds_after_finished: None,
-            active_deadline_seconds: None,
-            cancel: false,
             parallelism: request.parallelism,
+            ..MiningWorkflowSpec::new(request.difficulty)
         },
     );
     workflow.metadata.labels = Some(

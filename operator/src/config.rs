@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use mining_api::bounds::{BLOCKS, DIFFICULTY, PARALLELISM};
 
 #[derive(Parser, Debug, Clone)]
 #[command(name = "operator", version, about = "Reconciles MiningWorkflows into one verified Job per block")]
@@ -67,7 +68,7 @@ pub struct JobSettings {
     pub backoff_limit: i32,
     /// Seconds a block's Job may run before it fails.
     #[arg(long = "job-active-deadline-seconds", env = "JOB_ACTIVE_DEADLINE_SECONDS",
-          value_parser = clap::value_parser!(i64).range(1..=mining_api::MAX_DURATION_SECONDS))]
+          value_parser = clap::value_parser!(i64).range(1..=mining_api::bounds::MAX_DURATION_SECONDS))]
     pub active_deadline_seconds: Option<i64>,
     #[arg(long = "job-cpu-request", env = "JOB_CPU_REQUEST", default_value = "100m")]
     pub cpu_request: Option<String>,
@@ -84,11 +85,11 @@ pub struct JobSettings {
 pub struct Limits {
     /// Workflows asking for more leading zero bits are rejected.
     #[arg(long, env = "MAX_DIFFICULTY", default_value_t = 40,
-          value_parser = clap::value_parser!(u32).range(1..=64))]
+          value_parser = clap::value_parser!(u32).range(DIFFICULTY.clap_range()))]
     pub max_difficulty: u32,
     /// Workflows asking for longer chains are rejected.
-    #[arg(long, env = "MAX_BLOCKS", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, env = "MAX_BLOCKS", default_value_t = BLOCKS.max,
+          value_parser = clap::value_parser!(u32).range(BLOCKS.clap_range()))]
     pub max_blocks: u32,
     /// Workflows mining at once; more wait as Pending (condition Admitted=False, reason Queued).
     #[arg(long, env = "MAX_CONCURRENT_WORKFLOWS", default_value_t = 50,
@@ -96,7 +97,7 @@ pub struct Limits {
     pub max_concurrent_workflows: usize,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
-          value_parser = clap::value_parser!(u64).range(0..=mining_api::MAX_DURATION_SECONDS as u64))]
+          value_parser = clap::value_parser!(u64).range(0..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
     /// A result's nonce is checked to be the smallest (a scan from 0) when it
     /// is at most this; larger ones are recorded with minimalityChecked=false.
@@ -105,7 +106,7 @@ pub struct Limits {
     pub minimality_check_budget: u64,
     /// Pods one block may use at once (`spec.parallelism` is capped at this).
     #[arg(long, env = "MAX_PARALLELISM", default_value_t = 8,
-          value_parser = clap::value_parser!(u32).range(1..=64))]
+          value_parser = clap::value_parser!(u32).range(PARALLELISM.clap_range()))]
     pub max_parallelism: u32,
     /// Nonces per range when a block is split across Pods; by default the
     /// block's expected work cut into four ranges per Pod. At least 1024: a
@@ -147,6 +148,6 @@ mod tests {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }
         let config = Config::try_parse_from(["operator", "--default-ttl-seconds", "315360000"]).unwrap();
-        assert_eq!(config.limits.default_ttl_seconds, mining_api::MAX_DURATION_SECONDS as u64);
+        assert_eq!(config.limits.default_ttl_seconds, mining_api::bounds::MAX_DURATION_SECONDS as u64);
     }
 }

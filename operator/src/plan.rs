@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use mining_api::bounds::MAX_STORED_INTEGER;
 use mining_api::{
-    BlockResult, ConditionStatus, GENESIS, MAX_STORED_INTEGER, MinedBlock, MiningWorkflow,
-    MiningWorkflowStatus, WorkflowPhase, condition_types, reasons,
+    BlockResult, ConditionStatus, GENESIS, MinedBlock, MiningWorkflow, MiningWorkflowStatus, WorkflowPhase,
+    condition_types, reasons,
 };
 
 use crate::conditions::set_condition;

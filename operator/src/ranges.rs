@@ -192,7 +192,7 @@ fn verify_report(
             if !job.nonces().contains(&result.nonce) {
                 return Err(reject(format!("nonce {} is outside the range", result.nonce)));
             }
-            if result.nonce > mining_api::MAX_STORED_INTEGER {
+            if result.nonce > mining_api::bounds::MAX_STORED_INTEGER {
                 return Err(reject(format!("nonce {} is too large for a status", result.nonce)));
             }
             Ok(Some(result))

@@ -1,7 +1,8 @@
 //! Checks on what miners report: a block's result against what was asked,
 //! and that its nonce is the smallest (pure: no client).
 
-use mining_api::{BlockResult, MAX_STORED_INTEGER, reasons};
+use mining_api::bounds::MAX_STORED_INTEGER;
+use mining_api::{BlockResult, reasons};
 
 /// Parses and verifies a block's termination message, and — when the nonce
 /// is at most `minimality_budget` — that no smaller nonce meets the

@@ -2,13 +2,18 @@
 //! frontend and the CRD generator, plus the miner's per-block result document
 //! (so the miner's writer and the operator's parser cannot drift apart).
 
+pub mod bounds;
 mod result;
 pub use result::{BlockResult, NoWinner, RangeReport};
 
 #[cfg(feature = "kubernetes")]
+mod accessors;
+#[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The API group: a domain this project owns.
 pub const GROUP: &str = "mining-operator.dev";
@@ -26,12 +31,16 @@ pub mod labels {
     pub const CALLER: &str = "mining-operator.dev/caller";
 }
 
-/// Annotation keys on the objects the operator creates.
+/// Annotation keys on the objects the operator and the frontend create.
 pub mod annotations {
     /// On a Job that mines one nonce range of a block: the first nonce.
     pub const NONCE_START: &str = "mining-operator.dev/nonce-start";
     /// On the same Job: how many nonces it mines.
     pub const NONCE_COUNT: &str = "mining-operator.dev/nonce-count";
+    /// On a workflow started as a 2025-11-25 task: the creating call's
+    /// progress token (as JSON), so any replica's `tasks/result` can report
+    /// progress against it.
+    pub const PROGRESS_TOKEN: &str = "mining-operator.dev/progress-token";
 }
 
 /// `prev` of the first block of every chain.

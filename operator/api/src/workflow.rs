@@ -3,17 +3,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Chain length when `spec.blocks` is not given.
-pub const DEFAULT_BLOCKS: u32 = 4;
-/// Longest deadline or retention a workflow may ask for: ten years. Bounded so
-/// that time arithmetic on it can never overflow.
-pub const MAX_DURATION_SECONDS: i64 = 315_360_000;
-/// Largest nonce, attempt count or generation in a status: the API server
-/// stores integers as int64, and a CRD states bounds as float64, so this is
-/// the largest float64 below 2^63 (= 2^63 - 1024).
-pub const MAX_STORED_INTEGER: u64 = (1 << 63) - 1024;
-/// The most blocks a chain can have.
-pub const MAX_BLOCKS: u32 = 64;
+use crate::bounds::{
+    BLOCKS, DEFAULT_BLOCKS, DEFAULT_PARALLELISM, DIFFICULTY, MAX_DURATION_SECONDS, MAX_RESULTS_LOST,
+    MAX_STORED_INTEGER, PARALLELISM,
+};
 
 /// The chain to mine.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -36,7 +29,7 @@ pub const MAX_BLOCKS: u32 = 64;
 pub struct MiningWorkflowSpec {
     /// Leading zero bits each block's SHA-256 must have. Immutable.
     #[schemars(
-        range(min = 1, max = 64),
+        range(min = DIFFICULTY.min, max = DIFFICULTY.max),
         extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "difficulty is immutable"}])
     )]
     pub difficulty: u32,
@@ -44,7 +37,7 @@ pub struct MiningWorkflowSpec {
     /// Number of blocks in the chain. Immutable.
     #[serde(default = "default_blocks")]
     #[schemars(
-        range(min = 1, max = 64),
+        range(min = BLOCKS.min, max = BLOCKS.max),
         extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "blocks is immutable"}])
     )]
     pub blocks: u32,
@@ -52,12 +45,12 @@ pub struct MiningWorkflowSpec {
     /// Delete the workflow this many seconds after it finished (the operator's
     /// default applies when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 315_360_000))]
+    #[schemars(range(min = 0, max = MAX_DURATION_SECONDS))]
     pub ttl_seconds_after_finished: Option<i64>,
 
     /// Fail the workflow with reason DeadlineExceeded when it has run this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 315_360_000))]
+    #[schemars(range(min = 1, max = MAX_DURATION_SECONDS))]
     pub active_deadline_seconds: Option<i64>,
 
     /// Set to true to stop mining; the workflow ends Cancelled.
@@ -69,7 +62,7 @@ pub struct MiningWorkflowSpec {
     /// order): the smallest winning nonce. May be changed while mining; the
     /// operator caps it at its own limit.
     #[serde(default = "default_parallelism")]
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = PARALLELISM.min, max = PARALLELISM.max))]
     pub parallelism: u32,
 }
 
@@ -78,7 +71,7 @@ fn default_blocks() -> u32 {
 }
 
 fn default_parallelism() -> u32 {
-    1
+    DEFAULT_PARALLELISM
 }
 
 /// Where a workflow is in its life.
@@ -139,11 +132,11 @@ pub struct MiningWorkflowStatus {
     pub progress: Option<String>,
     /// Verified blocks, in chain order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = BLOCKS.max))]
     pub blocks: Vec<MinedBlock>,
     /// The block being mined now (1-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = BLOCKS.min, max = BLOCKS.max))]
     pub current_block: Option<u32>,
     /// A human-readable summary of the latest state change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,25 +148,25 @@ pub struct MiningWorkflowStatus {
     /// For a block mined across Pods: it has no winning nonce below this
     /// (its ranges that finished without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784u64))]
+    #[schemars(extend("minimum" = 0, "maximum" = MAX_STORED_INTEGER))]
     pub no_winner_below: Option<u64>,
     /// The difficulty mining started with. `spec.difficulty` is immutable; on
     /// API servers too old to enforce that, later changes are ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = DIFFICULTY.min, max = DIFFICULTY.max))]
     pub admitted_difficulty: Option<u32>,
     /// The chain length mining started with (see `admittedDifficulty`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = BLOCKS.min, max = BLOCKS.max))]
     pub admitted_blocks: Option<u32>,
     /// Finished blocks whose result was lost with their Pod and that were
     /// mined again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 1000))]
+    #[schemars(range(min = 0, max = MAX_RESULTS_LOST))]
     pub results_lost: Option<u32>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784i64))]
+    #[schemars(extend("minimum" = 0, "maximum" = MAX_STORED_INTEGER))]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -201,13 +194,13 @@ impl<'de> Deserialize<'de> for MiningWorkflowStatus {
 #[serde(rename_all = "camelCase")]
 pub struct MinedBlock {
     /// 1-based position in the chain.
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = BLOCKS.min, max = BLOCKS.max))]
     pub index: u32,
-    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784u64))]
+    #[schemars(extend("minimum" = 0, "maximum" = MAX_STORED_INTEGER))]
     pub nonce: u64,
     /// 64 uppercase hex digits.
     pub hash: String,
-    #[schemars(extend("minimum" = 1, "maximum" = 9_223_372_036_854_774_784u64))]
+    #[schemars(extend("minimum" = 1, "maximum" = MAX_STORED_INTEGER))]
     pub attempts: u64,
     /// Whether the operator checked that no smaller nonce meets the
     /// difficulty (it does when the nonce is within its check budget).
@@ -235,7 +228,7 @@ pub struct Condition {
     pub message: String,
     pub last_transition_time: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minimum" = 0, "maximum" = 9_223_372_036_854_774_784i64))]
+    #[schemars(extend("minimum" = 0, "maximum" = MAX_STORED_INTEGER))]
     pub observed_generation: Option<i64>,
 }
 
@@ -383,7 +376,7 @@ mod tests {
         let nonce = &status["properties"]["blocks"]["items"]["properties"]["nonce"];
         assert_eq!(nonce["maximum"].as_f64(), Some(MAX_STORED_INTEGER as f64));
         assert!(MAX_STORED_INTEGER as f64 as u64 <= i64::MAX as u64, "the bound itself is storable");
-        assert_eq!(status["properties"]["blocks"]["maxItems"].as_u64(), Some(u64::from(MAX_BLOCKS)));
+        assert_eq!(status["properties"]["blocks"]["maxItems"].as_u64(), Some(u64::from(BLOCKS.max)));
     }
 
     #[test]

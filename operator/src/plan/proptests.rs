@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use mining_api::{MAX_DURATION_SECONDS, MAX_STORED_INTEGER, MinedBlock, MiningWorkflowStatus, WorkflowPhase};
+use mining_api::bounds::{MAX_DURATION_SECONDS, MAX_STORED_INTEGER};
+use mining_api::{MinedBlock, MiningWorkflowStatus, WorkflowPhase};
 use proptest::prelude::*;
 
 use super::*;

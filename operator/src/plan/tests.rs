@@ -1,7 +1,7 @@
 use super::*;
 use crate::naming::block_job_name;
 use crate::testing::{at, workflow};
-use mining_api::MAX_STORED_INTEGER;
+use mining_api::bounds::MAX_STORED_INTEGER;
 
 fn limits() -> Limits {
     Limits {

@@ -22,7 +22,7 @@ async fn the_api_server_accepts_the_crd_and_rejects_out_of_range_specs() {
         }
     };
     let accepted = create(json!({"difficulty": 8})).await.expect("a valid spec is accepted");
-    assert_eq!(accepted.spec.blocks, mining_api::DEFAULT_BLOCKS, "the server applies the default");
+    assert_eq!(accepted.spec.blocks, mining_api::bounds::DEFAULT_BLOCKS, "the server applies the default");
 
     for (spec, field) in [
         (json!({"difficulty": 0}), "spec.difficulty"),

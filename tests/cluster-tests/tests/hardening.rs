@@ -6,7 +6,8 @@ use std::time::Duration;
 use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, wait_for};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams, PostParams};
-use mining_api::{MAX_DURATION_SECONDS, MiningWorkflow, WorkflowPhase, condition_types, labels, reasons};
+use mining_api::bounds::MAX_DURATION_SECONDS;
+use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, labels, reasons};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);

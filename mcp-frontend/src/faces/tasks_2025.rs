@@ -25,29 +25,29 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
+use mining_api::{MiningWorkflow, annotations};
+use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler;
+use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::cache::Cached;
+use super::mcp_tools::MiningServer;
+use super::unknown_task;
+use crate::contract::Progress;
+use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
 use crate::ids::{Caller, WorkflowId};
-use crate::server::{Answer, App, MiningServer, View, belongs_to};
 use crate::tasks::{Generation, TaskSnapshot, snapshot};
 use crate::tools::START_MINING;
-use crate::workflows;
 
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// `_meta` key tying a `tasks/result` answer to its task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-/// Annotation holding the creating call's progress token (as JSON).
-pub const PROGRESS_TOKEN_ANNOTATION: &str = "mining-operator.dev/progress-token";
 
-const INVALID_PARAMS: i64 = -32602;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INTERNAL_ERROR: i64 = -32603;
-/// The TypeScript SDK's `RequestTimeout`: the wait ran out, call again.
-const REQUEST_TIMEOUT: i64 = -32001;
+/// The TypeScript SDK's `RequestTimeout` (rmcp has no constant for it): the
+/// wait ran out, call again.
+const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
 
 /// What this layer does with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,29 +136,10 @@ fn parse_cursor(cursor: &str) -> Option<(i64, String)> {
     Some((created.parse().ok()?, WorkflowId::parse(name)?.as_str().to_string()))
 }
 
-/// One JSON-RPC error.
-#[derive(Debug)]
-struct RpcError {
-    code: i64,
-    message: String,
-}
-
-impl RpcError {
-    fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
-    }
-
-    fn unknown_task(task_id: &str) -> Self {
-        Self::new(INVALID_PARAMS, format!("unknown task {task_id:?} (it may have expired)"))
-    }
-}
-
-fn response_json(id: &Value, outcome: Result<Value, RpcError>) -> Value {
+fn response_json(id: &Value, outcome: Result<Value, McpError>) -> Value {
     match outcome {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
-        }
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
     }
 }
 
@@ -168,7 +149,7 @@ fn json_response(message: Value) -> Response {
 
 /// The middleware. Runs after authentication and after the body was checked
 /// to be JSON (and buffered), so reading it again is cheap.
-pub async fn answer_core_tasks(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+pub async fn answer_core_tasks(State(core): State<Arc<Core>>, request: Request, next: Next) -> Response {
     if request.method() != axum::http::Method::POST {
         return next.run(request).await;
     }
@@ -188,38 +169,63 @@ pub async fn answer_core_tasks(State(app): State<Arc<App>>, request: Request, ne
     if route != Route::PassThrough
         && let (Some(id), Some(caller)) = (id, parts.extensions.get::<Caller>().cloned())
     {
-        let layer = CoreTasks { server: MiningServer::new(app), caller };
+        let layer = CoreTasks { core, caller };
         return layer.answer(route, id, params, &parts.headers).await;
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
 struct CoreTasks {
-    server: MiningServer,
+    core: Arc<Core>,
     caller: Caller,
 }
 
-impl CoreTasks {
-    fn app(&self) -> &App {
-        &self.server.app
+/// A `tasks/result` wait: progress goes to the SSE stream, against the
+/// creating call's token, when the client takes SSE and gave one.
+struct ResultStreamListener {
+    token: Option<Value>,
+    sender: mpsc::Sender<Value>,
+}
+
+impl WaitListener for ResultStreamListener {
+    async fn progress(&mut self, progress: Progress, message: &str) -> bool {
+        let Some(token) = &self.token else { return true };
+        let notification = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {
+                "progressToken": token,
+                "progress": progress.blocks_done,
+                "total": progress.blocks_total,
+                "message": message,
+            },
+        });
+        self.sender.send(notification).await.is_ok()
     }
 
+    async fn gone(&self) {
+        self.sender.closed().await;
+    }
+}
+
+impl CoreTasks {
     async fn answer(self, route: Route, id: Value, params: Value, headers: &HeaderMap) -> Response {
         let outcome = match route {
             Route::Initialize => Ok(self.initialize()),
-            Route::ListTools => Ok(tools_json(&self.app().tools)),
+            Route::ListTools => Ok(tools_json(&self.core.tools)),
             Route::CreateTask => self.create(params).await,
             Route::Get => self.get(&params).await,
             Route::List => self.list(&params),
             Route::Cancel => self.cancel(&params).await,
             Route::Result => return self.result(id, &params, headers).await,
-            Route::PassThrough => Err(RpcError::new(INTERNAL_ERROR, "not a core-tasks request")),
+            Route::PassThrough => Err(McpError::internal_error("not a core-tasks request", None)),
         };
         json_response(response_json(&id, outcome))
     }
 
     fn initialize(&self) -> Value {
-        let mut info = serde_json::to_value(self.server.get_info()).unwrap_or_else(|_| json!({}));
+        let info = MiningServer::new(self.core.clone()).get_info();
+        let mut info = serde_json::to_value(info).unwrap_or_else(|_| json!({}));
         info["protocolVersion"] = json!(PROTOCOL_VERSION);
         if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {
             // The 2026 extension map means nothing to this generation.
@@ -232,140 +238,110 @@ impl CoreTasks {
         info
     }
 
-    fn snapshot(&self, workflow: &mining_api::MiningWorkflow) -> TaskSnapshot {
-        snapshot(workflow, Timestamp::now(), Generation::Core2025, self.app().default_ttl_seconds)
+    fn snapshot(&self, workflow: &MiningWorkflow) -> TaskSnapshot {
+        snapshot(workflow, Timestamp::now(), Generation::Core2025, self.core.default_ttl_seconds)
     }
 
-    /// The workflow behind a task id, if this caller may see it.
-    async fn workflow(&self, params: &Value) -> Result<(String, Box<mining_api::MiningWorkflow>), RpcError> {
-        let task_id = params.get("taskId").and_then(Value::as_str).unwrap_or_default().to_string();
-        let Some(id) = WorkflowId::parse(&task_id) else {
-            return Err(RpcError::unknown_task(&task_id));
-        };
-        match self.server.visible(&self.caller, &id).await {
-            Ok(View::Found(workflow)) => Ok((task_id, workflow)),
-            Ok(View::Missing) => Err(RpcError::unknown_task(&task_id)),
-            Ok(View::Unreadable(problem)) => Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!("task {task_id}'s stored state cannot be read: {problem}"),
-            )),
-            Err(problem) => Err(RpcError::new(INTERNAL_ERROR, problem)),
-        }
+    /// The workflow behind `params.taskId`, if this caller may see it.
+    async fn workflow(&self, params: &Value) -> Result<(String, Box<MiningWorkflow>), McpError> {
+        let task_id = task_id_of(params);
+        let view = self.core.find(&self.caller, &task_id).await;
+        found(&task_id, view).map(|workflow| (task_id, workflow))
     }
 
-    async fn create(&self, params: Value) -> Result<Value, RpcError> {
+    async fn create(&self, params: Value) -> Result<Value, McpError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-        if !self.app().tools.iter().any(|tool| tool.name == name) {
-            return Err(RpcError::new(INVALID_PARAMS, format!("unknown tool {name:?}")));
+        if !self.core.tools.iter().any(|tool| tool.name == name) {
+            return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         }
         if name != START_MINING {
-            return Err(RpcError::new(
-                METHOD_NOT_FOUND,
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
                 format!(
                     "tool {name} does not run as a task (its taskSupport is \"forbidden\"); call it without params.task"
                 ),
+                None,
             ));
         }
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => None,
             Some(Value::Object(arguments)) => Some(arguments.clone()),
-            Some(_) => return Err(RpcError::new(INVALID_PARAMS, "params.arguments must be an object")),
+            Some(_) => return Err(McpError::invalid_params("params.arguments must be an object", None)),
         };
         let token =
             params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64());
         let annotations: Vec<(&str, String)> =
-            token.map(|t| (PROGRESS_TOKEN_ANNOTATION, t.to_string())).into_iter().collect();
-        let metrics = &self.app().metrics;
-        match self.server.create_workflow(&self.caller, arguments, &annotations).await {
-            Ok((_, workflow, _)) => {
-                metrics
-                    .tool_calls
-                    .get_or_create(&crate::metrics::ToolLabels { tool: START_MINING, outcome: "task" })
-                    .inc();
-                Ok(json!({ "task": task_json(&self.snapshot(&workflow)) }))
+            token.map(|t| (annotations::PROGRESS_TOKEN, t.to_string())).into_iter().collect();
+        match self.core.start(&self.caller, arguments, &annotations).await {
+            Ok(started) => {
+                self.core.record_call(START_MINING, "task", None);
+                Ok(json!({ "task": task_json(&self.snapshot(&started.workflow)) }))
             }
             Err(answer) => {
                 let outcome = answer.metric_outcome();
-                metrics
-                    .tool_calls
-                    .get_or_create(&crate::metrics::ToolLabels { tool: START_MINING, outcome })
-                    .inc();
-                let code = if outcome == "invalid_arguments" { INVALID_PARAMS } else { INTERNAL_ERROR };
-                let text =
-                    answer.into_result().content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
-                Err(RpcError::new(code, text.unwrap_or_else(|| "the task was not created".into())))
+                self.core.record_call(START_MINING, outcome, None);
+                let code = match answer {
+                    Answer::InvalidArguments(_) => ErrorCode::INVALID_PARAMS,
+                    _ => ErrorCode::INTERNAL_ERROR,
+                };
+                let text = answer.error_text().unwrap_or("the task was not created").to_string();
+                Err(McpError::new(code, text, None))
             }
         }
     }
 
-    async fn get(&self, params: &Value) -> Result<Value, RpcError> {
+    async fn get(&self, params: &Value) -> Result<Value, McpError> {
         let (_, workflow) = self.workflow(params).await?;
         Ok(task_json(&self.snapshot(&workflow)))
     }
 
-    fn list(&self, params: &Value) -> Result<Value, RpcError> {
+    fn list(&self, params: &Value) -> Result<Value, McpError> {
         let after =
             match params.get("cursor") {
                 None | Some(Value::Null) => None,
                 Some(cursor) => Some(cursor.as_str().and_then(parse_cursor).ok_or_else(|| {
-                    RpcError::new(INVALID_PARAMS, "invalid cursor: pass nextCursor as given")
+                    McpError::invalid_params("invalid cursor: pass nextCursor as given", None)
                 })?),
             };
-        let mut rows: Vec<((i64, String), Box<mining_api::MiningWorkflow>)> = self
-            .app()
-            .cache
-            .list_for(&self.caller.label)
-            .into_iter()
-            .filter_map(|cached| match cached {
-                Cached::Found(workflow) => {
-                    let created =
-                        workflow.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
-                    Some(((created, workflow.metadata.name.clone().unwrap_or_default()), workflow))
-                }
-                _ => None,
-            })
-            .collect();
-        // Newest first; the cursor is a sort key, so new tasks never shift a page.
-        rows.sort_by(|a, b| b.0.0.cmp(&a.0.0).then_with(|| a.0.1.cmp(&b.0.1)));
+        let rows = self.core.list(&self.caller);
+        // The cursor is a sort key, so new tasks never shift a page.
         let start = match &after {
             None => 0,
-            Some((created, name)) => rows
-                .iter()
-                .position(|((c, n), _)| c < created || (c == created && n > name))
-                .unwrap_or(rows.len()),
+            Some((created, name)) => {
+                rows.iter().position(|row| row.comes_after(*created, name)).unwrap_or(rows.len())
+            }
         };
-        let page: Vec<_> = rows.iter().skip(start).take(self.app().task_list_page_size).collect();
-        let tasks: Vec<Value> =
-            page.iter().map(|(_, workflow)| task_json(&self.snapshot(workflow))).collect();
+        let page: Vec<_> = rows.iter().skip(start).take(self.core.task_list_page_size).collect();
+        let tasks: Vec<Value> = page.iter().map(|row| task_json(&self.snapshot(&row.workflow))).collect();
         let mut result = json!({ "tasks": tasks });
         if start + page.len() < rows.len()
-            && let Some(((created, name), _)) = page.last()
+            && let Some(last) = page.last()
         {
-            result["nextCursor"] = json!(cursor_of(*created, name));
+            result["nextCursor"] = json!(cursor_of(last.created, &last.name));
         }
         Ok(result)
     }
 
-    async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
-        let (task_id, workflow) = self.workflow(params).await?;
-        let task = self.snapshot(&workflow);
-        if task.state.is_terminal() {
-            return Err(RpcError::new(
-                INVALID_PARAMS,
-                format!("Cannot cancel task in terminal status: {}", task.state.as_str()),
-            ));
-        }
-        let patched = workflows::request_cancel(&self.app().api, &task_id).await.map_err(|err| {
-            self.app()
-                .metrics
-                .api_errors
-                .get_or_create(&crate::metrics::ReasonLabels { reason: "patch" })
-                .inc();
-            RpcError::new(INTERNAL_ERROR, format!("could not cancel: {err}"))
-        })?;
-        tracing::info!(workflow = %task_id, caller = %self.caller.name, "cancel requested (tasks/cancel)");
+    async fn cancel(&self, params: &Value) -> Result<Value, McpError> {
+        let task_id = task_id_of(params);
+        let cancelled = self.core.cancel(&self.caller, &task_id).await;
+        let workflow = match cancelled.map_err(|problem| McpError::internal_error(problem, None))? {
+            CancelOutcome::NotCancelled(view) => return found(&task_id, Ok(view)).map(|_| Value::Null),
+            CancelOutcome::Requested(workflow) => workflow,
+            // Finished, or cancelled by an earlier call: this generation
+            // calls either state terminal and refuses a second cancel.
+            CancelOutcome::AlreadyFinished(workflow) | CancelOutcome::AlreadyRequested(workflow) => {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "Cannot cancel task in terminal status: {}",
+                        self.snapshot(&workflow).state.as_str()
+                    ),
+                    None,
+                ));
+            }
+        };
         // `spec.cancel` is recorded: this and every later read say `cancelled`.
-        Ok(task_json(&self.snapshot(&patched)))
+        Ok(task_json(&self.snapshot(&workflow)))
     }
 
     /// `tasks/result`: waits (woken by the watch) until the operator has
@@ -376,19 +352,15 @@ impl CoreTasks {
             Ok(found) => found,
             Err(error) => return json_response(response_json(&id, Err(error))),
         };
-        let token: Option<Value> = workflow
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PROGRESS_TOKEN_ANNOTATION))
-            .and_then(|t| serde_json::from_str(t).ok());
+        let token: Option<Value> =
+            workflow.annotation(annotations::PROGRESS_TOKEN).and_then(|t| serde_json::from_str(t).ok());
         let takes_sse = headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|accept| accept.contains("text/event-stream"));
         let (sender, mut receiver) = mpsc::channel::<Value>(4);
-        let deadline = Instant::now() + self.app().task_result_wait;
-        tokio::spawn(self.wait_for_result(id, task_id, token.filter(|_| takes_sse), deadline, sender));
+        let listener = ResultStreamListener { token: token.filter(|_| takes_sse), sender };
+        tokio::spawn(self.wait_for_result(id, task_id, workflow, listener));
         if !takes_sse {
             let message = receiver.recv().await.unwrap_or(Value::Null);
             return json_response(message);
@@ -398,75 +370,57 @@ impl CoreTasks {
         Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
     }
 
-    /// Sends progress notifications (when `token` is set) and then the one
-    /// response; stops early when the client has gone.
+    /// The core's wait, then the one response; nothing is sent when the
+    /// client has gone.
     async fn wait_for_result(
         self,
         id: Value,
         task_id: String,
-        token: Option<Value>,
-        deadline: Instant,
-        sender: mpsc::Sender<Value>,
+        workflow: Box<MiningWorkflow>,
+        mut listener: ResultStreamListener,
     ) {
-        let cache = self.app().cache.clone();
-        let mut subscription = cache.subscribe(&task_id);
-        let mut reported: Option<u32> = None;
-        let outcome = loop {
-            let workflow = match cache.get(&task_id) {
-                Cached::Found(workflow) if belongs_to(&workflow, &self.caller) => workflow,
-                Cached::Unreadable { problem, .. } => {
-                    break Err(RpcError::new(
-                        INTERNAL_ERROR,
-                        format!("task {task_id}'s stored state cannot be read: {problem}"),
-                    ));
-                }
-                _ => match self.workflow(&json!({ "taskId": task_id })).await {
-                    Ok((_, workflow)) => workflow,
-                    Err(error) => break Err(error),
-                },
-            };
+        let deadline = Instant::now() + self.core.task_result_wait;
+        let view = self.core.wait(&self.caller, workflow, deadline, &mut listener).await;
+        if listener.sender.is_closed() {
+            return;
+        }
+        let outcome = found(&task_id, Ok(view)).and_then(|workflow| {
             let task = self.snapshot(&workflow);
-            if let (Some(token), Some(progress)) = (&token, task.outcome.progress)
-                && reported.is_none_or(|done| progress.blocks_done > done)
-            {
-                reported = Some(progress.blocks_done);
-                let notification = json!({
-                    "jsonrpc": "2.0",
-                    "method": "notifications/progress",
-                    "params": {
-                        "progressToken": token,
-                        "progress": progress.blocks_done,
-                        "total": progress.blocks_total,
-                        "message": task.status_message,
-                    },
-                });
-                if sender.send(notification).await.is_err() {
-                    return;
-                }
-            }
             if task.result_ready {
-                break Ok(task_result_json(task));
+                return Ok(task_result_json(task));
             }
-            if Instant::now() >= deadline {
-                let seconds = self.app().task_result_wait.as_secs();
-                break Err(RpcError::new(
-                    REQUEST_TIMEOUT,
-                    format!(
-                        "task {task_id} is still {} after {seconds} s ({}); call tasks/result again, or poll tasks/get",
-                        task.state.as_str(),
-                        task.status_message
-                    ),
-                ));
-            }
-            tokio::select! {
-                () = subscription.changed() => {}
-                () = tokio::time::sleep_until(deadline) => {}
-                () = sender.closed() => return,
-            }
-        };
-        let _ = sender.send(response_json(&id, outcome)).await;
+            let seconds = self.core.task_result_wait.as_secs();
+            Err(McpError::new(
+                REQUEST_TIMEOUT,
+                format!(
+                    "task {task_id} is still {} after {seconds} s ({}); call tasks/result again, or poll tasks/get",
+                    task.state.as_str(),
+                    task.status_message
+                ),
+                None,
+            ))
+        });
+        let _ = listener.sender.send(response_json(&id, outcome)).await;
+    }
+}
+
+fn task_id_of(params: &Value) -> String {
+    params.get("taskId").and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+/// A task this caller may see, or the error this generation gives for it.
+fn found(task_id: &str, view: Result<View, String>) -> Result<Box<MiningWorkflow>, McpError> {
+    match view {
+        Ok(View::Found(workflow)) => Ok(workflow),
+        Ok(View::Missing) => Err(unknown_task(task_id)),
+        Ok(View::Unreadable(problem)) => Err(McpError::internal_error(
+            format!("task {task_id}'s stored state cannot be read: {problem}"),
+            None,
+        )),
+        Err(problem) => Err(McpError::internal_error(problem, None)),
     }
 }
 
 #[cfg(test)]
+#[path = "tasks_2025_tests.rs"]
 mod tests;

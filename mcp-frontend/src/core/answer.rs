@@ -1,0 +1,88 @@
+//! What a tool answers, before a face puts it on the wire.
+
+use k8s_openapi::jiff::Timestamp;
+use rmcp::model::{CallToolResult, ContentBlock};
+
+use super::View;
+use crate::contract::{MiningOutcome, OutcomeStatus, outcome};
+use crate::tools::WorkflowList;
+
+/// A tool's answer in protocol-neutral form.
+pub enum Answer {
+    Outcome(MiningOutcome),
+    List(WorkflowList),
+    /// Arguments the model can fix: a tool error naming what is allowed.
+    InvalidArguments(String),
+    /// A valid request that cannot be served now (limit, API down): a tool error.
+    Refused(String),
+}
+
+impl Answer {
+    /// The answer about one workflow as the caller sees it; `id_text` is
+    /// echoed when there is nothing to see.
+    pub fn of(id_text: &str, view: View) -> Self {
+        match view {
+            View::Missing => Self::Outcome(MiningOutcome::not_found(id_text)),
+            View::Found(workflow) => Self::Outcome(outcome(&workflow, Timestamp::now())),
+            View::Unreadable(problem) => Self::Outcome(MiningOutcome {
+                status: OutcomeStatus::Failed,
+                reason: Some("Unreadable".into()),
+                status_message: "The workflow's stored state cannot be read".into(),
+                error: Some(problem),
+                next: None,
+                ..MiningOutcome::not_found(id_text)
+            }),
+        }
+    }
+
+    /// The `outcome` label of the call metrics.
+    pub fn metric_outcome(&self) -> &'static str {
+        match self {
+            Self::Outcome(outcome) => outcome.status.as_str(),
+            Self::List(_) => "listed",
+            Self::InvalidArguments(_) => "invalid_arguments",
+            Self::Refused(_) => "refused",
+        }
+    }
+
+    /// The text of an error answer (for faces that answer errors as JSON-RPC errors).
+    pub fn error_text(&self) -> Option<&str> {
+        match self {
+            Self::InvalidArguments(text) | Self::Refused(text) => Some(text),
+            Self::Outcome(_) | Self::List(_) => None,
+        }
+    }
+
+    pub fn into_result(self) -> CallToolResult {
+        match self {
+            Self::Outcome(outcome) => {
+                structured(outcome.to_text(), &outcome, outcome.status == OutcomeStatus::Failed)
+            }
+            Self::List(list) => {
+                let mut text = format!("{} of your mining workflows (newest first):", list.workflows.len());
+                for row in &list.workflows {
+                    text.push_str(&format!(
+                        "\n{} [{}] {}",
+                        row.workflow_id,
+                        row.status.as_str(),
+                        row.status_message
+                    ));
+                }
+                structured(text, &list, false)
+            }
+            Self::InvalidArguments(text) | Self::Refused(text) => {
+                CallToolResult::error(vec![ContentBlock::text(text)])
+            }
+        }
+    }
+}
+
+/// A result with `structuredContent`, a short rendering and the JSON as text
+/// (for clients that read text only).
+fn structured(text: String, value: &impl serde::Serialize, is_error: bool) -> CallToolResult {
+    let value = serde_json::to_value(value).unwrap_or_default();
+    let content = vec![ContentBlock::text(text), ContentBlock::text(value.to_string())];
+    let mut result = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    result.structured_content = Some(value);
+    result
+}

@@ -1,0 +1,108 @@
+//! The one core behind the three protocol faces (the rmcp tools, the
+//! 2025-11-25 task layer and the 2026-07-28 Tasks extension).
+//!
+//! Every behaviour lives here once: which workflows a caller may see, how a
+//! start is checked and made idempotent, how a wait ends, how a cancel is
+//! asked for, how a caller's workflows are listed, and the metrics of each.
+//! The faces only translate their protocol to and from these calls.
+
+mod answer;
+mod cancel;
+mod list;
+mod start;
+mod wait;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
+use mining_api::MiningWorkflow;
+use rmcp::model::Tool;
+
+use crate::cache::{Cached, WorkflowCache};
+use crate::ids::{Caller, WorkflowId};
+use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
+use crate::tools::Limits;
+use crate::workflows;
+
+pub use answer::Answer;
+pub use cancel::CancelOutcome;
+pub use list::Listed;
+pub use start::{Started, same_work};
+pub use wait::WaitListener;
+
+/// Shared by every request of every protocol face.
+pub struct Core {
+    pub limits: Limits,
+    pub max_running_per_caller: u32,
+    pub api: Api<MiningWorkflow>,
+    pub cache: Arc<WorkflowCache>,
+    pub metrics: Arc<Metrics>,
+    pub tools: Vec<Tool>,
+    /// The operator's retention of finished workflows that set none (a task's `ttl`).
+    pub default_ttl_seconds: u64,
+    /// Longest a 2025-11-25 `tasks/result` waits before asking the client to call again.
+    pub task_result_wait: Duration,
+    /// Tasks per 2025-11-25 `tasks/list` page.
+    pub task_list_page_size: usize,
+}
+
+/// What a caller may see of one workflow.
+pub enum View {
+    /// Unknown, malformed, expired, or another caller's: all look the same.
+    Missing,
+    /// The caller's, but its stored state cannot be read; the text says why.
+    Unreadable(String),
+    Found(Box<MiningWorkflow>),
+}
+
+/// Whether `caller` started `workflow`.
+pub fn belongs_to(workflow: &MiningWorkflow, caller: &Caller) -> bool {
+    workflow.caller_label() == Some(caller.label.as_str())
+}
+
+impl Core {
+    /// The workflow behind `id_text` as this caller may see it: from the
+    /// cache, else (for a name the watch has not delivered yet) one read from
+    /// the API server. Malformed ids are `Missing` without any lookup.
+    pub async fn find(&self, caller: &Caller, id_text: &str) -> Result<View, String> {
+        match WorkflowId::parse(id_text) {
+            Some(id) => self.visible(caller, &id).await,
+            None => Ok(View::Missing),
+        }
+    }
+
+    async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
+        match self.cache.get(id.as_str()) {
+            Cached::Found(workflow) if belongs_to(&workflow, caller) => Ok(View::Found(workflow)),
+            Cached::Found(_) => Ok(View::Missing),
+            Cached::Unreadable { caller_label, problem, .. }
+                if caller_label.as_deref() == Some(&caller.label) =>
+            {
+                Ok(View::Unreadable(problem))
+            }
+            Cached::Unreadable { .. } => Ok(View::Missing),
+            Cached::Missing => match workflows::get(&self.api, id.as_str()).await {
+                Ok(Some(workflow)) if belongs_to(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
+                Ok(_) => Ok(View::Missing),
+                Err(err) => {
+                    self.count_api_error("get");
+                    Err(format!("cannot read the workflow: {err}"))
+                }
+            },
+        }
+    }
+
+    /// Counts one failed Kubernetes API call (`call` from a fixed set).
+    pub(crate) fn count_api_error(&self, call: &'static str) {
+        self.metrics.api_errors.get_or_create(&ReasonLabels { reason: call }).inc();
+    }
+
+    /// Counts one answered call of `tool` (and its duration, when timed).
+    pub fn record_call(&self, tool: &'static str, outcome: &'static str, elapsed: Option<Duration>) {
+        self.metrics.tool_calls.get_or_create(&ToolLabels { tool, outcome }).inc();
+        if let Some(elapsed) = elapsed {
+            self.metrics.tool_duration.get_or_create(&ToolNameLabels { tool }).observe(elapsed.as_secs_f64());
+        }
+    }
+}

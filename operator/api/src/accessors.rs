@@ -1,0 +1,88 @@
+//! Reading a MiningWorkflow the one way every component reads it.
+
+use crate::bounds::{DEFAULT_BLOCKS, DEFAULT_PARALLELISM};
+use crate::labels;
+use crate::workflow::{Condition, MinedBlock, MiningWorkflow, MiningWorkflowSpec, WorkflowPhase};
+
+impl MiningWorkflowSpec {
+    /// A spec mining `difficulty` with every other field at its default.
+    pub fn new(difficulty: u32) -> Self {
+        Self {
+            difficulty,
+            blocks: DEFAULT_BLOCKS,
+            ttl_seconds_after_finished: None,
+            active_deadline_seconds: None,
+            cancel: false,
+            parallelism: DEFAULT_PARALLELISM,
+        }
+    }
+}
+
+impl MiningWorkflow {
+    /// Where the workflow is; `Pending` until the operator has said.
+    pub fn phase(&self) -> WorkflowPhase {
+        self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+    }
+
+    /// Succeeded, Failed or Cancelled: it never changes again.
+    pub fn is_finished(&self) -> bool {
+        self.phase().is_finished()
+    }
+
+    /// The chain's length mining started with (the spec's until admitted).
+    pub fn total_blocks(&self) -> u32 {
+        self.status.as_ref().and_then(|s| s.admitted_blocks).unwrap_or(self.spec.blocks)
+    }
+
+    /// The difficulty mining started with (the spec's until admitted).
+    pub fn mined_difficulty(&self) -> u32 {
+        self.status.as_ref().and_then(|s| s.admitted_difficulty).unwrap_or(self.spec.difficulty)
+    }
+
+    /// The verified blocks recorded so far, in chain order.
+    pub fn mined_blocks(&self) -> &[MinedBlock] {
+        self.status.as_ref().map_or(&[], |s| s.blocks.as_slice())
+    }
+
+    /// The condition of `type_`, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    /// The caller label of a workflow started through MCP.
+    pub fn caller_label(&self) -> Option<&str> {
+        self.label(labels::CALLER)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::MiningWorkflowStatus;
+
+    #[test]
+    fn admitted_values_win_over_the_spec_once_recorded() {
+        let mut workflow =
+            MiningWorkflow::new("w", MiningWorkflowSpec { blocks: 3, ..MiningWorkflowSpec::new(9) });
+        assert_eq!((workflow.mined_difficulty(), workflow.total_blocks()), (9, 3));
+        assert_eq!(workflow.phase(), WorkflowPhase::Pending);
+        workflow.status = Some(MiningWorkflowStatus {
+            phase: Some(WorkflowPhase::Cancelled),
+            admitted_difficulty: Some(7),
+            admitted_blocks: Some(2),
+            ..Default::default()
+        });
+        assert_eq!((workflow.mined_difficulty(), workflow.total_blocks()), (7, 2));
+        assert!(workflow.is_finished());
+        assert!(workflow.mined_blocks().is_empty());
+        assert_eq!(workflow.caller_label(), None);
+    }
+}
