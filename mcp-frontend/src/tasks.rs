@@ -133,39 +133,25 @@ fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use mining_api::{Condition, ConditionStatus, MiningWorkflowSpec, MiningWorkflowStatus, WorkflowPhase};
+    use mining_api::testing::{self, WorkflowExt};
+    use mining_api::{ConditionStatus, WorkflowPhase};
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap()
     }
 
     fn workflow(phase: WorkflowPhase, cancel: bool) -> MiningWorkflow {
-        let mut workflow = MiningWorkflow::new(
-            "mw-task",
-            MiningWorkflowSpec {
-                difficulty: 1,
-                blocks: 2,
-                ttl_seconds_after_finished: None,
-                active_deadline_seconds: None,
-                cancel,
-                parallelism: 1,
-            },
-        );
-        workflow.metadata.creation_timestamp = Some(Time(at(1_000)));
-        let mut status = MiningWorkflowStatus { phase: Some(phase), ..Default::default() };
+        let mut status = testing::status(phase);
         if phase == WorkflowPhase::Failed {
-            status.conditions.push(Condition {
-                type_: mining_api::condition_types::READY.into(),
-                status: ConditionStatus::False,
-                reason: "JobFailed".into(),
-                message: "the miner exited with code 3".into(),
-                last_transition_time: Time(at(1_030)),
-                observed_generation: None,
-            });
+            status.conditions.push(testing::condition(
+                mining_api::condition_types::READY,
+                ConditionStatus::False,
+                "JobFailed",
+                "the miner exited with code 3",
+                at(1_030),
+            ));
         }
-        workflow.status = Some(status);
-        workflow
+        testing::workflow("mw-task", 1, 2).cancelled(cancel).created_at(at(1_000)).with_status(status)
     }
 
     #[test]

@@ -7,28 +7,26 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event as EventV1;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
-use serde_json::json;
 use tracing::{info, warn};
 
 use std::collections::HashMap;
 
 use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
+use crate::apply::{create_or_adopt_job, delete_job, publish_events, write_status};
 use crate::caches::{CacheSync, Watched};
 use crate::config::Config;
 use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
 use crate::leader::{self, Leadership};
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::naming::workflow_label;
-use crate::observe::{ExpectedJob, observe_jobs};
+use crate::observe::{ExpectedJob, JobSources, observe_jobs};
 use crate::plan::{Action, Observed, PlannedEvent, plan, status_rejected};
 use crate::{Error, Result};
 
@@ -289,7 +287,7 @@ fn tell_forbidden(ctx: &Context, workflow: &MiningWorkflow, error: &Error) {
     let note = format!("{error}: {cause} (the operator's ServiceAccount lacks an RBAC rule)");
     let name = workflow.metadata.name.clone().unwrap_or_default();
     let event = PlannedEvent { warning: true, reason: reasons::FORBIDDEN, note };
-    publish_events(ctx, workflow, &name, vec![event]);
+    publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
 }
 
 async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {
@@ -338,11 +336,13 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "unreadable_status" }).inc();
         let note = format!("{problem}; the operator leaves this workflow alone until it is fixed or deleted");
         let event = PlannedEvent { warning: true, reason: reasons::UNREADABLE_STATUS, note };
-        publish_events(ctx, workflow, &name, vec![event]);
+        publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
         return Ok(Requeue::await_change());
     }
     // Observe.
-    let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, ctx).await?;
+    let sources =
+        JobSources { client: &ctx.client, jobs: &ctx.jobs, pods: &ctx.pods, expected: &ctx.expected_jobs };
+    let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, &sources).await?;
     // A workflow that may be admitted counts the others, and those being
     // admitted right now, and reserves a slot until its status is written.
     let before = phase_of(workflow);
@@ -424,7 +424,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
                     reason: reasons::STATUS_REJECTED,
                     note: fallback.message.clone().unwrap_or_default(),
                 });
-                publish_events(ctx, workflow, &name, events);
+                publish_events(&ctx.client, &ctx.instance, workflow, &name, events);
                 return Ok(Requeue::await_change());
             }
             Err(source) => return Err(Error::WriteStatus { workflow: name.clone(), source }),
@@ -467,145 +467,6 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
         expected.insert(job, ExpectedJob { workflow_uid, block, range, created: Instant::now() });
     }
-    publish_events(ctx, workflow, &name, events);
+    publish_events(&ctx.client, &ctx.instance, workflow, &name, events);
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
-}
-
-async fn delete_job(api: &Api<Job>, workflow: &str, job: &str) -> Result<()> {
-    match api.delete(job, &DeleteParams::background()).await {
-        Ok(_) => {
-            info!(workflow = %workflow, job = %job, "deleted Job");
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(source) => Err(Error::DeleteJob { name: job.to_string(), source }),
-    }
-}
-
-/// Server-side applies `status`, only if the workflow is still at
-/// `resource_version` (409 otherwise); returns the version it produced.
-pub async fn write_status(
-    api: &Api<MiningWorkflow>,
-    name: &str,
-    status: &MiningWorkflowStatus,
-    resource_version: Option<&str>,
-) -> kube::Result<Option<String>> {
-    let mut body = json!({
-        "apiVersion": MiningWorkflow::api_version(&()),
-        "kind": MiningWorkflow::kind(&()),
-        "status": status,
-    });
-    if let Some(version) = resource_version {
-        body["metadata"] = json!({ "resourceVersion": version });
-    }
-    let written = api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await?;
-    Ok(written.metadata.resource_version)
-}
-
-/// Events go out off the reconcile's path: they describe what was done, and
-/// waiting for them would delay this workflow's next step.
-///
-/// Written directly rather than through kube's `Recorder`, which merges
-/// Events by reason into one series (keeping only the first note, so
-/// "BlockMined (x6)" told of block 1 only) and names them after the whole
-/// workflow name (too long past ~236 characters, so those got no Events).
-fn publish_events(ctx: &Context, workflow: &MiningWorkflow, name: &str, events: Vec<PlannedEvent>) {
-    if events.is_empty() {
-        return;
-    }
-    let api: Api<EventV1> =
-        Api::namespaced(ctx.client.clone(), workflow.metadata.namespace.as_deref().unwrap_or_default());
-    let reference = workflow.object_ref(&());
-    let name = name.to_string();
-    let instance = ctx.instance.clone();
-    tokio::spawn(async move {
-        for (sequence, event) in events.into_iter().enumerate() {
-            let body = build_event(&reference, &instance, event, Timestamp::now(), sequence);
-            if let Err(err) = api.create(&PostParams::default(), &body).await {
-                warn!(workflow = %name, error = %err, "could not record an Event");
-            }
-        }
-    });
-}
-
-/// One events.k8s.io Event about `regarding`, named to fit any workflow name.
-pub fn build_event(
-    regarding: &k8s_openapi::api::core::v1::ObjectReference,
-    instance: &str,
-    event: PlannedEvent,
-    now: Timestamp,
-    sequence: usize,
-) -> EventV1 {
-    let stem = workflow_label(regarding.name.as_deref().unwrap_or("workflow"));
-    EventV1 {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("{stem}.{:x}{sequence:02x}", now.as_nanosecond())),
-            namespace: regarding.namespace.clone(),
-            ..Default::default()
-        },
-        action: Some("Reconcile".into()),
-        reason: Some(event.reason.into()),
-        note: Some(event.note),
-        type_: Some(if event.warning { "Warning" } else { "Normal" }.into()),
-        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now)),
-        regarding: Some(regarding.clone()),
-        reporting_controller: Some(MANAGER.into()),
-        reporting_instance: Some(instance.to_string()),
-        ..Default::default()
-    }
-}
-
-/// Creates the block's Job; when one of that name exists and this workflow
-/// controls it (a restart after create, before status), it is adopted.
-async fn create_or_adopt_job(
-    workflow: &MiningWorkflow,
-    api: &Api<Job>,
-    job: Job,
-    block: u32,
-) -> Result<String> {
-    let name = job.metadata.name.clone().unwrap_or_default();
-    match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &job).await {
-        Ok(_) => {
-            info!(workflow = %workflow.name_any(), block, job = %name, "created Job");
-            Ok(name)
-        }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            let existing =
-                api.get(&name).await.map_err(|source| Error::CreateJob { name: name.clone(), source })?;
-            let uid = workflow.metadata.uid.as_deref();
-            if existing
-                .owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-            {
-                info!(workflow = %workflow.name_any(), block, job = %name, "adopted existing Job");
-                Ok(name)
-            } else {
-                Err(Error::ForeignJob { name })
-            }
-        }
-        Err(source) => Err(Error::CreateJob { name, source }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::PlannedEvent;
-
-    #[test]
-    fn events_are_named_within_limits_whatever_the_workflow_name() {
-        let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            name: Some("w".repeat(253)),
-            namespace: Some("ns".into()),
-            ..Default::default()
-        };
-        let planned = PlannedEvent { warning: true, reason: "BlockMined", note: "block 2/3".into() };
-        let event =
-            build_event(&regarding, "operator-0", planned, Timestamp::from_second(1_800_000_000).unwrap(), 1);
-        let name = event.metadata.name.unwrap();
-        assert!(name.len() <= 253 && name.starts_with("www"), "{name}");
-        assert_eq!(event.regarding.unwrap().name, regarding.name);
-        assert_eq!((event.type_.as_deref(), event.note.as_deref()), (Some("Warning"), Some("block 2/3")));
-    }
 }

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod api_calls;
+pub mod apply;
 pub mod caches;
 pub mod conditions;
 pub mod config;

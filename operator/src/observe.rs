@@ -5,19 +5,57 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Mutex;
+
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use mining_api::{MiningWorkflow, annotations, labels};
 use tracing::warn;
 
-use crate::controller::Context;
 use crate::naming::workflow_label;
-use crate::plan::BlockJob;
-use crate::ranges::RangeJob;
 use crate::{Error, Result};
+
+/// What a block's Job has come to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlockJob {
+    /// Created and not finished (or being deleted).
+    Running,
+    /// Completed; `message` is its Pod's termination message, if any.
+    Succeeded { message: Option<String>, started: Option<Time>, finished: Option<Time> },
+    /// Failed for good (retries or deadline exhausted).
+    Failed { reason: String, message: String },
+}
+
+/// One range's Job as observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeJob {
+    pub name: String,
+    pub start: u64,
+    pub count: u64,
+    pub state: BlockJob,
+}
+
+impl RangeJob {
+    pub(crate) fn nonces(&self) -> Range<u64> {
+        self.start..self.start.saturating_add(self.count)
+    }
+}
+
+/// Where observations come from: the controller's stores, the client for
+/// live reads, and the Jobs created but not seen yet. Passed in, so that
+/// observing depends on nothing of the controller's.
+pub struct JobSources<'a> {
+    pub client: &'a Client,
+    pub jobs: &'a Store<Job>,
+    pub pods: &'a Store<Pod>,
+    pub expected: &'a Mutex<HashMap<String, ExpectedJob>>,
+}
 
 /// Longest Pod message carried into a workflow's status.
 const MAX_POD_MESSAGE: usize = 512;
@@ -39,7 +77,7 @@ pub async fn observe_jobs(
     workflow: &MiningWorkflow,
     name: &str,
     namespace: &str,
-    ctx: &Context,
+    sources: &JobSources<'_>,
 ) -> Result<(BTreeMap<u32, BlockJob>, BTreeMap<u32, Vec<RangeJob>>)> {
     let label = workflow_label(name);
     let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
@@ -49,7 +87,7 @@ pub async fn observe_jobs(
     let mut observed = BTreeMap::new();
     let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
     let mut seen = Vec::new();
-    for job in ctx.jobs.state() {
+    for job in sources.jobs.state() {
         if job.metadata.namespace.as_deref() != Some(namespace)
             || job.labels().get(labels::WORKFLOW) != Some(&label)
         {
@@ -65,10 +103,10 @@ pub async fn observe_jobs(
         }
         match job_range(&job) {
             Ok(None) => {
-                observed.insert(block, classify_job(&job, ctx).await?);
+                observed.insert(block, classify_job(&job, sources).await?);
             }
             Ok(Some((start, count))) => {
-                let state = classify_job(&job, ctx).await?;
+                let state = classify_job(&job, sources).await?;
                 ranges.entry(block).or_default().push(RangeJob { name: job.name_any(), start, count, state });
             }
             Err(why) => {
@@ -77,7 +115,7 @@ pub async fn observe_jobs(
         }
     }
     // Created but not yet seen: running, as far as planning goes.
-    let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
+    let mut expected = sources.expected.lock().expect("no panics while holding the lock");
     expected.retain(|job, e| !seen.contains(job) && e.created.elapsed() < EXPECTATION_TIMEOUT);
     for (job, e) in expected.iter() {
         if e.workflow_uid != uid || e.block <= verified {
@@ -114,7 +152,7 @@ fn job_range(job: &Job) -> std::result::Result<Option<(u64, u64)>, String> {
 /// ever seen is noticed.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn classify_job(job: &Job, ctx: &Context) -> Result<BlockJob> {
+async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
     let status = job.status.clone().unwrap_or_default();
     let condition = |type_: &str| {
         status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
@@ -129,9 +167,9 @@ async fn classify_job(job: &Job, ctx: &Context) -> Result<BlockJob> {
                 .find_map(terminated_message)
         };
         // The Pod store usually has the result already; when it lags, read live.
-        let message = match succeeded_message(&cached_job_pods(job, &ctx.pods)) {
+        let message = match succeeded_message(&cached_job_pods(job, sources.pods)) {
             Some(message) => Some(message),
-            None => succeeded_message(&job_pods(job, &ctx.client).await?),
+            None => succeeded_message(&job_pods(job, sources.client).await?),
         };
         return Ok(BlockJob::Succeeded {
             message,
@@ -141,7 +179,7 @@ async fn classify_job(job: &Job, ctx: &Context) -> Result<BlockJob> {
     }
     if let Some(failed) = condition("Failed") {
         // Live: the most recent failed Pod says best what went wrong.
-        let pods = job_pods(job, &ctx.client).await?;
+        let pods = job_pods(job, sources.client).await?;
         let last_message = pods
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))

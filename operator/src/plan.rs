@@ -18,7 +18,8 @@ use mining_api::{
 use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
-use crate::ranges::{RangeJob, RangeStep, decide, range_size};
+use crate::observe::{BlockJob, RangeJob};
+use crate::ranges::{RangeStep, decide, range_size};
 use crate::verify::{check_minimality, clip, verify_block_result};
 
 /// How often a queued workflow looks again on its own. A freed slot wakes
@@ -28,17 +29,6 @@ pub const QUEUED_RECHECK: Duration = Duration::from_secs(30);
 /// Longest requeue: a far deadline or retention is looked at again after
 /// this long (a timer decades out would overflow the runtime's clock).
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
-
-/// What a block's Job has come to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BlockJob {
-    /// Created and not finished (or being deleted).
-    Running,
-    /// Completed; `message` is its Pod's termination message, if any.
-    Succeeded { message: Option<String>, started: Option<Time>, finished: Option<Time> },
-    /// Failed for good (retries or deadline exhausted).
-    Failed { reason: String, message: String },
-}
 
 /// Everything `plan` looks at.
 pub struct Observed<'a> {
@@ -382,115 +372,6 @@ impl Planner<'_> {
         }
     }
 
-    /// Pods this block may use: the spec's wish within the operator's limit.
-    fn parallelism(&self) -> u32 {
-        self.spec().parallelism.clamp(1, self.limits.max_parallelism.max(1))
-    }
-
-    /// One step of a block mined in ranges; true when the block is recorded
-    /// and the chain can move on.
-    fn mine_ranges(&mut self, block: u32, prev: &str, total: u32) -> bool {
-        let difficulty = self.difficulty();
-        let parallelism = self.parallelism();
-        let size = range_size(difficulty, parallelism, self.limits.nonce_range_size);
-        let jobs = self.observed.ranges.get(&block).cloned().unwrap_or_default();
-        let cleared_before = self.plan.status.no_winner_below.unwrap_or(0);
-        match decide(&jobs, cleared_before, block, prev, difficulty, parallelism, size) {
-            RangeStep::Decided { result, job, ranges } => {
-                let minimal = match check_minimality(
-                    &result,
-                    block,
-                    prev,
-                    difficulty,
-                    self.limits.minimality_check_budget,
-                ) {
-                    Ok(minimal) => minimal,
-                    Err((reason, why)) => {
-                        let message = format!("block {block}: {why}");
-                        self.event(true, reason, &message);
-                        self.finish(WorkflowPhase::Failed, reason, message);
-                        return false;
-                    }
-                };
-                let winner = jobs.iter().find(|j| j.name == job);
-                let (started, finished) = match winner.map(|j| &j.state) {
-                    Some(BlockJob::Succeeded { started, finished, .. }) => {
-                        (started.clone(), finished.clone())
-                    }
-                    _ => (None, None),
-                };
-                let cleanup = jobs.iter().filter(|j| j.name != job).map(|j| j.name.clone());
-                let cleanup: Vec<Action> = cleanup.map(|name| Action::CleanUpJob { name }).collect();
-                self.plan.actions.extend(cleanup);
-                self.record_block(block, result, minimal, started, finished, total, job, ranges);
-                true
-            }
-            RangeStep::Mining { create, stop, refilled, cleared, running } => {
-                // Recorded, the cleared prefix lets the Jobs that found it go
-                // (after the status write), so a block keeps about
-                // `parallelism` Jobs however many ranges it takes.
-                let cleared = cleared.min(MAX_STORED_INTEGER);
-                self.plan.status.no_winner_below = (cleared > 0).then_some(cleared);
-                let below = jobs.iter().filter(|j| {
-                    matches!(j.state, BlockJob::Succeeded { .. })
-                        && j.start.saturating_add(j.count) <= cleared
-                });
-                let done: Vec<Action> = below.map(|j| Action::CleanUpJob { name: j.name.clone() }).collect();
-                self.plan.actions.extend(done);
-                if jobs.is_empty() && cleared_before == 0 {
-                    let mut note = format!(
-                        "mining block {block}/{total} in {parallelism} Pods, ranges of {size} nonces"
-                    );
-                    let asked = self.spec().parallelism;
-                    if asked > parallelism {
-                        note.push_str(&format!(" (spec.parallelism {asked} is above this operator's limit)"));
-                    }
-                    self.event(false, reasons::BLOCK_STARTED, note);
-                } else if refilled > 0 && self.phase() == WorkflowPhase::Mining {
-                    let note = format!(
-                        "{refilled} range Job(s) of block {block}/{total} are gone; creating them again"
-                    );
-                    self.event(true, reasons::JOB_RECREATED, note);
-                }
-                let starting = create.len();
-                self.plan.actions.extend(stop.into_iter().map(|name| Action::DeleteJob { name }));
-                self.plan.actions.extend(create.into_iter().map(|range| Action::CreateRangeJob {
-                    block,
-                    prev: prev.to_string(),
-                    difficulty,
-                    start: range.start,
-                    count: range.end - range.start,
-                }));
-                let pods = running + starting;
-                let detail = format!(" in {pods} Pods; no winner below nonce {cleared}");
-                self.mining_with(block, total, &detail);
-                false
-            }
-            RangeStep::Lost { job, why } if self.results_lost() < MAX_RESULTS_LOST => {
-                let lost = self.results_lost().saturating_add(1);
-                self.plan.status.results_lost = Some(lost);
-                self.plan.actions.push(Action::DeleteJob { name: job });
-                let note = format!(
-                    "{why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
-                );
-                self.event(true, reasons::RESULT_LOST, note);
-                self.mining(block, total);
-                false
-            }
-            RangeStep::Lost { why, .. } => {
-                let message = format!("block {block}: {why}");
-                self.event(true, reasons::MISSING_RESULT, &message);
-                self.finish(WorkflowPhase::Failed, reasons::MISSING_RESULT, message);
-                false
-            }
-            RangeStep::Failed { reason, message } => {
-                self.event(true, reason, &message);
-                self.finish(WorkflowPhase::Failed, reason, message);
-                false
-            }
-        }
-    }
-
     fn results_lost(&self) -> u32 {
         self.plan.status.results_lost.unwrap_or(0)
     }
@@ -555,93 +436,11 @@ impl Planner<'_> {
             finished_at: finished,
         });
     }
-
-    fn succeed(&mut self) {
-        let total = self.total_blocks();
-        let message = format!("mined and verified {total} {}", if total == 1 { "block" } else { "blocks" });
-        self.event(false, reasons::SUCCEEDED, &message);
-        self.finish(WorkflowPhase::Succeeded, reasons::SUCCEEDED, message);
-    }
-
-    fn finish(&mut self, phase: WorkflowPhase, reason: &str, message: String) {
-        let status = &mut self.plan.status;
-        status.phase = Some(phase);
-        status.finished_at = Some(self.now.clone());
-        status.current_block = None;
-        status.no_winner_below = None;
-        status.message = Some(message.clone());
-        let ready =
-            if phase == WorkflowPhase::Succeeded { ConditionStatus::True } else { ConditionStatus::False };
-        self.condition(condition_types::READY, ready, reason, &message);
-        if self.plan.status.conditions.iter().any(|c| c.type_ == condition_types::MINING) {
-            self.condition(condition_types::MINING, ConditionStatus::False, reason, message);
-        }
-    }
-
-    fn delete_unfinished_jobs(&mut self) {
-        let mut running: Vec<String> = (self.observed.jobs.iter())
-            .filter(|(_, job)| **job == BlockJob::Running)
-            .map(|(block, _)| block_job_name(&self.name, self.uid(), *block))
-            .collect();
-        let ranges = self.observed.ranges.values().flatten();
-        running.extend(ranges.filter(|j| j.state == BlockJob::Running).map(|j| j.name.clone()));
-        self.plan.actions.extend(running.into_iter().map(|name| Action::DeleteJob { name }));
-    }
-
-    /// Deletes a finished workflow once its TTL has passed; until then, looks again then.
-    fn retain_or_delete(&mut self, limits: &Limits) {
-        let Some(finished) = &self.plan.status.finished_at else { return };
-        let ttl = self
-            .spec()
-            .ttl_seconds_after_finished
-            .map_or(limits.default_ttl(), |s| Duration::from_secs(s.max(0) as u64));
-        let expiry = SignedDuration::try_from(ttl).ok().and_then(|ttl| finished.0.checked_add(ttl).ok());
-        // Retention past the end of representable time: keep it.
-        let Some(expiry) = expiry else {
-            return self.requeue(MAX_REQUEUE);
-        };
-        let left = self.observed.now.duration_until(expiry);
-        if left.is_positive() {
-            self.requeue(left.unsigned_abs());
-        } else {
-            self.plan.actions.push(Action::DeleteWorkflow);
-        }
-    }
 }
 
-/// The status to write when the API server refused the planned one (422):
-/// the last stored status, failed with reason StatusRejected and its words,
-/// so the workflow ends visibly instead of retrying the same write forever.
-pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> MiningWorkflowStatus {
-    let mut status = workflow.status.clone().unwrap_or_default();
-    let now = Time(now);
-    let message = format!("the API server refused to store the workflow's status: {}", clip(why, 300));
-    status.phase = Some(WorkflowPhase::Failed);
-    status.finished_at = Some(now.clone());
-    status.current_block = None;
-    status.message = Some(message.clone());
-    let generation = workflow.metadata.generation;
-    let conditions = &mut status.conditions;
-    set_condition(
-        conditions,
-        condition_types::READY,
-        ConditionStatus::False,
-        reasons::STATUS_REJECTED,
-        &message,
-        &now,
-        generation,
-    );
-    set_condition(
-        conditions,
-        condition_types::MINING,
-        ConditionStatus::False,
-        reasons::STATUS_REJECTED,
-        message,
-        &now,
-        generation,
-    );
-    status
-}
+mod finish;
+pub use finish::status_rejected;
+mod ranged;
 
 #[cfg(test)]
 mod proptests;

@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use mining_api::{BlockResult, RangeReport, reasons};
 
-use crate::plan::BlockJob;
+use crate::observe::{BlockJob, RangeJob};
 
 /// Smallest range the operator hands out on its own: about 0.1 s of one
 /// core, so a Pod's start-up is not most of its work.
@@ -36,21 +36,6 @@ pub fn range_size(difficulty: u32, parallelism: u32, configured: Option<u64>) ->
         },
         |size| size.max(1),
     )
-}
-
-/// One range's Job as observed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RangeJob {
-    pub name: String,
-    pub start: u64,
-    pub count: u64,
-    pub state: BlockJob,
-}
-
-impl RangeJob {
-    fn nonces(&self) -> Range<u64> {
-        self.start..self.start.saturating_add(self.count)
-    }
 }
 
 /// What a block mined in ranges needs next.

@@ -1,7 +1,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use mining_api::{
-    Condition, ConditionStatus, MinedBlock, MiningWorkflowSpec, MiningWorkflowStatus, WorkflowPhase, reasons,
-};
+use mining_api::testing::{self, WorkflowExt};
+use mining_api::{Condition, ConditionStatus, MinedBlock, MiningWorkflowStatus, WorkflowPhase, reasons};
 use proptest::prelude::*;
 
 use super::*;
@@ -11,19 +10,7 @@ fn at(seconds: i64) -> Timestamp {
 }
 
 fn workflow(difficulty: u32, blocks: u32) -> MiningWorkflow {
-    let mut workflow = MiningWorkflow::new(
-        "mw-aaaaaaaaaaaaaaaaaaaaaaaaaa",
-        MiningWorkflowSpec {
-            difficulty,
-            blocks,
-            ttl_seconds_after_finished: None,
-            active_deadline_seconds: None,
-            cancel: false,
-            parallelism: 1,
-        },
-    );
-    workflow.metadata.creation_timestamp = Some(Time(at(0)));
-    workflow
+    testing::workflow("mw-aaaaaaaaaaaaaaaaaaaaaaaaaa", difficulty, blocks).created_at(at(0))
 }
 
 /// A real chain of `count` blocks, block k taking `k` seconds from t=10.
@@ -66,14 +53,7 @@ fn with_status(
 }
 
 fn ready(reason: &str, message: &str) -> Condition {
-    Condition {
-        type_: condition_types::READY.into(),
-        status: ConditionStatus::False,
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: Time(at(0)),
-        observed_generation: None,
-    }
+    testing::condition(condition_types::READY, ConditionStatus::False, reason, message, at(0))
 }
 
 #[test]

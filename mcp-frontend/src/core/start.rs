@@ -130,7 +130,7 @@ mod tests {
     }
 
     fn spec() -> MiningWorkflowSpec {
-        MiningWorkflowSpec { difficulty: 10, blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(10) }
+        MiningWorkflowSpec { blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(10) }
     }
 
     #[test]
