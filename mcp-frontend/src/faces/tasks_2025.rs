@@ -367,7 +367,11 @@ impl CoreTasks {
         }
         let stream = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
             .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
-        Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+        // As rmcp does for its own streams: a buffering proxy (nginx) would
+        // hold progress notifications until the response ends.
+        let mut response = Sse::new(stream).keep_alive(KeepAlive::default()).into_response();
+        response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+        response
     }
 
     /// The core's wait, then the one response; nothing is sent when the

@@ -88,6 +88,22 @@ impl FrontendProcess {
         (code, body)
     }
 
+    /// Any request to `path` with the given header lines: (status, response head, body).
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: &str,
+    ) -> (u16, String, String) {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+        for header in headers {
+            head.push_str(header);
+            head.push_str("\r\n");
+        }
+        http_request(self.addr, &head, body).await
+    }
+
     /// POST a raw body to /mcp with the given Host and extra header lines.
     pub async fn post_mcp(&self, host: &str, headers: &[&str], body: &str) -> (u16, String, String) {
         self.post_mcp_version(host, "2025-06-18", headers, body).await
