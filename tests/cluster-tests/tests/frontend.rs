@@ -195,11 +195,24 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
     assert_eq!(finished["status"], "completed", "{finished:#}");
     assert_eq!(stack.workflows().await.len(), 1, "exactly one workflow for one idempotency key");
 
-    // The same key with other arguments is refused, not silently reused.
-    let clash = Sdk::TypeScript
-        .call(&url, None, "start_mining", json!({"difficulty": 9, "idempotency_key": "agent-run-1"}))
-        .await;
-    assert!(tool_error_text(&clash).contains("already started workflow"));
+    // The same key with any argument that shapes the work changed is
+    // refused, not silently answered with the first workflow.
+    for changed in [
+        json!({"difficulty": 25, "blocks": 3}),
+        json!({"difficulty": 26, "blocks": 2}),
+        json!({"difficulty": 26, "blocks": 3, "parallelism": 2}),
+    ] {
+        let mut arguments = changed.clone();
+        arguments["idempotency_key"] = json!("agent-run-1");
+        let clash = Sdk::TypeScript.call(&url, None, "start_mining", arguments).await;
+        let text = tool_error_text(&clash);
+        assert!(text.contains("already started workflow") && text.contains(&id), "{changed}: {text}");
+    }
+    // How long to wait does not shape the work: the same key finds it.
+    let same = json!({"difficulty": 26, "blocks": 3, "wait_seconds": 1, "idempotency_key": "agent-run-1"});
+    let found = structured(&Sdk::Python.call(&url, None, "start_mining", same).await).clone();
+    assert_eq!(found["workflow_id"], id.as_str());
+    assert_eq!(stack.workflows().await.len(), 1, "still one workflow for one idempotency key");
     stack.ns.delete().await;
 }
 

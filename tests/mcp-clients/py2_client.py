@@ -1,0 +1,83 @@
+"""Drives the official Python SDK 2.x client (`mcp.Client`) against the
+frontend, for the cluster tests. Usage:
+    python3 py2_client.py URL tools
+    python3 py2_client.py URL call TOOL 'JSON-ARGUMENTS'
+$MCP_MODE picks the protocol: `auto` (the default: `server/discover`, i.e.
+2026-07-28, falling back to the initialize handshake) or `legacy`. The bearer
+token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks for progress
+notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). Prints
+one JSON document on stdout: {tools, protocolVersion} | {result, progress,
+protocolVersion} | {error: {message}}.
+"""
+import asyncio
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+
+@asynccontextmanager
+async def transport(url: str):
+    token = os.environ.get("MCP_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=None) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
+class Transport:
+    """The SDK's `Transport` protocol: an async context manager of streams."""
+
+    def __init__(self, url: str):
+        self._url = url
+        self._context = None
+
+    async def __aenter__(self):
+        self._context = transport(self._url)
+        return await self._context.__aenter__()
+
+    async def __aexit__(self, *exc):
+        return await self._context.__aexit__(*exc)
+
+
+async def main(url: str, command: str, tool: str | None, arguments: str | None) -> dict:
+    timeout = float(os.environ.get("MCP_TIMEOUT_SECONDS", "120"))
+    mode = os.environ.get("MCP_MODE", "auto")
+    server = Transport(url) if os.environ.get("MCP_TOKEN") else url
+    async with Client(server, mode=mode, read_timeout_seconds=timeout) as client:
+        version = client.session.protocol_version
+        tools = await client.list_tools()
+        if command == "tools":
+            return {
+                "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.tools],
+                "protocolVersion": version,
+            }
+        progress = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append({"progress": value, "total": total, "message": message})
+
+        callback = on_progress if os.environ.get("MCP_PROGRESS") == "1" else None
+        result = await client.call_tool(tool, json.loads(arguments or "{}"), progress_callback=callback)
+        return {
+            "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "progress": progress,
+            "protocolVersion": version,
+        }
+
+
+if __name__ == "__main__":
+    url, command, *rest = sys.argv[1:]
+    tool = rest[0] if rest else None
+    arguments = rest[1] if len(rest) > 1 else None
+    try:
+        output = asyncio.run(main(url, command, tool, arguments))
+    except BaseException as error:  # noqa: BLE001 - every failure is reported as data
+        while isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]
+        output = {"error": {"message": f"{type(error).__name__}: {error}"}}
+    print(json.dumps(output))
