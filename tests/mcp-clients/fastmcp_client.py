@@ -8,14 +8,14 @@ progress notifications; $MCP_TIMEOUT_SECONDS bounds the call (default 120).
 Prints one JSON document on stdout: {tools} | {result, progress} |
 {task_id, first_status, result} | {error: {message}}.
 """
-import asyncio
 import json
 import os
-import sys
 
 import fastmcp_tasks  # noqa: F401 - registers the client half of the Tasks extension
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
+
+from client_cli import run
 
 
 def dump(value):
@@ -51,13 +51,4 @@ async def main(url: str, command: str, tool: str | None, arguments: str | None) 
 
 
 if __name__ == "__main__":
-    url, command, *rest = sys.argv[1:]
-    tool = rest[0] if rest else None
-    arguments = rest[1] if len(rest) > 1 else None
-    try:
-        output = asyncio.run(main(url, command, tool, arguments))
-    except BaseException as error:  # noqa: BLE001 - every failure is reported as data
-        while isinstance(error, BaseExceptionGroup) and error.exceptions:
-            error = error.exceptions[0]
-        output = {"error": {"message": f"{type(error).__name__}: {error}"}}
-    print(json.dumps(output))
+    run(main)

@@ -7,14 +7,14 @@ Host header (a Service's DNS name when the URL names its address); with $MCP_PRO
 progress notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). Prints one JSON document on stdout:
 {tools} | {result, progress} | {error: {message}}.
 """
-import asyncio
 import json
 import os
-import sys
 from datetime import timedelta
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+
+from client_cli import run
 
 
 async def main(url: str, command: str, tool: str | None, arguments: str | None) -> dict:
@@ -43,13 +43,4 @@ async def main(url: str, command: str, tool: str | None, arguments: str | None) 
 
 
 if __name__ == "__main__":
-    url, command, *rest = sys.argv[1:]
-    tool = rest[0] if rest else None
-    arguments = rest[1] if len(rest) > 1 else None
-    try:
-        output = asyncio.run(main(url, command, tool, arguments))
-    except BaseException as error:  # noqa: BLE001 - every failure is reported as data
-        while isinstance(error, BaseExceptionGroup) and error.exceptions:
-            error = error.exceptions[0]
-        output = {"error": {"message": f"{type(error).__name__}: {error}"}}
-    print(json.dumps(output))
+    run(main)
