@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::job::MANAGER;
 use crate::naming::workflow_label;
 use crate::plan::PlannedEvent;
+use crate::provenance::{controlled_by, job_mismatch};
 use crate::{Error, Result};
 
 pub async fn delete_job(api: &Api<Job>, workflow: &str, job: &str) -> Result<()> {
@@ -107,7 +108,8 @@ pub fn build_event(
 }
 
 /// Creates the block's Job; when one of that name exists and this workflow
-/// controls it (a restart after create, before status), it is adopted.
+/// controls it and it is exactly the Job built here (a restart after
+/// create, before status), it is adopted.
 pub async fn create_or_adopt_job(
     workflow: &MiningWorkflow,
     api: &Api<Job>,
@@ -123,16 +125,20 @@ pub async fn create_or_adopt_job(
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing =
                 api.get(&name).await.map_err(|source| Error::CreateJob { name: name.clone(), source })?;
-            let uid = workflow.metadata.uid.as_deref();
-            if existing
-                .owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-            {
-                info!(workflow = %workflow.name_any(), block, job = %name, "adopted existing Job");
-                Ok(name)
+            let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
+            // Adopted only when this workflow controls it and it runs exactly
+            // what this operator builds: never a look-alike someone planted.
+            let why = if controlled_by(&existing.metadata, uid) {
+                job_mismatch(&existing, &job)
             } else {
-                Err(Error::ForeignJob { name })
+                Some("this workflow does not control it".into())
+            };
+            match why {
+                None => {
+                    info!(workflow = %workflow.name_any(), block, job = %name, "adopted existing Job");
+                    Ok(name)
+                }
+                Some(why) => Err(Error::ForeignJob { name, why }),
             }
         }
         Err(source) => Err(Error::CreateJob { name, source }),

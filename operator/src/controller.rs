@@ -23,11 +23,11 @@ use crate::api_calls::counting_calls;
 use crate::apply::{create_or_adopt_job, delete_job, publish_events, write_status};
 use crate::caches::{CacheSync, Watched};
 use crate::config::Config;
-use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
+use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job, job_for_block};
 use crate::leader::{self, Leadership};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{ExpectedJob, JobSources, observe_jobs};
-use crate::plan::{Action, Observed, PlannedEvent, plan, status_rejected};
+use crate::plan::{Action, Observed, PlannedEvent, plan, status_foreign_job, status_rejected};
 use crate::{Error, Result};
 
 /// Shared by every reconcile.
@@ -302,7 +302,13 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let workflow = ctx.freshest(&workflow);
-    let (result, calls) = counting_calls(reconcile_inner(&workflow, &ctx)).await;
+    let (result, calls) = counting_calls(async {
+        match reconcile_inner(&workflow, &ctx).await {
+            Err(Error::ForeignJob { name, why }) => fail_for_foreign_job(&workflow, &ctx, &name, &why).await,
+            other => other,
+        }
+    })
+    .await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.api_calls_per_reconcile.observe(calls as f64);
     ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| phase_of(w)));
@@ -318,6 +324,40 @@ impl Drop for Reservation<'_> {
         let mut in_flight = self.0.admissions_in_flight.lock().expect("no panics while holding the lock");
         *in_flight = in_flight.saturating_sub(1);
     }
+}
+
+/// A Job that is not the operator's stands where a block's Job should: the
+/// workflow fails visibly (reason ForeignJob, an Event naming the Job) and
+/// nothing of that Job is ever read.
+async fn fail_for_foreign_job(
+    workflow: &MiningWorkflow,
+    ctx: &Context,
+    job: &str,
+    why: &str,
+) -> Result<Requeue> {
+    let name = workflow.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
+    let namespace = workflow.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
+    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "foreign_job" }).inc();
+    if workflow.is_finished() {
+        return Ok(Requeue::await_change());
+    }
+    warn!(workflow = %name, %job, %why, "a Job the operator did not build stands for a block; failing the workflow");
+    let status = status_foreign_job(workflow, job, why, Timestamp::now());
+    let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
+    let version = workflow.metadata.resource_version.as_deref();
+    match write_status(&api, &name, &status, version).await {
+        Ok(version) => ctx.remember(workflow, &status, version),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            ctx.forget(workflow);
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        }
+        Err(source) => return Err(Error::WriteStatus { workflow: name, source }),
+    }
+    let note = status.message.clone().unwrap_or_default();
+    let event = PlannedEvent { warning: true, reason: reasons::FOREIGN_JOB, note };
+    publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
+    ctx.wake_queued();
+    Ok(Requeue::await_change())
 }
 
 fn phase_of(workflow: &MiningWorkflow) -> WorkflowPhase {
@@ -340,8 +380,20 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         return Ok(Requeue::await_change());
     }
     // Observe.
-    let sources =
-        JobSources { client: &ctx.client, jobs: &ctx.jobs, pods: &ctx.pods, expected: &ctx.expected_jobs };
+    let settings = MinerSettings {
+        image: &ctx.config.miner_image,
+        image_pull_policy: &ctx.config.miner_image_pull_policy,
+        threads: ctx.config.miner_threads,
+        job: &ctx.config.job,
+    };
+    let built = |block: u32, range: Option<(u64, u64)>| job_for_block(workflow, block, range, &settings);
+    let sources = JobSources {
+        client: &ctx.client,
+        jobs: &ctx.jobs,
+        pods: &ctx.pods,
+        expected: &ctx.expected_jobs,
+        built: &built,
+    };
     let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, &sources).await?;
     // A workflow that may be admitted counts the others, and those being
     // admitted right now, and reserves a slot until its status is written.
@@ -441,12 +493,6 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if before == WorkflowPhase::Mining && after.is_finished() {
         ctx.wake_queued();
     }
-    let settings = MinerSettings {
-        image: &ctx.config.miner_image,
-        image_pull_policy: &ctx.config.miner_image_pull_policy,
-        threads: ctx.config.miner_threads,
-        job: &ctx.config.job,
-    };
     for action in &plan.actions {
         let (job, block, range) = match action {
             Action::CreateJob { block, prev, difficulty } => {

@@ -58,6 +58,26 @@ pub fn build_range_job(
     build_job(workflow, block, prev, difficulty, Some((start, count)), settings)
 }
 
+/// The Job the operator builds for `block` (and `range`) of `workflow`, when
+/// the block's previous hash is known: the first block's is GENESIS, any
+/// other's the recorded hash before it.
+pub fn job_for_block(
+    workflow: &MiningWorkflow,
+    block: u32,
+    range: Option<(u64, u64)>,
+    settings: &MinerSettings,
+) -> Option<Job> {
+    let prev = match block.checked_sub(2) {
+        None => mining_api::GENESIS.to_string(),
+        Some(before) => workflow.mined_blocks().get(usize::try_from(before).ok()?)?.hash.clone(),
+    };
+    let difficulty = workflow.mined_difficulty();
+    Some(match range {
+        None => build_block_job(workflow, block, &prev, difficulty, settings),
+        Some(range) => build_range_job(workflow, block, &prev, difficulty, range, settings),
+    })
+}
+
 fn build_job(
     workflow: &MiningWorkflow,
     block: u32,

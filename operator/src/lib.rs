@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod naming;
 pub mod observe;
 pub mod plan;
+pub mod provenance;
 pub mod ranges;
 #[cfg(test)]
 mod testing;
@@ -38,8 +39,8 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("Job {name} exists but belongs to another object; waiting for it to go")]
-    ForeignJob { name: String },
+    #[error("Job {name} is not one this operator built for the workflow: {why}")]
+    ForeignJob { name: String, why: String },
     #[error("deleting Job {name}")]
     DeleteJob {
         name: String,

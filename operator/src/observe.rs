@@ -19,6 +19,7 @@ use mining_api::{MiningWorkflow, annotations, labels};
 use tracing::warn;
 
 use crate::naming::workflow_label;
+use crate::provenance::{controlled_by, job_mismatch, pod_mismatch};
 use crate::{Error, Result};
 
 /// What a block's Job has come to.
@@ -55,6 +56,9 @@ pub struct JobSources<'a> {
     pub jobs: &'a Store<Job>,
     pub pods: &'a Store<Pod>,
     pub expected: &'a Mutex<HashMap<String, ExpectedJob>>,
+    /// The Job the operator builds for a block (and nonce range), when it
+    /// can say: a stored Job is read only when its Pod template is that one.
+    pub built: &'a (dyn Fn(u32, Option<(u64, u64)>) -> Option<Job> + Sync),
 }
 
 /// Longest Pod message carried into a workflow's status.
@@ -72,7 +76,9 @@ pub struct ExpectedJob {
 
 /// This workflow's Jobs by block, each classified, from the Job store; only
 /// a finished Job whose block is not verified yet has its Pods read, live
-/// (not from a cache), so a result is never missed for being late.
+/// (not from a cache), so a result is never missed for being late. A Job
+/// the workflow controls whose Pod template is not what the operator builds
+/// is an error ([`Error::ForeignJob`]): its block fails, and it is never read.
 pub async fn observe_jobs(
     workflow: &MiningWorkflow,
     name: &str,
@@ -101,16 +107,25 @@ pub async fn observe_jobs(
         if block <= verified {
             continue;
         }
-        match job_range(&job) {
-            Ok(None) => {
+        let range = match job_range(&job) {
+            Ok(range) => range,
+            Err(why) => {
+                warn!(workflow = %name, job = %job.name_any(), %why, "ignoring a Job with a garbled range");
+                continue;
+            }
+        };
+        // A Job for a block the operator would not build now is never read.
+        let Some(built) = (sources.built)(block, range) else { continue };
+        if let Some(why) = job_mismatch(&job, &built) {
+            return Err(Error::ForeignJob { name: job.name_any(), why });
+        }
+        match range {
+            None => {
                 observed.insert(block, classify_job(&job, sources).await?);
             }
-            Ok(Some((start, count))) => {
+            Some((start, count)) => {
                 let state = classify_job(&job, sources).await?;
                 ranges.entry(block).or_default().push(RangeJob { name: job.name_any(), start, count, state });
-            }
-            Err(why) => {
-                warn!(workflow = %name, job = %job.name_any(), %why, "ignoring a Job with a garbled range")
             }
         }
     }
@@ -196,6 +211,17 @@ async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
     Ok(BlockJob::Running)
 }
 
+/// Whether `pod` is one `job` made: controlled by the Job's uid and running
+/// exactly its template. The `job-name` label alone is anyone's to set.
+fn made_by(pod: &Pod, job: &Job) -> bool {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let ours = controlled_by(&pod.metadata, uid) && pod_mismatch(pod, job).is_none();
+    if !ours {
+        warn!(job = %job.name_any(), pod = %pod.name_any(), "ignoring a Pod its Job did not make");
+    }
+    ours
+}
+
 /// The Job's Pods as the Pod store has them.
 fn cached_job_pods(job: &Job, pods: &Store<Pod>) -> Vec<Pod> {
     let name = job.name_any();
@@ -203,6 +229,7 @@ fn cached_job_pods(job: &Job, pods: &Store<Pod>) -> Vec<Pod> {
     pods.state()
         .iter()
         .filter(|p| p.metadata.namespace.as_deref() == namespace && p.labels().get("job-name") == Some(&name))
+        .filter(|p| made_by(p, job))
         .map(|p| p.as_ref().clone())
         .collect()
 }
@@ -211,11 +238,12 @@ async fn job_pods(job: &Job, client: &Client) -> Result<Vec<Pod>> {
     let name = job.name_any();
     let pods: Api<Pod> =
         Api::namespaced(client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
-    Ok(pods
+    let listed = pods
         .list(&ListParams::default().labels(&format!("job-name={name}")))
         .await
         .map_err(|source| Error::ListPods { job: name, source })?
-        .items)
+        .items;
+    Ok(listed.into_iter().filter(|pod| made_by(pod, job)).collect())
 }
 
 fn terminated_message(pod: &Pod) -> Option<String> {

@@ -439,7 +439,7 @@ impl Planner<'_> {
 }
 
 mod finish;
-pub use finish::status_rejected;
+pub use finish::{status_foreign_job, status_rejected};
 mod ranged;
 
 #[cfg(test)]

@@ -274,6 +274,9 @@ pub mod reasons {
     pub const STATUS_REJECTED: &str = "StatusRejected";
     /// The operator's ServiceAccount lacks an RBAC rule it needs.
     pub const FORBIDDEN: &str = "Forbidden";
+    /// A Job of the block's name or ownership is not one the operator built
+    /// (another Pod template, or not controlled by the workflow).
+    pub const FOREIGN_JOB: &str = "ForeignJob";
 }
 
 /// The CustomResourceDefinition as YAML, exactly as committed under `crds/`.

@@ -61,9 +61,33 @@ impl Planner<'_> {
 /// the last stored status, failed with reason StatusRejected and its words,
 /// so the workflow ends visibly instead of retrying the same write forever.
 pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> MiningWorkflowStatus {
+    let message = format!("the API server refused to store the workflow's status: {}", clip(why, 300));
+    status_failed(workflow, reasons::STATUS_REJECTED, message, now)
+}
+
+/// The status to write when a Job of the workflow's name or ownership is not
+/// one this operator built: the block fails with reason ForeignJob, naming
+/// the Job, and nothing of that Job is read.
+pub fn status_foreign_job(
+    workflow: &MiningWorkflow,
+    job: &str,
+    why: &str,
+    now: Timestamp,
+) -> MiningWorkflowStatus {
+    let message =
+        format!("Job {job} is not one this operator built, so its result is not read: {}", clip(why, 200));
+    status_failed(workflow, reasons::FOREIGN_JOB, message, now)
+}
+
+/// The last stored status, failed now with `reason` and `message`.
+fn status_failed(
+    workflow: &MiningWorkflow,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) -> MiningWorkflowStatus {
     let mut status = workflow.status.clone().unwrap_or_default();
     let now = Time(now);
-    let message = format!("the API server refused to store the workflow's status: {}", clip(why, 300));
     status.phase = Some(WorkflowPhase::Failed);
     status.finished_at = Some(now.clone());
     status.current_block = None;
@@ -74,7 +98,7 @@ pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> 
         conditions,
         condition_types::READY,
         ConditionStatus::False,
-        reasons::STATUS_REJECTED,
+        reason,
         &message,
         &now,
         generation,
@@ -83,7 +107,7 @@ pub fn status_rejected(workflow: &MiningWorkflow, why: &str, now: Timestamp) -> 
         conditions,
         condition_types::MINING,
         ConditionStatus::False,
-        reasons::STATUS_REJECTED,
+        reason,
         message,
         &now,
         generation,
