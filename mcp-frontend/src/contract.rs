@@ -142,8 +142,11 @@ impl MiningOutcome {
 /// Where a workflow stands, read from its status (pure; `now` injected).
 pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
     let id = workflow.metadata.name.clone().unwrap_or_default();
-    let total = workflow.total_blocks();
-    let difficulty = workflow.mined_difficulty();
+    // What the caller asked for: the spec, which only the caller's own
+    // start wrote. A status (anyone with status rights can write one) is
+    // checked against it, never trusted to say what was asked.
+    let total = workflow.spec.blocks;
+    let difficulty = workflow.spec.difficulty;
     let done = u32::try_from(workflow.mined_blocks().len()).unwrap_or(u32::MAX).min(total);
     let progress = Some(Progress { blocks_done: done, blocks_total: total });
     let mut answer = MiningOutcome {
@@ -158,7 +161,9 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
         next: None,
     };
     match workflow.phase() {
-        WorkflowPhase::Succeeded => match verified_chain(workflow, difficulty, total) {
+        WorkflowPhase::Succeeded => match status_agrees_with_spec(workflow)
+            .and_then(|()| verified_chain(workflow, difficulty, total))
+        {
             Ok(chain) => {
                 answer.status = OutcomeStatus::Completed;
                 answer.status_message =
@@ -265,8 +270,25 @@ pub fn poll_after_seconds(workflow: &MiningWorkflow, now: Timestamp) -> u32 {
     u32::try_from(seconds.clamp(1, i64::from(MAX_POLL_AFTER_SECONDS))).unwrap_or(MAX_POLL_AFTER_SECONDS)
 }
 
-/// The chain as recorded, re-verified: a status anyone with write access could
-/// have forged is checked (one SHA-256 a block) before it is called mined.
+/// The status's own record of what it mined must be what the spec asked for.
+fn status_agrees_with_spec(workflow: &MiningWorkflow) -> Result<(), String> {
+    let Some(status) = workflow.status.as_ref() else { return Ok(()) };
+    let spec = &workflow.spec;
+    if let Some(admitted) = status.admitted_difficulty.filter(|d| *d != spec.difficulty) {
+        return Err(format!(
+            "the status says difficulty {admitted}, the workflow asked for {}",
+            spec.difficulty
+        ));
+    }
+    if let Some(admitted) = status.admitted_blocks.filter(|b| *b != spec.blocks) {
+        return Err(format!("the status says {admitted} blocks, the workflow asked for {}", spec.blocks));
+    }
+    Ok(())
+}
+
+/// The chain as recorded, re-verified against the spec: a status anyone with
+/// write access could have forged is checked (one SHA-256 a block, linked
+/// from GENESIS, `attempts` = nonce + 1) before it is called mined.
 fn verified_chain(workflow: &MiningWorkflow, difficulty: u32, total: u32) -> Result<MinedChain, String> {
     let status = workflow.status.clone().unwrap_or_default();
     if status.blocks.len() != total as usize {
@@ -284,6 +306,12 @@ fn verified_chain(workflow: &MiningWorkflow, difficulty: u32, total: u32) -> Res
             .map_err(|err| format!("block {}: {err}", block.index))?;
         if hash != block.hash {
             return Err(format!("block {}: recorded hash {} is not {hash}", block.index, block.hash));
+        }
+        if Some(block.attempts) != block.nonce.checked_add(1) {
+            return Err(format!(
+                "block {}: {} attempts recorded for nonce {} (one attempt a nonce from 0)",
+                block.index, block.attempts, block.nonce
+            ));
         }
         total_attempts = total_attempts.saturating_add(block.attempts);
         blocks.push(ChainBlock {

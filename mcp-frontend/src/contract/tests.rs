@@ -85,6 +85,37 @@ fn forged_chain_in_a_succeeded_status_is_failed_invalid_result() {
 }
 
 #[test]
+fn a_status_claiming_an_easier_chain_than_the_spec_asked_for_is_failed_invalid_result() {
+    // A status writer sets what was "admitted" to 1 block at difficulty 1, and
+    // records a real 1-block chain of that difficulty: it must not pass.
+    let mut forged = with_status(workflow(20, 3), WorkflowPhase::Succeeded, mined_blocks(1, 1));
+    let status = forged.status.as_mut().unwrap();
+    (status.admitted_difficulty, status.admitted_blocks) = (Some(1), Some(1));
+    let answer = outcome(&forged, at(20));
+    assert_eq!(answer.status, OutcomeStatus::Failed, "{answer:?}");
+    assert_eq!(answer.reason.as_deref(), Some(reasons::INVALID_RESULT));
+    assert!(answer.error.unwrap().contains("the workflow asked for 20"));
+    assert_eq!(
+        answer.progress,
+        Some(Progress { blocks_done: 1, blocks_total: 3 }),
+        "progress is against the spec"
+    );
+    // Without the admitted values the chain itself is too short and too easy.
+    let status = forged.status.as_mut().unwrap();
+    (status.admitted_difficulty, status.admitted_blocks) = (None, None);
+    assert_eq!(outcome(&forged, at(20)).status, OutcomeStatus::Failed);
+}
+
+#[test]
+fn attempts_that_are_not_nonce_plus_one_are_failed_invalid_result() {
+    let mut blocks = mined_blocks(8, 2);
+    blocks[0].attempts = 1;
+    let answer = outcome(&with_status(workflow(8, 2), WorkflowPhase::Succeeded, blocks), at(20));
+    assert_eq!(answer.status, OutcomeStatus::Failed);
+    assert!(answer.error.unwrap().contains("attempts"), "names what is wrong");
+}
+
+#[test]
 fn succeeded_status_missing_a_block_is_not_called_complete() {
     let answer = outcome(&with_status(workflow(8, 3), WorkflowPhase::Succeeded, mined_blocks(8, 2)), at(20));
     assert_eq!(answer.status, OutcomeStatus::Failed);
