@@ -74,6 +74,18 @@ pub struct Config {
     #[arg(long, env = "TOKENS_FILE", required_if_eq("auth", "tokens"))]
     pub tokens_file: Option<PathBuf>,
 
+    /// The secret (at least 32 bytes; e.g. `head -c 32 /dev/urandom | base64`)
+    /// behind ownership proofs and workflow ids. Every replica needs the same
+    /// one; the chart keeps it in a Secret. Whoever has it can make
+    /// workflows that pass for any caller's.
+    #[arg(long, env = "OWNERSHIP_KEY_FILE")]
+    pub ownership_key_file: PathBuf,
+
+    /// During a key rotation: the previous key, whose proofs and ids still
+    /// verify until it is removed (new ones use --ownership-key-file).
+    #[arg(long, env = "PREVIOUS_OWNERSHIP_KEY_FILE")]
+    pub previous_ownership_key_file: Option<PathBuf>,
+
     /// Most unfinished workflows one caller may have.
     #[arg(long, env = "MAX_RUNNING_PER_CALLER", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -127,7 +139,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_documentation() {
-        let config = Config::try_parse_from(["mcp-frontend"]).unwrap();
+        let config = Config::try_parse_from(["mcp-frontend", "--ownership-key-file", "/key"]).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.auth, AuthMode::None);
         assert_eq!(
@@ -140,22 +152,32 @@ mod tests {
     #[test]
     fn out_of_range_flags_are_refused_at_start() {
         for args in [
-            &["mcp-frontend", "--wait-budget-seconds", "51"][..],
-            &["mcp-frontend", "--max-difficulty", "65"],
-            &["mcp-frontend", "--default-blocks", "0"],
-            &["mcp-frontend", "--auth", "tokens"],
-            &["mcp-frontend", "--max-difficulty", "99999999999999999999"],
+            &["--wait-budget-seconds", "51"][..],
+            &["--max-difficulty", "65"],
+            &["--default-blocks", "0"],
+            &["--auth", "tokens"],
+            &["--max-difficulty", "99999999999999999999"],
         ] {
-            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+            let args = ["mcp-frontend", "--ownership-key-file", "/key"].iter().chain(args);
+            assert!(Config::try_parse_from(args.clone()).is_err(), "{:?}", args.collect::<Vec<_>>());
         }
-        let config = Config::try_parse_from(["mcp-frontend", "--max-difficulty", "10"]).unwrap();
+        assert!(Config::try_parse_from(["mcp-frontend"]).is_err(), "no ownership key, no start");
+        let config = Config::try_parse_from([
+            "mcp-frontend",
+            "--ownership-key-file",
+            "/key",
+            "--max-difficulty",
+            "10",
+        ])
+        .unwrap();
         assert!(config.limits().unwrap_err().contains("above --max-difficulty"));
     }
 
     #[test]
     fn allowed_hosts_are_a_comma_separated_list() {
-        let config =
-            Config::try_parse_from(["mcp-frontend", "--allowed-hosts", "a.svc,a.svc.cluster.local"]).unwrap();
+        let args =
+            ["mcp-frontend", "--ownership-key-file", "/key", "--allowed-hosts", "a.svc,a.svc.cluster.local"];
+        let config = Config::try_parse_from(args).unwrap();
         assert_eq!(config.allowed_hosts, ["a.svc", "a.svc.cluster.local"]);
     }
 }

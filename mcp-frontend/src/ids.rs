@@ -1,15 +1,22 @@
 //! Workflow ids and caller identities.
 //!
-//! A workflow id is the `MiningWorkflow`'s name: `mw-` and 26 base32 digits
-//! (130 bits). Without an idempotency key the bits come from the operating
-//! system's random source; with one they are a SHA-256 of the caller and the
-//! key, so two replicas racing on the same retry create the same name and the
-//! API server lets only one of them win.
+//! A workflow id is the `MiningWorkflow`'s name: `mw-`, 16 base32 digits of
+//! nonce (80 bits) and 10 of tag (50 bits). The nonce comes from the
+//! operating system's random source, or, with an idempotency key, from an
+//! HMAC of the caller and the key under the frontend's secret (so two
+//! replicas racing on the same retry create the same name, and no one else
+//! can compute it). The tag is an HMAC of the caller and the nonce: an id is
+//! checked against its caller before any lookup, so another caller's id
+//! answers `not_found` at once, with no API call, exactly like an unknown one.
 
 use sha2::{Digest, Sha256};
 
+use crate::ownership::{OwnershipKeys, constant_time_eq};
+
 const PREFIX: &str = "mw-";
-const BODY_LEN: usize = 26;
+const NONCE_LEN: usize = 16;
+const TAG_LEN: usize = 10;
+const BODY_LEN: usize = NONCE_LEN + TAG_LEN;
 const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 /// Longest idempotency key accepted.
@@ -20,27 +27,44 @@ pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
 pub struct WorkflowId(String);
 
 impl WorkflowId {
-    /// A fresh id from the operating system's random source.
-    pub fn random() -> Result<Self, getrandom::Error> {
-        let mut bytes = [0u8; 17];
+    /// A fresh id of `caller`'s from the operating system's random source.
+    pub fn random(keys: &OwnershipKeys, caller: &Caller) -> Result<Self, getrandom::Error> {
+        let mut bytes = [0u8; 10];
         getrandom::fill(&mut bytes)?;
-        Ok(Self::from_bytes(&bytes))
+        Ok(Self::tagged(keys, caller, base32(&bytes, NONCE_LEN)))
     }
 
-    /// The id a caller's idempotency key stands for: the same for every
-    /// replica and every retry, different for every caller and key.
-    pub fn for_idempotency_key(caller: &Caller, key: &str) -> Self {
-        let digest = Sha256::new()
-            .chain_update(b"mining-operator.dev/idempotency\0")
-            .chain_update(caller.label.as_bytes())
-            .chain_update(b"\0")
-            .chain_update(key.as_bytes())
-            .finalize();
-        Self::from_bytes(&digest)
+    /// The ids a caller's idempotency key stands for, current key first (a
+    /// rotation's previous key after): the same for every replica and every
+    /// retry, different for every caller and key. `attempt` numbers the
+    /// fallbacks used when an id is taken by an object the frontend did not make.
+    pub fn for_idempotency_key(keys: &OwnershipKeys, caller: &Caller, key: &str, attempt: u8) -> Vec<Self> {
+        keys.idempotency_nonces(&caller.label, key, attempt)
+            .map(|nonce| Self::tagged(keys, caller, base32(&nonce, NONCE_LEN)))
+            .collect()
     }
 
-    /// `Some` only for text in exactly the form this server hands out, so a
-    /// garbled id is answered without asking the API server.
+    fn tagged(keys: &OwnershipKeys, caller: &Caller, nonce: String) -> Self {
+        let tag = base32(&keys.id_tag(&caller.label, &nonce), TAG_LEN);
+        Self(format!("{PREFIX}{nonce}{tag}"))
+    }
+
+    /// `Some` only for an id in exactly the form this server hands out whose
+    /// tag says it is `caller`'s: what this returns `None` for is `not_found`
+    /// without asking anyone. The work does not depend on whether such a
+    /// workflow exists.
+    pub fn parse_for(keys: &OwnershipKeys, caller: &Caller, text: &str) -> Option<Self> {
+        let id = Self::parse(text)?;
+        let body = &id.0[PREFIX.len()..];
+        let (nonce, tag) = body.split_at(NONCE_LEN);
+        let mut matched = false;
+        for expected in keys.id_tags(&caller.label, nonce) {
+            matched |= constant_time_eq(base32(&expected, TAG_LEN).as_bytes(), tag.as_bytes());
+        }
+        matched.then_some(id)
+    }
+
+    /// `Some` for text in exactly the form this server hands out (any caller's).
     pub fn parse(text: &str) -> Option<Self> {
         let body = text.strip_prefix(PREFIX)?;
         (body.len() == BODY_LEN && body.bytes().all(|b| ALPHABET.contains(&b)))
@@ -50,26 +74,27 @@ impl WorkflowId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
 
-    fn from_bytes(bytes: &[u8]) -> Self {
-        // 5 bits a digit, most significant first; 26 digits need 130 bits.
-        let mut body = String::with_capacity(BODY_LEN);
-        let (mut buffer, mut bits) = (0u32, 0u32);
-        for &byte in bytes {
-            if body.len() == BODY_LEN {
-                break;
-            }
-            buffer = (buffer << 8) | u32::from(byte);
-            bits += 8;
-            while bits >= 5 && body.len() < BODY_LEN {
-                bits -= 5;
-                body.push(ALPHABET[((buffer >> bits) & 31) as usize] as char);
-            }
-            buffer &= (1 << bits) - 1;
+/// The leading `len` base32 digits of `bytes`, most significant bit first
+/// (5 bits a digit: `bytes` must hold at least `5 * len` bits).
+fn base32(bytes: &[u8], len: usize) -> String {
+    let mut digits = String::with_capacity(len);
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for &byte in bytes {
+        if digits.len() == len {
+            break;
         }
-        debug_assert_eq!(body.len(), BODY_LEN, "at least 17 bytes go in");
-        Self(format!("{PREFIX}{body}"))
+        buffer = (buffer << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 5 && digits.len() < len {
+            bits -= 5;
+            digits.push(ALPHABET[((buffer >> bits) & 31) as usize] as char);
+        }
+        buffer &= (1 << bits) - 1;
     }
+    debug_assert_eq!(digits.len(), len, "enough bytes go in");
+    digits
 }
 
 impl std::fmt::Display for WorkflowId {
@@ -123,35 +148,66 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn keys() -> OwnershipKeys {
+        OwnershipKeys::new(vec![5; 32], None).unwrap()
+    }
+
     #[test]
-    fn random_ids_are_well_formed_and_distinct() {
-        let ids: std::collections::HashSet<_> = (0..1000).map(|_| WorkflowId::random().unwrap()).collect();
+    fn random_ids_are_well_formed_distinct_and_their_callers_only() {
+        let (keys, alice, bob) = (keys(), Caller::new("alice"), Caller::new("bob"));
+        let ids: std::collections::HashSet<_> =
+            (0..1000).map(|_| WorkflowId::random(&keys, &alice).unwrap()).collect();
         assert_eq!(ids.len(), 1000);
         for id in &ids {
-            assert_eq!(WorkflowId::parse(id.as_str()).as_ref(), Some(id));
+            assert_eq!(WorkflowId::parse_for(&keys, &alice, id.as_str()).as_ref(), Some(id));
+            assert_eq!(WorkflowId::parse_for(&keys, &bob, id.as_str()), None, "bob cannot use alice's id");
             assert_eq!(id.as_str().len(), PREFIX.len() + BODY_LEN);
+        }
+        let other_frontend = OwnershipKeys::new(vec![6; 32], None).unwrap();
+        let id = ids.iter().next().unwrap();
+        assert_eq!(WorkflowId::parse_for(&other_frontend, &alice, id.as_str()), None);
+    }
+
+    #[test]
+    fn a_changed_digit_breaks_the_tag() {
+        let (keys, alice) = (keys(), Caller::new("alice"));
+        let id = WorkflowId::random(&keys, &alice).unwrap();
+        for position in PREFIX.len()..id.as_str().len() {
+            let mut forged = id.as_str().as_bytes().to_vec();
+            forged[position] = if forged[position] == b'a' { b'b' } else { b'a' };
+            let forged = String::from_utf8(forged).unwrap();
+            assert_eq!(WorkflowId::parse_for(&keys, &alice, &forged), None, "{forged}");
         }
     }
 
     #[test]
-    fn idempotency_ids_depend_on_caller_and_key_only() {
-        let (alice, bob) = (Caller::new("alice"), Caller::new("bob"));
-        let first = WorkflowId::for_idempotency_key(&alice, "retry-1");
-        assert_eq!(first, WorkflowId::for_idempotency_key(&alice, "retry-1"));
-        assert_ne!(first, WorkflowId::for_idempotency_key(&alice, "retry-2"));
-        assert_ne!(first, WorkflowId::for_idempotency_key(&bob, "retry-1"));
-        assert!(WorkflowId::parse(first.as_str()).is_some());
+    fn idempotency_ids_depend_on_caller_key_attempt_and_secret() {
+        let (keys, alice, bob) = (keys(), Caller::new("alice"), Caller::new("bob"));
+        let first = WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 0);
+        assert_eq!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 0));
+        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-2", 0));
+        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 1));
+        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &bob, "retry-1", 0));
+        let other = OwnershipKeys::new(vec![6; 32], None).unwrap();
+        assert_ne!(first, WorkflowId::for_idempotency_key(&other, &alice, "retry-1", 0), "needs the secret");
+        assert!(WorkflowId::parse_for(&keys, &alice, first[0].as_str()).is_some());
+        // During a rotation the previous key's id comes second, and still parses.
+        let rotated = OwnershipKeys::new(vec![6; 32], Some(vec![5; 32])).unwrap();
+        let both = WorkflowId::for_idempotency_key(&rotated, &alice, "retry-1", 0);
+        assert_eq!(both.len(), 2);
+        assert!(WorkflowId::parse_for(&rotated, &alice, first[0].as_str()).is_some());
     }
 
     #[test]
     fn base32_encodes_the_leading_bits() {
-        assert_eq!(WorkflowId::from_bytes(&[0u8; 17]).as_str(), format!("mw-{}", "a".repeat(26)));
-        assert_eq!(WorkflowId::from_bytes(&[0xff; 17]).as_str(), format!("mw-{}", "7".repeat(26)));
+        assert_eq!(base32(&[0u8; 17], 26), "a".repeat(26));
+        assert_eq!(base32(&[0xff; 17], 26), "7".repeat(26));
         // 0b00001_00010_... : the first two digits are 1 and 2.
         let mut bytes = [0u8; 17];
         bytes[0] = 0b0000_1000;
         bytes[1] = 0b1000_0000;
-        assert!(WorkflowId::from_bytes(&bytes).as_str().starts_with("mw-bc"));
+        assert!(base32(&bytes, 26).starts_with("bc"));
+        assert_eq!(base32(&[0u8; 10], 16).len(), 16);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use mcp_frontend::config::{AuthMode, Config};
 use mcp_frontend::core::Core;
 use mcp_frontend::http::{HttpOptions, router};
 use mcp_frontend::metrics::Metrics;
+use mcp_frontend::ownership::OwnershipKeys;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -46,7 +47,12 @@ async fn main() -> anyhow::Result<()> {
 
     let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
     let cache_task = tokio::spawn(run_cache);
+    let keys =
+        OwnershipKeys::from_files(&config.ownership_key_file, config.previous_ownership_key_file.as_deref())
+            .map_err(anyhow::Error::msg)?;
     let core = Arc::new(Core {
+        keys: Arc::new(keys),
+        namespace: namespace.clone(),
         tools: limits.tools(),
         limits,
         max_running_per_caller: config.max_running_per_caller,

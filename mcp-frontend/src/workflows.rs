@@ -8,6 +8,7 @@ use mining_api::{MiningWorkflow, MiningWorkflowSpec, labels};
 use serde_json::json;
 
 use crate::ids::{Caller, WorkflowId};
+use crate::ownership::OwnershipKeys;
 use crate::tools::StartRequest;
 use crate::{Error, Result};
 
@@ -17,8 +18,11 @@ pub const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// The value of `app.kubernetes.io/managed-by` on workflows started here.
 pub const MANAGER: &str = "mcp-frontend";
 
-/// The object `start_mining` creates: named by its id, labelled by its caller.
+/// The object `start_mining` creates: named by its id, labelled by its
+/// caller, and carrying the frontend's proof that it made it for that caller.
 pub fn build_workflow(
+    keys: &OwnershipKeys,
+    namespace: &str,
     id: &WorkflowId,
     caller: &Caller,
     request: &StartRequest,
@@ -39,10 +43,13 @@ pub fn build_workflow(
         ]
         .into(),
     );
-    if !annotations.is_empty() {
-        workflow.metadata.annotations =
-            Some(annotations.iter().map(|(key, value)| (key.to_string(), value.clone())).collect());
-    }
+    workflow.metadata.namespace = Some(namespace.to_string());
+    let mut written: std::collections::BTreeMap<String, String> =
+        annotations.iter().map(|(key, value)| (key.to_string(), value.clone())).collect();
+    workflow.metadata.annotations = Some(written.clone());
+    // The proof covers everything above; it is added last.
+    written.insert(mining_api::annotations::OWNER_PROOF.to_string(), keys.proof(&workflow));
+    workflow.metadata.annotations = Some(written);
     workflow
 }
 
@@ -95,11 +102,15 @@ mod tests {
 
     #[test]
     fn built_workflow_is_named_by_its_id_and_labelled_by_its_caller() {
-        let id = WorkflowId::parse(&format!("mw-{}", "b".repeat(26))).unwrap();
+        let keys = OwnershipKeys::new(vec![3; 32], None).unwrap();
         let caller = Caller::new("alice");
+        let id = WorkflowId::random(&keys, &caller).unwrap();
         let request =
             StartRequest { difficulty: 9, blocks: 3, parallelism: 2, wait_seconds: 0, idempotency_key: None };
-        let workflow = build_workflow(&id, &caller, &request, &[]);
+        let workflow = build_workflow(&keys, "ns", &id, &caller, &request, &[("k", "v".into())]);
+        assert!(keys.proves(&workflow), "it carries the frontend's proof");
+        assert!(crate::core::belongs_to(&keys, &workflow, &caller));
+        assert!(!crate::core::belongs_to(&keys, &workflow, &Caller::new("bob")));
         assert_eq!(workflow.metadata.name.as_deref(), Some(id.as_str()));
         assert_eq!(workflow.metadata.generate_name, None);
         assert_eq!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.label);

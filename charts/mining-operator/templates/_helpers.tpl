@@ -74,3 +74,7 @@ seccompProfile:
 {{- define "mining.tokensSecret" -}}
 {{- default (printf "%s-tokens" (include "mining.frontend" .)) .Values.frontend.auth.existingSecret -}}
 {{- end -}}
+
+{{- define "mining.ownershipSecret" -}}
+{{- default (printf "%s-ownership" (include "mining.frontend" .)) .Values.frontend.ownership.existingSecret -}}
+{{- end -}}

@@ -28,14 +28,15 @@ impl Listed {
 }
 
 impl Core {
-    /// Every readable workflow of `caller`, newest first.
+    /// Every readable workflow `caller` started through this frontend,
+    /// newest first (objects others labelled as the caller's are not).
     pub fn list(&self, caller: &Caller) -> Vec<Listed> {
         let mut rows: Vec<Listed> = self
             .cache
             .list_for(&caller.label)
             .into_iter()
             .filter_map(|cached| match cached {
-                Cached::Found(workflow) => Some(Listed {
+                Cached::Found(workflow) if self.owns(&workflow, caller) => Some(Listed {
                     created: workflow.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
                     name: workflow.metadata.name.clone().unwrap_or_default(),
                     workflow,

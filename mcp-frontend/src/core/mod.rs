@@ -22,6 +22,7 @@ use rmcp::model::Tool;
 use crate::cache::{Cached, WorkflowCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
+use crate::ownership::OwnershipKeys;
 use crate::tools::Limits;
 use crate::workflows;
 
@@ -36,9 +37,13 @@ pub struct Core {
     pub limits: Limits,
     pub max_running_per_caller: u32,
     pub api: Api<MiningWorkflow>,
+    /// The namespace of `api` (bound by ownership proofs).
+    pub namespace: String,
     pub cache: Arc<WorkflowCache>,
     pub metrics: Arc<Metrics>,
     pub tools: Vec<Tool>,
+    /// The secret behind ownership proofs and id tags.
+    pub keys: Arc<OwnershipKeys>,
     /// The operator's retention of finished workflows that set none (a task's `ttl`).
     pub default_ttl_seconds: u64,
     /// Longest a 2025-11-25 `tasks/result` waits before asking the client to call again.
@@ -56,17 +61,20 @@ pub enum View {
     Found(Box<MiningWorkflow>),
 }
 
-/// Whether `caller` started `workflow`.
-pub fn belongs_to(workflow: &MiningWorkflow, caller: &Caller) -> bool {
-    workflow.caller_label() == Some(caller.label.as_str())
+/// Whether `caller` started `workflow` through this frontend: its caller
+/// label is the caller's and it carries the frontend's proof for exactly
+/// that. A label alone is anyone's to write.
+pub fn belongs_to(keys: &OwnershipKeys, workflow: &MiningWorkflow, caller: &Caller) -> bool {
+    workflow.caller_label() == Some(caller.label.as_str()) && keys.proves(workflow)
 }
 
 impl Core {
     /// The workflow behind `id_text` as this caller may see it: from the
     /// cache, else (for a name the watch has not delivered yet) one read from
-    /// the API server. Malformed ids are `Missing` without any lookup.
+    /// the API server. Ids that are malformed or not this caller's (their tag
+    /// says so) are `Missing` without any lookup.
     pub async fn find(&self, caller: &Caller, id_text: &str) -> Result<View, String> {
-        match WorkflowId::parse(id_text) {
+        match WorkflowId::parse_for(&self.keys, caller, id_text) {
             Some(id) => self.visible(caller, &id).await,
             None => Ok(View::Missing),
         }
@@ -74,7 +82,7 @@ impl Core {
 
     async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
         match self.cache.get(id.as_str()) {
-            Cached::Found(workflow) if belongs_to(&workflow, caller) => Ok(View::Found(workflow)),
+            Cached::Found(workflow) if self.owns(&workflow, caller) => Ok(View::Found(workflow)),
             Cached::Found(_) => Ok(View::Missing),
             Cached::Unreadable { caller_label, problem, .. }
                 if caller_label.as_deref() == Some(&caller.label) =>
@@ -83,7 +91,7 @@ impl Core {
             }
             Cached::Unreadable { .. } => Ok(View::Missing),
             Cached::Missing => match workflows::get(&self.api, id.as_str()).await {
-                Ok(Some(workflow)) if belongs_to(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
+                Ok(Some(workflow)) if self.owns(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
                 Ok(_) => Ok(View::Missing),
                 Err(err) => {
                     self.count_api_error("get");
@@ -91,6 +99,11 @@ impl Core {
                 }
             },
         }
+    }
+
+    /// Whether `caller` started `workflow` through this frontend.
+    pub fn owns(&self, workflow: &MiningWorkflow, caller: &Caller) -> bool {
+        belongs_to(&self.keys, workflow, caller)
     }
 
     /// Counts one failed Kubernetes API call (`call` from a fixed set).

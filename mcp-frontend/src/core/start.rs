@@ -4,11 +4,15 @@
 use mining_api::{MiningWorkflow, MiningWorkflowSpec};
 use rmcp::model::JsonObject;
 
-use super::{Answer, Core, belongs_to};
+use super::{Answer, Core};
 use crate::cache::Cached;
 use crate::ids::{Caller, WorkflowId};
 use crate::tools::{START_MINING, StartMiningArgs, StartRequest, parse_args};
 use crate::workflows::{self, Created};
+
+/// How many ids an idempotency key may stand for: the first unless objects
+/// the frontend did not make took it.
+const IDEMPOTENT_ATTEMPTS: u8 = 4;
 
 /// A workflow `start` created or found, with the checked request.
 pub struct Started {
@@ -30,7 +34,9 @@ impl Core {
         self.cache
             .list_for(&caller.label)
             .iter()
-            .filter(|cached| matches!(cached, Cached::Found(workflow) if !workflow.is_finished()))
+            .filter(|cached| {
+                matches!(cached, Cached::Found(workflow) if !workflow.is_finished() && self.owns(workflow, caller))
+            })
             .count()
     }
 
@@ -46,26 +52,20 @@ impl Core {
         let request = parse_args::<StartMiningArgs>(limits, START_MINING, arguments)
             .and_then(|args| limits.start_request(args))
             .map_err(Answer::InvalidArguments)?;
-        let id = match &request.idempotency_key {
-            Some(key) => WorkflowId::for_idempotency_key(caller, key),
-            None => WorkflowId::random()
-                .map_err(|err| Answer::Refused(format!("no random source for a workflow id: {err}")))?,
+        let (id, workflow) = match &request.idempotency_key {
+            Some(key) => self.start_idempotent(caller, key, &request, annotations).await?,
+            None => {
+                let id = WorkflowId::random(&self.keys, caller)
+                    .map_err(|err| Answer::Refused(format!("no random source for a workflow id: {err}")))?;
+                match self.create(caller, &id, &request, annotations).await? {
+                    Created::New(workflow) => (id, workflow),
+                    // Only an 80-bit collision gets here; never hand over another workflow.
+                    Created::Existing(_) => {
+                        return Err(Answer::Refused("the new workflow's id is taken; try again".into()));
+                    }
+                }
+            }
         };
-        // A retry finds its workflow without counting against the limit.
-        let existing = match self.cache.get(id.as_str()) {
-            Cached::Found(workflow) if belongs_to(&workflow, caller) => Some(workflow),
-            _ => None,
-        };
-        let workflow = match existing {
-            Some(workflow) => workflow,
-            None => self.create(caller, &id, &request, annotations).await?,
-        };
-        if !belongs_to(&workflow, caller) {
-            // The id derives from the caller, so only a hash collision gets here.
-            return Err(Answer::Refused(
-                "the workflow id for this idempotency_key is taken; use another key".into(),
-            ));
-        }
         if let Some(key) = &request.idempotency_key
             && !same_work(&workflow.spec, &request)
         {
@@ -79,13 +79,59 @@ impl Core {
         Ok(Started { id, workflow, request })
     }
 
+    /// The workflow an idempotency key started, or a new one. Its ids are
+    /// tried in order: one of the caller's (with the frontend's proof) is
+    /// the retry's; one taken by an object the frontend did not make is
+    /// skipped, so no one can squat a caller's id and hand it their object.
+    async fn start_idempotent(
+        &self,
+        caller: &Caller,
+        key: &str,
+        request: &StartRequest,
+        annotations: &[(&str, String)],
+    ) -> Result<(WorkflowId, Box<MiningWorkflow>), Answer> {
+        // Per attempt, the id under each key: current first.
+        let attempts: Vec<Vec<WorkflowId>> = (0..IDEMPOTENT_ATTEMPTS)
+            .map(|attempt| WorkflowId::for_idempotency_key(&self.keys, caller, key, attempt))
+            .collect();
+        // A retry finds its workflow without counting against the limit,
+        // under the current key or a rotation's previous one.
+        for id in attempts.iter().flatten() {
+            if let Cached::Found(workflow) = self.cache.get(id.as_str())
+                && self.owns(&workflow, caller)
+            {
+                return Ok((id.clone(), workflow));
+            }
+        }
+        // New workflows take the current key's id of the first free attempt.
+        for id in attempts.iter().filter_map(|ids| ids.first()) {
+            if let Cached::Found(_) = self.cache.get(id.as_str()) {
+                continue; // taken by an object that is not the caller's
+            }
+            match self.create(caller, id, request, annotations).await? {
+                Created::New(workflow) => return Ok((id.clone(), workflow)),
+                // Two replicas raced on the same retry: the winner's is the caller's too.
+                Created::Existing(workflow) if self.owns(&workflow, caller) => {
+                    return Ok((id.clone(), workflow));
+                }
+                Created::Existing(_) => {
+                    tracing::warn!(workflow = %id, caller = %caller.name, "an idempotent id is taken by an object the frontend did not make");
+                }
+            }
+        }
+        Err(Answer::Refused(format!(
+            "every workflow id for idempotency_key {key:?} is taken by objects this server did not create; \
+             use another key"
+        )))
+    }
+
     async fn create(
         &self,
         caller: &Caller,
         id: &WorkflowId,
         request: &StartRequest,
         annotations: &[(&str, String)],
-    ) -> Result<Box<MiningWorkflow>, Answer> {
+    ) -> Result<Created, Answer> {
         let running = self.running_count(caller);
         let limit = self.max_running_per_caller as usize;
         if running >= limit {
@@ -94,23 +140,20 @@ impl Core {
                  wait for them with get_mining_result or stop some with cancel_mining"
             )));
         }
-        let built = workflows::build_workflow(id, caller, request, annotations);
+        let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
         match workflows::create(&self.api, &built).await {
-            Ok(Created::New(workflow)) => {
-                tracing::info!(
-                    workflow = %id,
-                    caller = %caller.name,
-                    difficulty = request.difficulty,
-                    blocks = request.blocks,
-                    parallelism = request.parallelism,
-                    "mining started"
-                );
-                Ok(workflow)
-            }
-            Ok(Created::Existing(workflow)) if request.idempotency_key.is_some() => Ok(workflow),
-            // Only a 130-bit collision gets here; never hand over another workflow.
-            Ok(Created::Existing(_)) => {
-                Err(Answer::Refused("the new workflow's id is taken; try again".into()))
+            Ok(created) => {
+                if let Created::New(_) = &created {
+                    tracing::info!(
+                        workflow = %id,
+                        caller = %caller.name,
+                        difficulty = request.difficulty,
+                        blocks = request.blocks,
+                        parallelism = request.parallelism,
+                        "mining started"
+                    );
+                }
+                Ok(created)
             }
             Err(err) => {
                 self.count_api_error("create");

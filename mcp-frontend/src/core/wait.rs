@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
 use tokio::time::Instant;
 
-use super::{Core, View, belongs_to};
+use super::{Core, View};
 use crate::cache::Cached;
 use crate::contract::{OutcomeStatus, Progress, outcome};
 use crate::ids::Caller;
@@ -49,7 +49,7 @@ impl Core {
                 // Created a moment ago and not delivered by the watch yet.
                 Cached::Missing => {}
             }
-            if !belongs_to(&latest, caller) {
+            if !self.owns(&latest, caller) {
                 return View::Missing;
             }
             let answer = outcome(&latest, Timestamp::now());

@@ -41,6 +41,9 @@ pub mod annotations {
     /// progress token (as JSON), so any replica's `tasks/result` can report
     /// progress against it.
     pub const PROGRESS_TOKEN: &str = "mining-operator.dev/progress-token";
+    /// On a workflow started through MCP: the frontend's proof (an HMAC under
+    /// its own key) that it made this workflow, as it is, for its caller.
+    pub const OWNER_PROOF: &str = "mining-operator.dev/owner-proof";
 }
 
 /// `prev` of the first block of every chain.

@@ -49,8 +49,13 @@ impl FrontendProcess {
     }
 
     fn spawn_at(addr: SocketAddr, namespace: &str, args: Vec<String>, env: &[(&str, &str)]) -> Self {
-        let child = Command::new(release_binary("mcp-frontend"))
-            .args(["--listen", &addr.to_string(), "--namespace", namespace])
+        let mut command = Command::new(release_binary("mcp-frontend"));
+        command.args(["--listen", &addr.to_string(), "--namespace", namespace]);
+        if !args.iter().any(|a| a == "--ownership-key-file") {
+            // One key per namespace: replicas and restarts share it, as the chart's Secret does.
+            command.arg("--ownership-key-file").arg(ownership_key_file(namespace));
+        }
+        let child = command
             .args(&args)
             .env("RUST_LOG", "info,kube=warn,rmcp=warn")
             .envs(env.iter().copied())
@@ -133,6 +138,21 @@ impl Drop for FrontendProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The frontends' ownership key for `namespace` (made once, then shared by
+/// every frontend the tests start there).
+pub fn ownership_key_file(namespace: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("mcp-ownership-key-{namespace}"));
+    if !path.exists() {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).expect("a random source");
+        let key: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+        let staged = path.with_extension(format!("{}", std::process::id()));
+        std::fs::write(&staged, key).expect("write the ownership key");
+        std::fs::rename(&staged, &path).expect("install the ownership key");
+    }
+    path
 }
 
 /// One HTTP/1.1 exchange: (status, response head, body); `(0, "", "")` on failure.
