@@ -37,9 +37,9 @@ log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPAC
   --take-ownership --wait --timeout 3m
 kubectl --namespace "$NAMESPACE" get deployments,pods,services
 
-log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-edit ClusterRole"
+log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-mcp-caller ClusterRole (MCP tools only, no API access)"
 kubectl --namespace "$NAMESPACE" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl --namespace "$NAMESPACE" create rolebinding demo-agent --clusterrole="$FULLNAME-edit" \
+kubectl --namespace "$NAMESPACE" create rolebinding demo-agent --clusterrole="$FULLNAME-mcp-caller" \
   --serviceaccount="$NAMESPACE:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 MCP_TOKEN=$(kubectl --namespace "$NAMESPACE" create token demo-agent --duration=1h)
 export MCP_TOKEN

@@ -6,8 +6,9 @@
 //! - `tokens`: a file of `token caller-name` lines (a mounted Secret), re-read
 //!   whenever it changes on disk.
 //! - `kubernetes`: a `TokenReview` says who the token belongs to, and a
-//!   `SubjectAccessReview` requires that identity to be allowed to create
-//!   MiningWorkflows in the namespace; answers are cached briefly.
+//!   `SubjectAccessReview` requires that identity to hold the MCP permission
+//!   (verb `use` on `miningworkflows/mcp`, which grants no API access) in the
+//!   namespace; answers are cached briefly.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
+
+use mining_api::mcp_permission;
 
 use crate::ids::Caller;
 use crate::metrics::{Metrics, ReasonLabels};
@@ -291,10 +294,14 @@ impl KubernetesReviews {
                 groups: user.groups.clone(),
                 uid: user.uid.clone(),
                 extra: user.extra.clone(),
+                // A permission of its own, which grants no API access: being
+                // allowed to use the tools must not mean being able to create,
+                // edit or read workflows behind the frontend's back.
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(mining_api::GROUP.into()),
-                    resource: Some("miningworkflows".into()),
-                    verb: Some("create".into()),
+                    resource: Some(mcp_permission::RESOURCE.into()),
+                    subresource: Some(mcp_permission::SUBRESOURCE.into()),
+                    verb: Some(mcp_permission::VERB.into()),
                     namespace: Some(self.namespace.clone()),
                     ..Default::default()
                 }),
@@ -307,10 +314,12 @@ impl KubernetesReviews {
             Ok(())
         } else {
             Err(Refusal::Forbidden(format!(
-                "{} may not create miningworkflows.{} in namespace {}",
-                user.username.as_deref().unwrap_or("this identity"),
+                "this identity may not use the MCP tools in namespace {} (RBAC: verb {:?} on {}/{} in {})",
+                self.namespace,
+                mcp_permission::VERB,
+                mcp_permission::RESOURCE,
+                mcp_permission::SUBRESOURCE,
                 mining_api::GROUP,
-                self.namespace
             )))
         }
     }

@@ -46,5 +46,14 @@ pub mod annotations {
     pub const OWNER_PROOF: &str = "mining-operator.dev/owner-proof";
 }
 
+/// The permission the MCP frontend asks RBAC about (`--auth kubernetes`):
+/// verb `use` on `miningworkflows/mcp`, a subresource no API server serves,
+/// so granting it lets a caller use the MCP tools and grants no API access.
+pub mod mcp_permission {
+    pub const VERB: &str = "use";
+    pub const RESOURCE: &str = "miningworkflows";
+    pub const SUBRESOURCE: &str = "mcp";
+}
+
 /// `prev` of the first block of every chain.
 pub const GENESIS: &str = "GENESIS";

@@ -9,7 +9,7 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
-use mining_api::MiningWorkflow;
+use mining_api::{MiningWorkflow, mcp_permission};
 use serde_json::json;
 
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
@@ -109,6 +109,23 @@ async fn a_callers_running_workflows_are_limited() {
     ns.delete().await;
 }
 
+/// The chart's `-mcp-caller` ClusterRole rule (`templates/operator-rbac.yaml`).
+fn mcp_caller_rule() -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
+        verbs: vec![mcp_permission::VERB.into()],
+        ..Default::default()
+    }
+}
+
+/// A client of the test cluster that authenticates with `token` alone.
+async fn client_with_token(token: &str) -> kube::Client {
+    let mut config = kube::Config::infer().await.expect("a kubeconfig");
+    config.auth_info = kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() };
+    kube::Client::try_from(config).expect("a client")
+}
+
 async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
     let accounts: Api<ServiceAccount> = ns.api();
     let mut account = ServiceAccount::default();
@@ -126,16 +143,11 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     let _operator = OperatorProcess::start(&ns.name, &[]);
     let agent = service_account_token(&ns, "agent").await;
     let stranger = service_account_token(&ns, "stranger").await;
-    // Only `agent` may create MiningWorkflows here.
+    // Only `agent` may use the MCP tools here: the chart's -mcp-caller rule.
     let roles: Api<Role> = ns.api();
     let mut role = Role::default();
     role.metadata.name = Some("miner".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec!["miningworkflows".into()]),
-        verbs: vec!["create".into()],
-        ..Default::default()
-    }]);
+    role.rules = Some(vec![mcp_caller_rule()]);
     roles.create(&PostParams::default(), &role).await.unwrap();
     let bindings: Api<RoleBinding> = ns.api();
     let mut binding = RoleBinding::default();
@@ -161,7 +173,37 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     let (code, _, body) =
         frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {stranger}")], TOOLS_LIST).await;
     assert_eq!(code, 403, "{body}");
-    assert!(body.contains("may not create miningworkflows"), "{body}");
+    assert!(body.contains("may not use the MCP tools"), "{body}");
+    assert!(!body.contains("stranger"), "a refusal never names the caller: {body}");
+
+    // The permission to use the tools is no access to MiningWorkflows: the
+    // API server refuses the agent every verb on them.
+    let agent_client = client_with_token(&agent).await;
+    let as_agent: Api<MiningWorkflow> = Api::namespaced(agent_client, &ns.name);
+    let id = mined["workflow_id"].as_str().unwrap();
+    let workflow: MiningWorkflow = serde_json::from_value(
+        json!({"apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+            "metadata": {"name": "direct"}, "spec": {"difficulty": 1}}),
+    )
+    .unwrap();
+    let patch = kube::api::Patch::Merge(json!({"spec": {"cancel": true}}));
+    let refusals = [
+        ("get", as_agent.get(id).await.err()),
+        ("list", as_agent.list(&Default::default()).await.err()),
+        ("create", as_agent.create(&PostParams::default(), &workflow).await.err()),
+        ("patch", as_agent.patch(id, &Default::default(), &patch).await.err()),
+        ("patch status", as_agent.patch_status(id, &Default::default(), &patch).await.err()),
+        ("replace", as_agent.replace(id, &PostParams::default(), &workflow).await.err()),
+        ("delete", as_agent.delete(id, &Default::default()).await.err()),
+    ];
+    for (verb, error) in refusals {
+        match error {
+            Some(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{verb}: {status:?}"),
+            other => panic!("{verb}: expected 403 from the API server, got {other:?}"),
+        }
+    }
+    let watch = as_agent.watch(&Default::default(), "0").await.err();
+    assert!(matches!(watch, Some(kube::Error::Api(ref s)) if s.code == 403), "watch: {watch:?}");
     let forged = &agent[..agent.len() - 8];
     assert_eq!(
         frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {forged}")], TOOLS_LIST).await.0,

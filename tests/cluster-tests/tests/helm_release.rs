@@ -82,8 +82,8 @@ impl Release {
         (format!("http://{ip}/mcp"), format!("{}.{}.svc", self.frontend(), self.ns.name))
     }
 
-    /// A token of a new ServiceAccount that the chart's aggregated `edit`
-    /// ClusterRole is bound to in this namespace: an ordinary user of it.
+    /// A token of a new ServiceAccount that the chart's `mcp-caller`
+    /// ClusterRole is bound to in this namespace: an ordinary MCP caller.
     async fn user_token(&self, account: &str) -> String {
         let accounts: Api<ServiceAccount> = self.ns.api();
         let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
@@ -91,7 +91,7 @@ impl Release {
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": account},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": format!("{}-edit", self.fullname())},
+                        "name": format!("{}-mcp-caller", self.fullname())},
             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.ns.name}],
         }))
         .unwrap();
