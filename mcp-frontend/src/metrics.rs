@@ -35,6 +35,7 @@ pub struct Metrics {
     pub watch_errors: Counter,
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub api_errors: Family<ReasonLabels, Counter>,
+    pub api_requests: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +69,12 @@ impl Default for Metrics {
         );
         let api_errors = Family::<ReasonLabels, Counter>::default();
         registry.register("api_errors", "Kubernetes API calls that failed, by call", api_errors.clone());
+        let api_requests = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Kubernetes API calls made for tool and task requests, by call (the watch aside)",
+            api_requests.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -77,6 +84,7 @@ impl Default for Metrics {
             watch_errors,
             auth_failures,
             api_errors,
+            api_requests,
         }
     }
 }

@@ -33,7 +33,7 @@ impl Core {
             return Ok(CancelOutcome::AlreadyRequested(workflow));
         }
         let name = workflow.metadata.name.as_deref().unwrap_or(id_text);
-        match workflows::request_cancel(&self.api, name).await {
+        match self.api_call("patch", workflows::request_cancel(&self.api, name)).await {
             Ok(patched) => {
                 tracing::info!(workflow = name, caller = %caller.name, "cancel requested");
                 Ok(CancelOutcome::Requested(Box::new(patched)))

@@ -90,7 +90,7 @@ impl Core {
                 Ok(View::Unreadable(problem))
             }
             Cached::Unreadable { .. } => Ok(View::Missing),
-            Cached::Missing => match workflows::get(&self.api, id.as_str()).await {
+            Cached::Missing => match self.api_call("get", workflows::get(&self.api, id.as_str())).await {
                 Ok(Some(workflow)) if self.owns(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
                 Ok(_) => Ok(View::Missing),
                 Err(err) => {
@@ -104,6 +104,12 @@ impl Core {
     /// Whether `caller` started `workflow` through this frontend.
     pub fn owns(&self, workflow: &MiningWorkflow, caller: &Caller) -> bool {
         belongs_to(&self.keys, workflow, caller)
+    }
+
+    /// Makes one Kubernetes API call (`call` from a fixed set), counted.
+    pub(crate) async fn api_call<T>(&self, call: &'static str, request: impl Future<Output = T>) -> T {
+        self.metrics.api_requests.get_or_create(&ReasonLabels { reason: call }).inc();
+        request.await
     }
 
     /// Counts one failed Kubernetes API call (`call` from a fixed set).

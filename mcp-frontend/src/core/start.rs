@@ -141,7 +141,7 @@ impl Core {
             )));
         }
         let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
-        match workflows::create(&self.api, &built).await {
+        match self.api_call("create", workflows::create(&self.api, &built)).await {
             Ok(created) => {
                 if let Created::New(_) = &created {
                     tracing::info!(
