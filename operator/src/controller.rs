@@ -27,8 +27,11 @@ use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job, job_f
 use crate::leader::{self, Leadership};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{ExpectedJob, JobSources, observe_jobs};
-use crate::plan::{Action, Observed, PlannedEvent, plan, status_foreign_job, status_rejected};
+use crate::plan::{Action, Observed, PlannedEvent, plan, status_rejected};
 use crate::{Error, Result};
+
+mod foreign;
+use foreign::fail_for_foreign_job;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -324,40 +327,6 @@ impl Drop for Reservation<'_> {
         let mut in_flight = self.0.admissions_in_flight.lock().expect("no panics while holding the lock");
         *in_flight = in_flight.saturating_sub(1);
     }
-}
-
-/// A Job that is not the operator's stands where a block's Job should: the
-/// workflow fails visibly (reason ForeignJob, an Event naming the Job) and
-/// nothing of that Job is ever read.
-async fn fail_for_foreign_job(
-    workflow: &MiningWorkflow,
-    ctx: &Context,
-    job: &str,
-    why: &str,
-) -> Result<Requeue> {
-    let name = workflow.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
-    let namespace = workflow.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
-    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "foreign_job" }).inc();
-    if workflow.is_finished() {
-        return Ok(Requeue::await_change());
-    }
-    warn!(workflow = %name, %job, %why, "a Job the operator did not build stands for a block; failing the workflow");
-    let status = status_foreign_job(workflow, job, why, Timestamp::now());
-    let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-    let version = workflow.metadata.resource_version.as_deref();
-    match write_status(&api, &name, &status, version).await {
-        Ok(version) => ctx.remember(workflow, &status, version),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            ctx.forget(workflow);
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
-        }
-        Err(source) => return Err(Error::WriteStatus { workflow: name, source }),
-    }
-    let note = status.message.clone().unwrap_or_default();
-    let event = PlannedEvent { warning: true, reason: reasons::FOREIGN_JOB, note };
-    publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
-    ctx.wake_queued();
-    Ok(Requeue::await_change())
 }
 
 fn phase_of(workflow: &MiningWorkflow) -> WorkflowPhase {
