@@ -45,6 +45,9 @@ pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// `_meta` key tying a `tasks/result` answer to its task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
+/// Longest progress token (as JSON) a task keeps on its workflow.
+pub const MAX_PROGRESS_TOKEN_BYTES: usize = 256;
+
 /// The TypeScript SDK's `RequestTimeout` (rmcp has no constant for it): the
 /// wait ran out, call again.
 const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
@@ -268,10 +271,23 @@ impl CoreTasks {
             Some(Value::Object(arguments)) => Some(arguments.clone()),
             Some(_) => return Err(McpError::invalid_params("params.arguments must be an object", None)),
         };
-        let token =
-            params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64());
+        let token = params
+            .pointer("/_meta/progressToken")
+            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
+            .map(Value::to_string);
+        // Kept on the workflow for its whole retention: bounded, and refused
+        // (nothing created) rather than cut.
+        if let Some(token) = token.as_ref().filter(|t| t.len() > MAX_PROGRESS_TOKEN_BYTES) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "_meta.progressToken is {} bytes of JSON; at most {MAX_PROGRESS_TOKEN_BYTES} are kept with a task",
+                    token.len()
+                ),
+                None,
+            ));
+        }
         let annotations: Vec<(&str, String)> =
-            token.map(|t| (annotations::PROGRESS_TOKEN, t.to_string())).into_iter().collect();
+            token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
         match self.core.start(&self.caller, arguments, &annotations).await {
             Ok(started) => {
                 self.core.record_call(START_MINING, "task", None);

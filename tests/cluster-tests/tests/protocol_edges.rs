@@ -140,3 +140,33 @@ async fn the_2025_task_methods_do_not_exist_under_2026_07_28() {
     }
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn an_oversized_progress_token_is_refused_and_nothing_is_created() {
+    let (ns, frontend) = frontend("edges-token").await;
+    let api: kube::Api<mining_api::MiningWorkflow> = ns.api();
+    for (size, expected_code) in [(1024, 200), (300 * 1024, 413)] {
+        let create = request(
+            "tools/call",
+            json!({"name": "start_mining", "arguments": {"difficulty": 1, "blocks": 1}, "task": {"ttl": 60000},
+                   "_meta": {"progressToken": "p".repeat(size)}}),
+        );
+        let (code, _, body) = frontend.post_mcp_version("localhost", "2025-11-25", &[], &create).await;
+        assert_eq!(code, expected_code, "{size}: {body}");
+        if code == 200 {
+            let error = &message(&body)["error"];
+            assert_eq!(error["code"], -32602, "{body}");
+            assert!(error["message"].as_str().unwrap().contains("at most 256"), "{body}");
+        }
+    }
+    assert!(api.list(&Default::default()).await.unwrap().items.is_empty(), "nothing was created");
+    // A token within the bound starts the task.
+    let create = request(
+        "tools/call",
+        json!({"name": "start_mining", "arguments": {"difficulty": 1, "blocks": 1}, "task": {"ttl": 60000},
+               "_meta": {"progressToken": "p".repeat(200)}}),
+    );
+    let (_, _, body) = frontend.post_mcp_version("localhost", "2025-11-25", &[], &create).await;
+    assert!(message(&body)["result"]["task"]["taskId"].is_string(), "{body}");
+    ns.delete().await;
+}
