@@ -10,6 +10,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -94,11 +95,18 @@ pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) 
 }
 
 /// Answers a POST body that is not JSON with JSON-RPC's parse error (-32700),
-/// as the JSON-RPC spec asks, instead of a bare HTTP error; larger bodies
-/// than the limit get 413 without being read further.
+/// as the JSON-RPC spec asks, and a batch (an array) with -32600, instead of
+/// a bare HTTP error; larger bodies than the limit get 413 without being
+/// read further.
 async fn reject_unparseable_json(State(limit): State<usize>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
+    }
+    // rmcp refuses versions it does not speak; an empty header it would take
+    // for none at all (and so for 2025-03-26), which no client means by it.
+    if request.headers().get("mcp-protocol-version").is_some_and(|v| v.as_bytes().trim_ascii().is_empty()) {
+        return (StatusCode::BAD_REQUEST, "Bad Request: the MCP-Protocol-Version header is empty\n")
+            .into_response();
     }
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, limit).await {
@@ -111,11 +119,23 @@ async fn reject_unparseable_json(State(limit): State<usize>, request: Request, n
                 .into_response();
         }
     };
+    // MCP dropped JSON-RPC batches (2025-06-18); say so instead of rmcp's
+    // bare "unrecognized message".
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        let error = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": ErrorCode::INVALID_REQUEST.0, "message": "Invalid Request: JSON-RPC batches are not \
+                supported (MCP removed them in 2025-06-18); send one request per POST"},
+        });
+        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], error.to_string())
+            .into_response();
+    }
     if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
         let error = serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
-            "error": {"code": -32700, "message": format!("Parse error: the body is not JSON ({err})")},
+            "error": {"code": ErrorCode::PARSE_ERROR.0, "message": format!("Parse error: the body is not JSON ({err})")},
         });
         return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], error.to_string())
             .into_response();

@@ -23,6 +23,23 @@ fn request(method: &str, params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string()
 }
 
+/// A request as protocol 2026-07-28 asks for it: routing headers and the
+/// request's `_meta`. Returns (status, head, body).
+async fn request_2026(frontend: &FrontendProcess, method: &str, mut params: Value) -> (u16, String, String) {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "protocol-edges", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let method_header = format!("Mcp-Method: {method}");
+    let mut headers = vec![method_header];
+    if let Some(name) = params.get("taskId").or(params.get("name")).and_then(Value::as_str) {
+        headers.push(format!("Mcp-Name: {name}"));
+    }
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    frontend.post_mcp_version("localhost", "2026-07-28", &headers, &request(method, params)).await
+}
+
 /// The JSON-RPC message of a response body, whether sent as JSON or as one SSE event.
 fn message(body: &str) -> Value {
     let data = body.lines().find_map(|line| line.strip_prefix("data:")).unwrap_or(body);
@@ -59,12 +76,12 @@ async fn an_unsupported_or_malformed_protocol_version_is_refused_on_every_path()
             assert_eq!(code, 400, "version {version:?}, {body}: {answer}");
         }
     }
-    // The same calls under a supported version are answered.
-    for version in ["2025-11-25", "2026-07-28"] {
-        let (code, _, answer) =
-            frontend.post_mcp_version("localhost", version, &[], &request("tools/list", json!({}))).await;
-        assert_eq!(code, 200, "{version}: {answer}");
-    }
+    // The same call under a supported version is answered.
+    let (code, _, answer) =
+        frontend.post_mcp_version("localhost", "2025-11-25", &[], &request("tools/list", json!({}))).await;
+    assert_eq!(code, 200, "{answer}");
+    let (code, _, answer) = request_2026(&frontend, "tools/list", json!({})).await;
+    assert_eq!(code, 200, "{answer}");
     ns.delete().await;
 }
 
@@ -129,15 +146,19 @@ async fn sse_responses_are_never_buffered_by_proxies() {
 async fn the_2025_task_methods_do_not_exist_under_2026_07_28() {
     let (ns, frontend) = frontend("edges-2026").await;
     let task_id = format!("mw-{}", "b".repeat(26));
-    for body in [request("tasks/result", json!({"taskId": task_id})), request("tasks/list", json!({}))] {
-        let (code, _, answer) = frontend.post_mcp_version("localhost", "2026-07-28", &[], &body).await;
+    for (method, params) in [("tasks/result", json!({"taskId": task_id})), ("tasks/list", json!({}))] {
+        let (code, _, answer) = request_2026(&frontend, method, params).await;
         let error = &message(&answer)["error"];
         assert!(
             code == 404 || error["code"] == -32601,
-            "{body}: expected 404 or method-not-found, got {code}: {answer}"
+            "{method}: expected 404 or method-not-found, got {code}: {answer}"
         );
         assert!(message(&answer).get("result").is_none(), "{answer}");
     }
+    // tasks/get is the extension's, and answers (an unknown task).
+    let (code, _, answer) = request_2026(&frontend, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(message(&answer)["error"]["code"], -32602, "{answer}");
     ns.delete().await;
 }
 
