@@ -20,6 +20,7 @@ use crate::cache::WorkflowCache;
 use crate::core::Core;
 use crate::faces::mcp_tools::MiningServer;
 use crate::faces::tasks_2025::answer_core_tasks;
+use crate::faces::tasks_2026::mirror_task_id_header;
 use crate::host_guard::{HostGuard, guard_host_and_origin};
 use crate::metrics::Metrics;
 
@@ -82,6 +83,7 @@ pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) 
     );
     let mcp = Router::new()
         .route_service("/mcp", service)
+        .route_layer(middleware::from_fn(mirror_task_id_header))
         .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))

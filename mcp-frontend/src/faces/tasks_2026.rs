@@ -104,3 +104,73 @@ pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> 
         | CancelOutcome::Requested(_) => Ok(()),
     }
 }
+
+/// Tasks methods whose `Mcp-Name` header rmcp requires, mirrored from `params.taskId`.
+const TASK_ID_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// The `Mcp-Name` a 2026-07-28 task request lacks, when it lacks one (pure).
+///
+/// rmcp requires the header for `tasks/get|update|cancel` (the Tasks
+/// extension's routing hint); the Python SDK 2.x mirrors it only for the
+/// core methods, so FastMCP's task polling arrives without it. The header
+/// only repeats the body's `taskId`: supplying a missing one invents
+/// nothing, and one that disagrees with the body is still refused by rmcp.
+pub fn missing_task_name(
+    protocol: Option<&str>,
+    has_name: bool,
+    message: &serde_json::Value,
+) -> Option<String> {
+    if protocol != Some("2026-07-28") || has_name {
+        return None;
+    }
+    let method = message.get("method")?.as_str()?;
+    if !TASK_ID_METHODS.contains(&method) {
+        return None;
+    }
+    let task_id = message.pointer("/params/taskId")?.as_str()?;
+    // Only what a header may carry; anything else is left to rmcp to refuse.
+    (task_id.len() <= 256 && task_id.bytes().all(|b| b.is_ascii_graphic())).then(|| task_id.to_string())
+}
+
+/// The axum layer that applies [`missing_task_name`] before rmcp reads the request.
+pub async fn mirror_task_id_header(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    // Buffered and size-checked by the layer before this one.
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return axum::response::IntoResponse::into_response(axum::http::StatusCode::BAD_REQUEST);
+    };
+    let protocol = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    let has_name = parts.headers.contains_key("mcp-name");
+    let message: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if let Some(name) = missing_task_name(protocol, has_name, &message)
+        && let Ok(value) = axum::http::HeaderValue::from_str(&name)
+    {
+        parts.headers.insert("mcp-name", value);
+    }
+    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_task_name_is_mirrored_from_the_task_id_for_2026_task_methods_only() {
+        let get = json!({"method": "tasks/get", "params": {"taskId": "mw-abc"}});
+        assert_eq!(missing_task_name(Some("2026-07-28"), false, &get).as_deref(), Some("mw-abc"));
+        assert_eq!(missing_task_name(Some("2026-07-28"), true, &get), None, "a header given is left alone");
+        assert_eq!(missing_task_name(Some("2025-11-25"), false, &get), None);
+        let call = json!({"method": "tools/call", "params": {"name": "start_mining"}});
+        assert_eq!(missing_task_name(Some("2026-07-28"), false, &call), None);
+        let garbled = json!({"method": "tasks/cancel", "params": {"taskId": "a\nb"}});
+        assert_eq!(missing_task_name(Some("2026-07-28"), false, &garbled), None);
+    }
+}

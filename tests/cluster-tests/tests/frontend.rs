@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, collect, structured, tool_error_text};
+use cluster_tests::mcp::{FrontendProcess, Sdk, collect, ownership_key_file, structured, tool_error_text};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, reference_chain, wait_for};
 use kube::api::{Api, ListParams};
+use mcp_frontend::ids::{Caller, WorkflowId};
+use mcp_frontend::ownership::OwnershipKeys;
 use mining_api::{MiningWorkflow, WorkflowPhase};
 use serde_json::{Value, json};
 
@@ -353,7 +355,10 @@ async fn an_unreachable_api_server_gets_a_tool_error_within_the_budget() {
         .await;
     let text = tool_error_text(&document);
     assert!(text.contains("could not start mining") && text.contains("Kubernetes API"), "{text}");
-    let id = format!("mw-{}", "a".repeat(26));
+    // An id of this caller's own (only those are looked up: any other is
+    // `not_found` without asking the API server).
+    let keys = OwnershipKeys::from_files(&ownership_key_file("default"), None).unwrap();
+    let id = WorkflowId::random(&keys, &Caller::anonymous()).unwrap().as_str().to_string();
     let document =
         Sdk::Python.call(&frontend.url(), None, "get_mining_result", json!({"workflow_id": id})).await;
     assert!(tool_error_text(&document).contains("cannot read the workflow"));
