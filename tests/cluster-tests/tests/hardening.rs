@@ -3,26 +3,16 @@
 
 use std::time::Duration;
 
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, wait_for};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, install_crd, is_local_cluster, phase, wait_for, workflow,
+};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams, PostParams};
 use mining_api::bounds::MAX_DURATION_SECONDS;
 use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, labels, reasons};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-fn workflow(name: &str, spec: Value) -> MiningWorkflow {
-    serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap()
-}
-
-fn phase(workflow: Option<&MiningWorkflow>) -> Option<WorkflowPhase> {
-    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
-}
 
 #[tokio::test]
 async fn durations_past_the_bounds_are_refused_and_the_largest_allowed_ones_mine() {

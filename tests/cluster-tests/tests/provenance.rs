@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, shell_image, wait_for};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, eventually, install_crd, phase, shell_image, wait_for, workflow,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -16,18 +18,6 @@ use mining_operator::naming::{block_job_name, workflow_label};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-fn workflow(name: &str, spec: Value) -> MiningWorkflow {
-    serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap()
-}
-
-fn phase(workflow: Option<&MiningWorkflow>) -> Option<WorkflowPhase> {
-    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
-}
 
 /// The smallest winner of block 1 at `difficulty`, and the next winner: a
 /// valid result that is not the chain's.
