@@ -96,7 +96,12 @@ impl WorkflowCache {
         let config = watcher::Config::default().labels(labels::CALLER);
         let runner = cache.clone();
         let run = async move {
-            let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+            // The cache keeps only what the tools read: one trimmed copy per
+            // workflow, shared by every reader and waiter.
+            let watched = watcher(api, config).default_backoff().modify(|object: &mut DynamicObject| {
+                mining_api::trim_for_cache(&mut object.metadata);
+            });
+            let events = reflector::reflector(writer, watched);
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 match event {

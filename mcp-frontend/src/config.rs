@@ -13,6 +13,9 @@ use crate::tools::Limits;
 /// (Claude Desktop) to 5 min (VS Code), and a wait must end well before.
 pub const MAX_WAIT_BUDGET_SECONDS: u32 = 50;
 
+/// The audience Kubernetes tokens must be minted for, unless configured.
+pub const DEFAULT_TOKEN_AUDIENCE: &str = "mining-operator";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
     /// Everyone is one anonymous caller (for a laptop; never on a shared cluster).
@@ -27,9 +30,25 @@ pub enum AuthMode {
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
 pub struct Config {
-    /// Address to serve /mcp, /healthz, /readyz and /metrics on.
+    /// Address to serve /mcp on.
     #[arg(long, env = "LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+
+    /// Address to serve /healthz, /readyz and /metrics on (a port of their
+    /// own, so a NetworkPolicy can expose MCP without them).
+    #[arg(long, env = "METRICS_LISTEN", default_value = "127.0.0.1:9090")]
+    pub metrics_listen: SocketAddr,
+
+    /// Most connections open at once to the MCP listener; more are closed at once.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_connections: u32,
+
+    /// A request head must arrive whole within this, and a keep-alive
+    /// connection idle this long is closed.
+    #[arg(long, env = "HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=300))]
+    pub header_read_timeout_seconds: u32,
 
     /// Namespace of the MiningWorkflows (default: the pod's own namespace, or
     /// the kubeconfig's, else `default`).
@@ -74,6 +93,20 @@ pub struct Config {
     #[arg(long, env = "TOKENS_FILE", required_if_eq("auth", "tokens"))]
     pub tokens_file: Option<PathBuf>,
 
+    /// With --auth kubernetes: the audiences a token must be minted for
+    /// (`kubectl create token SA --audience mining-operator`), comma-separated.
+    /// A token for the API server itself is refused, so none that reaches this
+    /// server can be replayed against the cluster.
+    #[arg(long, env = "TOKEN_AUDIENCES", value_delimiter = ',', default_value = DEFAULT_TOKEN_AUDIENCE,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub token_audiences: Vec<String>,
+
+    /// With --auth kubernetes: how long an admitted token is trusted before it
+    /// is reviewed again (so a revocation takes effect within this).
+    #[arg(long, env = "AUTH_CACHE_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub auth_cache_seconds: u32,
+
     /// The secret (at least 32 bytes; e.g. `head -c 32 /dev/urandom | base64`)
     /// behind ownership proofs and workflow ids. Every replica needs the same
     /// one; the chart keeps it in a Secret. Whoever has it can make
@@ -86,10 +119,29 @@ pub struct Config {
     #[arg(long, env = "PREVIOUS_OWNERSHIP_KEY_FILE")]
     pub previous_ownership_key_file: Option<PathBuf>,
 
-    /// Most unfinished workflows one caller may have.
+    /// Most unfinished workflows one caller may have (exact across replicas).
     #[arg(long, env = "MAX_RUNNING_PER_CALLER", default_value_t = 20,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_running_per_caller: u32,
+
+    /// Most workflows one caller may start per minute (exact across
+    /// replicas). With the operator's retention it bounds how many finished
+    /// workflows one caller can leave stored: this × 60 × 24 a day.
+    #[arg(long, env = "MAX_STARTS_PER_MINUTE", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_starts_per_minute: u32,
+
+    /// Most calls of one caller that wait at once on this replica (tool
+    /// budgets and 2025-11-25 `tasks/result`); beyond it a call answers at
+    /// once, as `wait_seconds: 0` would.
+    #[arg(long, env = "MAX_WAITS_PER_CALLER", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_waits_per_caller: u32,
+
+    /// Most calls that wait at once on this replica, over every caller.
+    #[arg(long, env = "MAX_WAITS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_waits: u32,
 
     /// How long the operator keeps finished workflows that set no
     /// ttlSecondsAfterFinished (its --default-ttl-seconds): the `ttl` tasks report.
@@ -147,6 +199,7 @@ mod tests {
             Limits { max_difficulty: 32, default_difficulty: 21, default_blocks: 4, wait_budget_seconds: 20 }
         );
         assert_eq!(config.max_running_per_caller, 20);
+        assert_eq!(config.token_audiences, [DEFAULT_TOKEN_AUDIENCE]);
     }
 
     #[test]
@@ -157,6 +210,8 @@ mod tests {
             &["--default-blocks", "0"],
             &["--auth", "tokens"],
             &["--max-difficulty", "99999999999999999999"],
+            &["--token-audiences", ""],
+            &["--auth-cache-seconds", "0"],
         ] {
             let args = ["mcp-frontend", "--ownership-key-file", "/key"].iter().chain(args);
             assert!(Config::try_parse_from(args.clone()).is_err(), "{:?}", args.collect::<Vec<_>>());

@@ -1,6 +1,8 @@
 //! DNS-rebinding protection for everything under `/mcp`: the `Host` must be
-//! an allowed host and, when an Origin allow-list is configured, a browser's
-//! `Origin` must be on it; otherwise 403.
+//! an allowed host and a browser's `Origin` must be on the Origin allow-list
+//! (empty by default: no web page may call the server); otherwise 403. The
+//! MCP transport spec says servers MUST validate Origin; clients that are not
+//! browsers send none and are not affected.
 //!
 //! rmcp's Streamable HTTP service checks the same inside itself, but the
 //! 2025-11-25 task layer answers some requests before they reach rmcp, so
@@ -78,9 +80,6 @@ impl HostGuard {
         if !host_allowed {
             return Some("Forbidden: Host header is not allowed");
         }
-        if self.allowed_origins.is_empty() {
-            return None;
-        }
         // Clients that are not browsers send no Origin.
         let value = headers.get(header::ORIGIN)?;
         let Some((scheme, host, port)) = value.to_str().ok().and_then(origin) else {
@@ -152,8 +151,9 @@ mod tests {
             assert!(guard.refusal(&uri, &headers(bad, None)).is_some(), "{bad}");
         }
         assert!(guard.refusal(&uri, &HeaderMap::new()).is_some(), "no Host at all");
-        // Without an origin allow-list the Origin is not checked (rmcp's rule).
-        assert_eq!(guard.refusal(&uri, &headers("localhost", Some("http://evil.example.com"))), None);
+        // Without an origin allow-list no browser Origin passes; no Origin does.
+        assert!(guard.refusal(&uri, &headers("localhost", Some("http://evil.example.com"))).is_some());
+        assert!(guard.refusal(&uri, &headers("localhost", Some("http://localhost:6274"))).is_some());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The HTTP edge: `/mcp` (rmcp's Streamable HTTP service behind the auth
-//! middleware), `/healthz`, `/readyz` and `/metrics` on one listener.
+//! middleware) on the MCP listener, and `/healthz`, `/readyz` and `/metrics`
+//! on a listener of their own, so a NetworkPolicy can open one without the
+//! other.
 
 use std::sync::Arc;
 
@@ -23,6 +25,9 @@ use crate::faces::tasks_2025::answer_core_tasks;
 use crate::faces::tasks_2026::mirror_task_id_header;
 use crate::host_guard::{HostGuard, guard_host_and_origin};
 use crate::metrics::Metrics;
+
+/// Longest a request body may take to arrive.
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Host names always accepted (rmcp's defaults: loopback only).
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -55,9 +60,19 @@ async fn ready(State(health): State<Health>) -> (StatusCode, &'static str) {
     }
 }
 
-/// The whole router. Stateless for every protocol version: any replica can
+/// The probes and metrics (for the kubelet and scrapers, never for callers).
+pub fn ops_router(core: &Core) -> Router {
+    let health = Health { cache: core.cache.clone(), metrics: core.metrics.clone() };
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(health)
+}
+
+/// The MCP router. Stateless for every protocol version: any replica can
 /// answer any request, and a restart loses nothing but open waits.
-pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) -> Router {
+pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) -> Router {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
     hosts.extend(options.allowed_hosts.iter().filter(|h| !h.is_empty()).cloned());
     let mut config = StreamableHttpServerConfig::default()
@@ -73,7 +88,6 @@ pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) 
         allowed_hosts: hosts.clone(),
         allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
     });
-    let health = Health { cache: core.cache.clone(), metrics: core.metrics.clone() };
     // Shared state is built once, outside the per-request factory.
     let factory_core = core.clone();
     let service = StreamableHttpService::new(
@@ -81,19 +95,13 @@ pub fn router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptions) 
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    let mcp = Router::new()
+    Router::new()
         .route_service("/mcp", service)
         .route_layer(middleware::from_fn(mirror_task_id_header))
         .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))
-        .route_layer(middleware::from_fn_with_state(guard, guard_host_and_origin));
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .with_state(health)
-        .merge(mcp)
+        .route_layer(middleware::from_fn_with_state(guard, guard_host_and_origin))
 }
 
 /// Answers a POST body that is not JSON with JSON-RPC's parse error (-32700),
@@ -111,9 +119,17 @@ async fn reject_unparseable_json(State(limit): State<usize>, request: Request, n
             .into_response();
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => bytes,
+    // A body that trickles in must not hold the connection (and its slot).
+    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
         Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                format!("Request Timeout: the body did not arrive within {BODY_READ_TIMEOUT:?}\n"),
+            )
+                .into_response();
+        }
+        Ok(Err(_)) => {
             return (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("Payload Too Large: request body exceeds {limit} bytes\n"),

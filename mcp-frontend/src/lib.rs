@@ -21,6 +21,8 @@ pub mod http;
 pub mod ids;
 pub mod metrics;
 pub mod ownership;
+pub mod quota;
+pub mod serve;
 pub mod tasks;
 pub mod tools;
 pub mod workflows;

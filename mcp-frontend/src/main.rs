@@ -9,10 +9,12 @@ use kube::api::Api;
 use mcp_frontend::auth::{AuthLayerState, Authenticator, KubernetesReviews, TokenFile};
 use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
-use mcp_frontend::core::Core;
-use mcp_frontend::http::{HttpOptions, router};
+use mcp_frontend::core::{Core, WaitSlots};
+use mcp_frontend::http::{HttpOptions, mcp_router, ops_router};
 use mcp_frontend::metrics::Metrics;
 use mcp_frontend::ownership::OwnershipKeys;
+use mcp_frontend::quota::Quotas;
+use mcp_frontend::serve::{ConnectionLimits, serve};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -42,7 +44,12 @@ async fn main() -> anyhow::Result<()> {
             let path = config.tokens_file.clone().context("--auth tokens needs --tokens-file")?;
             Authenticator::Tokens(TokenFile::open(path).map_err(anyhow::Error::msg)?)
         }
-        AuthMode::Kubernetes => Authenticator::Kubernetes(KubernetesReviews::new(client.clone(), &namespace)),
+        AuthMode::Kubernetes => Authenticator::Kubernetes(KubernetesReviews::new(
+            client.clone(),
+            &namespace,
+            config.token_audiences.clone(),
+            std::time::Duration::from_secs(u64::from(config.auth_cache_seconds)),
+        )),
     };
 
     let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
@@ -55,16 +62,21 @@ async fn main() -> anyhow::Result<()> {
         namespace: namespace.clone(),
         tools: limits.tools(),
         limits,
-        max_running_per_caller: config.max_running_per_caller,
-        api: Api::namespaced(client, &namespace),
+        quotas: Quotas {
+            max_running: config.max_running_per_caller,
+            max_starts_per_minute: config.max_starts_per_minute,
+        },
+        api: Api::namespaced(client.clone(), &namespace),
+        leases: Api::namespaced(client, &namespace),
         cache,
         metrics: metrics.clone(),
         default_ttl_seconds: config.default_ttl_seconds,
         task_list_page_size: config.task_list_page_size as usize,
         task_result_wait: std::time::Duration::from_secs(u64::from(config.task_result_wait_seconds)),
+        waits: WaitSlots::new(config.max_waits_per_caller as usize, config.max_waits as usize),
     });
     let shutdown = CancellationToken::new();
-    let auth = Arc::new(AuthLayerState { authenticator, metrics });
+    let auth = Arc::new(AuthLayerState { authenticator, metrics: metrics.clone() });
     let options = HttpOptions {
         allowed_hosts: config.allowed_hosts.clone(),
         allowed_origins: config.allowed_origins.clone(),
@@ -74,18 +86,32 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(addr = %config.listen, %namespace, auth = ?config.auth, "serving MCP at /mcp");
-    axum::serve(listener, router(core, auth, options))
-        .with_graceful_shutdown(async move {
-            stop_signal().await;
-            tracing::info!("stopping");
-            shutdown.cancel();
-        })
+    let ops_listener = tokio::net::TcpListener::bind(config.metrics_listen)
         .await
-        .context("serving HTTP")?;
+        .with_context(|| format!("binding {}", config.metrics_listen))?;
+    tracing::info!(addr = %config.listen, metrics = %config.metrics_listen, %namespace, auth = ?config.auth,
+        "serving MCP at /mcp");
+    let limits = ConnectionLimits {
+        max_connections: config.max_connections as usize,
+        header_read_timeout: std::time::Duration::from_secs(u64::from(config.header_read_timeout_seconds)),
+        max_head_bytes: MAX_HEAD_BYTES,
+    };
+    // Probes and scrapes are few and trusted: a small fixed bound.
+    let ops_limits = ConnectionLimits { max_connections: 64, ..limits };
+    let ops = serve(ops_listener, ops_router(&core), ops_limits, None, shutdown.clone().cancelled_owned());
+    let stopping = shutdown.clone();
+    let mcp = serve(listener, mcp_router(core, auth, options), limits, Some(metrics), async move {
+        stop_signal().await;
+        tracing::info!("stopping");
+        stopping.cancel();
+    });
+    tokio::join!(mcp, ops);
     cache_task.abort();
     Ok(())
 }
+
+/// Largest request head (request line and headers) accepted.
+const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// SIGTERM (Kubernetes) or Ctrl-C.
 async fn stop_signal() {

@@ -36,6 +36,10 @@ pub struct Metrics {
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub api_errors: Family<ReasonLabels, Counter>,
     pub api_requests: Family<ReasonLabels, Counter>,
+    pub waits_shortened: Family<ReasonLabels, Counter>,
+    pub starts_refused: Family<ReasonLabels, Counter>,
+    pub connections_open: Gauge,
+    pub connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -75,6 +79,30 @@ impl Default for Metrics {
             "Kubernetes API calls made for tool and task requests, by call (the watch aside)",
             api_requests.clone(),
         );
+        let waits_shortened = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "waits_shortened",
+            "Waits answered at once because a cap on concurrent waits was reached, by cap",
+            waits_shortened.clone(),
+        );
+        let starts_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "starts_refused",
+            "start_mining calls refused by a per-caller quota, by quota",
+            starts_refused.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Open connections to the MCP listener",
+            connections_open.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because --max-connections were open",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -85,6 +113,10 @@ impl Default for Metrics {
             auth_failures,
             api_errors,
             api_requests,
+            waits_shortened,
+            starts_refused,
+            connections_open,
+            connections_refused,
         }
     }
 }

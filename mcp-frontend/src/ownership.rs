@@ -85,6 +85,19 @@ impl OwnershipKeys {
         self.keys().any(|key| mac_of(key, "workflow", &fields).verify_slice(&claimed).is_ok())
     }
 
+    /// The proof on a quota ledger: `text` as the frontend wrote it to the
+    /// Lease `name` in `namespace`.
+    pub fn ledger_proof(&self, namespace: &str, name: &str, text: &str) -> String {
+        hex(&mac(&self.current, "quota-ledger", &[namespace, name, text]))
+    }
+
+    /// Whether `proof` is the frontend's (either key) for this ledger.
+    pub fn proves_ledger(&self, namespace: &str, name: &str, text: &str, proof: &str) -> bool {
+        let Some(claimed) = unhex(proof) else { return false };
+        self.keys()
+            .any(|key| mac_of(key, "quota-ledger", &[namespace, name, text]).verify_slice(&claimed).is_ok())
+    }
+
     /// The MAC an id of `caller_label` with body `nonce` carries, under the current key.
     pub fn id_tag(&self, caller_label: &str, nonce: &str) -> [u8; 32] {
         mac(&self.current, "id", &[caller_label.as_bytes(), nonce.as_bytes()])

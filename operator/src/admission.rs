@@ -4,12 +4,18 @@
 //! counts the workflows mining by their *freshest* phase — what this operator
 //! last wrote, else the cache — so neither parallel reconciles nor a cache
 //! that lags the operator's own writes can admit more than the limit.
-//! Waiting workflows are admitted oldest first.
+//!
+//! The queue is fair: slots go round-robin across namespaces and, within a
+//! namespace, across parties — each MCP caller (its caller label) is one,
+//! and everyone who creates workflows directly is one more. A party's rank
+//! counts the slots it holds now plus its place in its own queue, so a
+//! namespace (or caller) with a backlog of hundreds delays another's next
+//! workflow by at most one slot turn; equal ranks go oldest first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mining_api::{MiningWorkflow, WorkflowPhase};
+use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 
 /// A workflow with the phase this operator believes it has.
 pub struct Seen {
@@ -46,7 +52,7 @@ fn waiting(seen: &Seen) -> bool {
         && seen.workflow.metadata.deletion_timestamp.is_none()
 }
 
-/// Queue order: creation time, then namespace and name.
+/// Queue order among equals: creation time, then namespace and name.
 fn queue_key(workflow: &MiningWorkflow) -> (Option<k8s_openapi::jiff::Timestamp>, &str, &str) {
     (
         workflow.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -55,28 +61,120 @@ fn queue_key(workflow: &MiningWorkflow) -> (Option<k8s_openapi::jiff::Timestamp>
     )
 }
 
+fn namespace_of(workflow: &MiningWorkflow) -> &str {
+    workflow.metadata.namespace.as_deref().unwrap_or_default()
+}
+
+/// The party a workflow queues as within its namespace: its MCP caller, or
+/// (no caller label) the namespace's direct creators together.
+fn party_of(workflow: &MiningWorkflow) -> &str {
+    workflow.label(labels::CALLER).unwrap_or_default()
+}
+
+type Served = Option<k8s_openapi::jiff::Timestamp>;
+
+/// When a workflow was admitted, if it has been.
+fn started(workflow: &MiningWorkflow) -> Served {
+    workflow.status.as_ref()?.started_at.as_ref().map(|t| t.0)
+}
+
+/// What one level of the queue knows of each group: the slots it holds now,
+/// and when it was last served (its newest admission, retained workflows
+/// included).
+#[derive(Default)]
+struct Groups<'a> {
+    holding: HashMap<&'a str, usize>,
+    served: HashMap<&'a str, k8s_openapi::jiff::Timestamp>,
+}
+
+impl<'a> Groups<'a> {
+    fn note(&mut self, group: &'a str, seen: &Seen) {
+        if seen.phase == WorkflowPhase::Mining {
+            *self.holding.entry(group).or_default() += 1;
+        }
+        if let Some(at) = started(&seen.workflow) {
+            let served = self.served.entry(group).or_insert(at);
+            *served = (*served).max(at);
+        }
+    }
+}
+
+/// Orders `members` (one level's waiting workflows, each with its place in
+/// its own order so far) round-robin across the groups `group_of` names:
+/// rank = slots the group holds + the member's place within the group; on
+/// equal ranks the group served longest ago goes first, then the oldest.
+fn round_robin<'a>(
+    members: Vec<(usize, &'a Seen)>,
+    group_of: impl Fn(&'a MiningWorkflow) -> &'a str,
+    groups: &Groups<'a>,
+) -> Vec<&'a Seen> {
+    let mut by_group: HashMap<&str, Vec<(usize, &Seen)>> = HashMap::new();
+    for member in members {
+        by_group.entry(group_of(&member.1.workflow)).or_default().push(member);
+    }
+    let mut ranked: Vec<(usize, Served, &Seen)> = Vec::new();
+    for (group, mut queue) in by_group {
+        queue.sort_by(|a, b| (a.0, queue_key(&a.1.workflow)).cmp(&(b.0, queue_key(&b.1.workflow))));
+        let held = groups.holding.get(group).copied().unwrap_or(0);
+        let served = groups.served.get(group).copied();
+        ranked.extend(
+            queue
+                .into_iter()
+                .enumerate()
+                .map(|(place, (_, seen))| (held.saturating_add(place), served, seen)),
+        );
+    }
+    ranked.sort_by(|a, b| (a.0, a.1, queue_key(&a.2.workflow)).cmp(&(b.0, b.1, queue_key(&b.2.workflow))));
+    ranked.into_iter().map(|(_, _, seen)| seen).collect()
+}
+
+/// Every waiting workflow, in the order slots go to them (fair; see above).
+pub fn queue(all: &[Seen]) -> Vec<&Seen> {
+    let mut namespaces = Groups::default();
+    let mut parties: HashMap<&str, Groups> = HashMap::new();
+    let mut waiting_by_namespace: HashMap<&str, Vec<(usize, &Seen)>> = HashMap::new();
+    for seen in all {
+        let namespace = namespace_of(&seen.workflow);
+        namespaces.note(namespace, seen);
+        parties.entry(namespace).or_default().note(party_of(&seen.workflow), seen);
+        if waiting(seen) {
+            waiting_by_namespace.entry(namespace).or_default().push((0, seen));
+        }
+    }
+    // Within each namespace: round-robin across its parties; each member's
+    // place there is its place in the namespace's own order.
+    let no_parties = Groups::default();
+    let mut within: Vec<(usize, &Seen)> = Vec::new();
+    for (namespace, members) in waiting_by_namespace {
+        let ordered = round_robin(members, party_of, parties.get(namespace).unwrap_or(&no_parties));
+        within.extend(ordered.into_iter().enumerate());
+    }
+    // Across namespaces, by the same rule.
+    round_robin(within, namespace_of, &namespaces)
+}
+
 /// For `me`: how many other workflows are mining, and how many waiting ones
 /// are ahead of it in the queue.
 pub fn standing(all: &[Seen], me: &MiningWorkflow) -> (usize, usize) {
     let uid = me.metadata.uid.as_deref();
-    let others = all.iter().filter(|s| s.workflow.metadata.uid.as_deref() != uid);
-    let (mut mining, mut ahead) = (0, 0);
-    for seen in others {
-        if seen.phase == WorkflowPhase::Mining {
-            mining += 1;
-        } else if waiting(seen) && queue_key(&seen.workflow) < queue_key(me) {
-            ahead += 1;
-        }
-    }
+    let mining = all
+        .iter()
+        .filter(|s| s.workflow.metadata.uid.as_deref() != uid && s.phase == WorkflowPhase::Mining)
+        .count();
+    let order = queue(all);
+    let ahead = match order.iter().position(|s| s.workflow.metadata.uid.as_deref() == uid) {
+        Some(place) => place,
+        // Not waiting itself (cancelled, or a phase that moved on): the
+        // waiting ones created before it.
+        None => order.iter().filter(|s| queue_key(&s.workflow) < queue_key(me)).count(),
+    };
     (mining, ahead)
 }
 
-/// The waiting workflows that should take the slots free now, oldest first.
+/// The waiting workflows that should take the slots free now, in queue order.
 pub fn next_in_queue(all: &[Seen], limit: usize) -> Vec<Arc<MiningWorkflow>> {
     let mining = all.iter().filter(|s| s.phase == WorkflowPhase::Mining).count();
-    let mut queue: Vec<&Seen> = all.iter().filter(|s| waiting(s)).collect();
-    queue.sort_by(|a, b| queue_key(&a.workflow).cmp(&queue_key(&b.workflow)));
-    queue.into_iter().take(limit.saturating_sub(mining)).map(|s| s.workflow.clone()).collect()
+    queue(all).into_iter().take(limit.saturating_sub(mining)).map(|s| s.workflow.clone()).collect()
 }
 
 #[cfg(test)]
@@ -116,6 +214,31 @@ mod tests {
         assert_eq!(phases, [WorkflowPhase::Succeeded, WorkflowPhase::Mining]);
     }
 
+    fn seen_in(
+        namespace: &str,
+        caller: Option<&str>,
+        name: &str,
+        created: i64,
+        phase: WorkflowPhase,
+    ) -> Seen {
+        let mut seen = seen(name, created, phase);
+        let workflow = Arc::make_mut(&mut seen.workflow);
+        workflow.metadata.namespace = Some(namespace.into());
+        workflow.metadata.uid = Some(format!("{namespace}/{name}"));
+        if let Some(caller) = caller {
+            workflow
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(labels::CALLER.into(), caller.into());
+        }
+        seen
+    }
+
+    fn names(queue: &[&Seen]) -> Vec<String> {
+        queue.iter().map(|s| s.workflow.metadata.name.clone().unwrap()).collect()
+    }
+
     #[test]
     fn free_slots_go_to_the_oldest_waiting_workflows() {
         let mut cancelled = seen("x", -5, WorkflowPhase::Pending);
@@ -130,5 +253,57 @@ mod tests {
         let names: Vec<_> = next_in_queue(&all, 3).iter().map(|w| w.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["early", "middle"]);
         assert!(next_in_queue(&all, 1).is_empty());
+    }
+
+    #[test]
+    fn a_backlog_in_one_namespace_delays_another_by_at_most_one_turn() {
+        let mut all: Vec<Seen> =
+            (0..300).map(|i| seen_in("x", None, &format!("x{i}"), i, WorkflowPhase::Pending)).collect();
+        all.push(seen_in("x", None, "x-busy", -1, WorkflowPhase::Mining));
+        all.push(seen_in("y", None, "y0", 1_000, WorkflowPhase::Pending));
+        all.push(seen_in("y", None, "y1", 1_001, WorkflowPhase::Pending));
+        // x holds a slot, y none: y's oldest goes first, then they alternate.
+        let order = names(&queue(&all));
+        assert_eq!(order[..4], ["y0", "x0", "y1", "x1"]);
+        let y0 = &all[301].workflow;
+        assert_eq!(standing(&all, y0), (1, 0));
+        // With no slot held and neither served yet, the older head goes first.
+        all.retain(|s| s.phase != WorkflowPhase::Mining);
+        assert_eq!(names(&queue(&all))[..3], ["x0", "y0", "x1"]);
+        // The slot x held has just freed: x was served last, so y goes next.
+        let mut done = seen_in("x", None, "x-done", -1, WorkflowPhase::Succeeded);
+        Arc::make_mut(&mut done.workflow).status =
+            Some(mining_api::MiningWorkflowStatus { started_at: Some(Time(at(500))), ..Default::default() });
+        all.push(done);
+        assert_eq!(names(&queue(&all))[..4], ["y0", "x0", "y1", "x1"]);
+    }
+
+    #[test]
+    fn within_a_namespace_callers_take_turns_and_direct_creators_are_one_more() {
+        let mut all: Vec<Seen> = (0..50)
+            .map(|i| seen_in("ns", Some("greedy"), &format!("g{i}"), i, WorkflowPhase::Pending))
+            .collect();
+        all.push(seen_in("ns", Some("modest"), "m0", 100, WorkflowPhase::Pending));
+        all.push(seen_in("ns", None, "direct0", 200, WorkflowPhase::Pending));
+        all.push(seen_in("ns", Some("greedy"), "g-busy", -1, WorkflowPhase::Mining));
+        let order = names(&queue(&all));
+        assert_eq!(order[..4], ["m0", "direct0", "g0", "g1"]);
+    }
+
+    #[test]
+    fn the_queue_holds_every_waiting_workflow_once() {
+        let mut all = Vec::new();
+        for i in 0..40i64 {
+            let namespace = ["a", "b", "c"][i as usize % 3];
+            let caller = [Some("p"), Some("q"), None][(i as usize / 3) % 3];
+            let phase = if i % 7 == 0 { WorkflowPhase::Mining } else { WorkflowPhase::Pending };
+            all.push(seen_in(namespace, caller, &format!("w{i}"), i * 13 % 17, phase));
+        }
+        let mut order = names(&queue(&all));
+        let waiting = all.iter().filter(|s| waiting(s)).count();
+        assert_eq!(order.len(), waiting);
+        order.sort();
+        order.dedup();
+        assert_eq!(order.len(), waiting);
     }
 }

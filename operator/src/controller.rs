@@ -198,7 +198,11 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     // As `Controller::new` would build it, with an eye on its first list.
     let (store, workflow_writer) = reflector::store::<MiningWorkflow>();
     let seen = caches.clone();
+    // Caches keep only what reconciles read (no managedFields, no foreign
+    // labels or annotations): anyone who may edit a workflow could otherwise
+    // grow every operator replica's memory by 256 KiB per object.
     let workflow_events = watcher(workflows, watcher::Config::default().any_semantic())
+        .modify(|workflow| mining_api::trim_for_cache(&mut workflow.metadata))
         .reflect(workflow_writer)
         .inspect_ok(move |event| seen.saw(Watched::Workflows, event))
         .applied_objects();
@@ -208,6 +212,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     let seen = caches.clone();
     let job_events = watcher(jobs, watcher::Config::default().labels(&managed).any_semantic())
         .default_backoff()
+        .modify(|job| job.managed_fields_mut().clear())
         .reflect(job_writer)
         .inspect_ok(move |event| seen.saw(Watched::Jobs, event))
         .touched_objects();

@@ -15,6 +15,7 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use mining_api::MiningWorkflow;
 use rmcp::model::Tool;
@@ -23,6 +24,7 @@ use crate::cache::{Cached, WorkflowCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::ownership::OwnershipKeys;
+use crate::quota::Quotas;
 use crate::tools::Limits;
 use crate::workflows;
 
@@ -30,13 +32,16 @@ pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use list::Listed;
 pub use start::{Started, same_work};
-pub use wait::WaitListener;
+pub use wait::{WaitCap, WaitListener, WaitSlots};
 
 /// Shared by every request of every protocol face.
 pub struct Core {
     pub limits: Limits,
-    pub max_running_per_caller: u32,
+    /// Per-caller quotas, kept exact across replicas by a ledger Lease each.
+    pub quotas: Quotas,
     pub api: Api<MiningWorkflow>,
+    /// The ledgers' Leases, in the workflows' namespace.
+    pub leases: Api<Lease>,
     /// The namespace of `api` (bound by ownership proofs).
     pub namespace: String,
     pub cache: Arc<WorkflowCache>,
@@ -50,6 +55,8 @@ pub struct Core {
     pub task_result_wait: Duration,
     /// Tasks per 2025-11-25 `tasks/list` page.
     pub task_list_page_size: usize,
+    /// Concurrent waits of this replica, per caller and in total.
+    pub waits: WaitSlots,
 }
 
 /// What a caller may see of one workflow.

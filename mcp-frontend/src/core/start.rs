@@ -7,6 +7,8 @@ use rmcp::model::JsonObject;
 use super::{Answer, Core};
 use crate::cache::Cached;
 use crate::ids::{Caller, WorkflowId};
+use crate::metrics::ReasonLabels;
+use crate::quota;
 use crate::tools::{START_MINING, StartMiningArgs, StartRequest, parse_args};
 use crate::workflows::{self, Created};
 
@@ -30,16 +32,6 @@ pub fn same_work(spec: &MiningWorkflowSpec, request: &StartRequest) -> bool {
 }
 
 impl Core {
-    fn running_count(&self, caller: &Caller) -> usize {
-        self.cache
-            .list_for(&caller.label)
-            .iter()
-            .filter(|cached| {
-                matches!(cached, Cached::Found(workflow) if !workflow.is_finished() && self.owns(workflow, caller))
-            })
-            .count()
-    }
-
     /// Checks `start_mining`'s arguments and creates its workflow (or finds
     /// the one an idempotency key already started). The error is the answer.
     pub async fn start(
@@ -132,13 +124,17 @@ impl Core {
         request: &StartRequest,
         annotations: &[(&str, String)],
     ) -> Result<Created, Answer> {
-        let running = self.running_count(caller);
-        let limit = self.max_running_per_caller as usize;
-        if running >= limit {
-            return Err(Answer::Refused(format!(
-                "you already have {running} unfinished mining workflows (the limit is {limit}); \
-                 wait for them with get_mining_result or stop some with cancel_mining"
-            )));
+        let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
+        let reserved = self
+            .api_call(
+                "quota",
+                quota::reserve(&self.leases, &self.api, &self.keys, caller, id.as_str(), self.quotas, owned),
+            )
+            .await;
+        if let Err(refusal) = reserved {
+            self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
+            tracing::info!(caller = %caller.name, quota = refusal.metric_label(), "start refused by a quota");
+            return Err(Answer::Refused(refusal.to_string()));
         }
         let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
         match self.api_call("create", workflows::create(&self.api, &built)).await {

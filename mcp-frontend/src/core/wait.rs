@@ -3,6 +3,9 @@
 //! when the deadline passes, or when the one waiting has gone. Progress is
 //! reported through the face's [`WaitListener`] as blocks get mined.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
 use tokio::time::Instant;
@@ -11,6 +14,7 @@ use super::{Core, View};
 use crate::cache::Cached;
 use crate::contract::{OutcomeStatus, Progress, outcome};
 use crate::ids::Caller;
+use crate::metrics::ReasonLabels;
 
 /// The face's side of a wait: where progress goes, and how to tell that
 /// the client has gone.
@@ -20,6 +24,85 @@ pub trait WaitListener: Send {
 
     /// Resolves once the client has gone (never, if it cannot tell).
     fn gone(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Which cap a wait ran into (the metric's label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitCap {
+    PerCaller,
+    Total,
+}
+
+/// The concurrent waits of one replica, bounded per caller and in total: a
+/// caller holding many waits open cannot take the memory or the slots that
+/// another caller's wait needs. A wait over a cap is not refused: it answers
+/// at once, as `wait_seconds: 0` would.
+pub struct WaitSlots {
+    per_caller: usize,
+    total: usize,
+    /// Slots held in total, and per caller label.
+    held: Mutex<(usize, HashMap<String, usize>)>,
+}
+
+/// One wait's slot; dropping it frees the slot.
+pub struct WaitSlot<'a> {
+    slots: &'a WaitSlots,
+    caller_label: String,
+}
+
+impl WaitCap {
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Self::PerCaller => "per_caller",
+            Self::Total => "total",
+        }
+    }
+}
+
+impl WaitSlots {
+    pub fn new(per_caller: usize, total: usize) -> Self {
+        Self { per_caller, total, held: Mutex::new((0, HashMap::new())) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<String, usize>)> {
+        // Counters only: a panic elsewhere cannot leave them inconsistent.
+        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A slot for `caller_label`, or the cap that is full.
+    pub fn take(&self, caller_label: &str) -> Result<WaitSlot<'_>, WaitCap> {
+        let mut held = self.lock();
+        let (total, per_caller) = &mut *held;
+        let mine = per_caller.get(caller_label).copied().unwrap_or(0);
+        if mine >= self.per_caller {
+            return Err(WaitCap::PerCaller);
+        }
+        if *total >= self.total {
+            return Err(WaitCap::Total);
+        }
+        *total += 1;
+        per_caller.insert(caller_label.to_string(), mine + 1);
+        Ok(WaitSlot { slots: self, caller_label: caller_label.to_string() })
+    }
+
+    /// Slots held now, in total.
+    pub fn held(&self) -> usize {
+        self.lock().0
+    }
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        let mut held = self.slots.lock();
+        let (total, per_caller) = &mut *held;
+        *total = total.saturating_sub(1);
+        if let Some(mine) = per_caller.get_mut(&self.caller_label) {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                per_caller.remove(&self.caller_label);
+            }
+        }
+    }
 }
 
 impl Core {
@@ -34,6 +117,19 @@ impl Core {
         listener: &mut impl WaitListener,
     ) -> View {
         let name = latest.metadata.name.clone().unwrap_or_default();
+        // Over a cap the wait ends at once, with the workflow as it is now.
+        let _slot = match self.waits.take(&caller.label) {
+            Ok(slot) => Some(slot),
+            Err(cap) if Instant::now() < deadline => {
+                self.metrics
+                    .waits_shortened
+                    .get_or_create(&ReasonLabels { reason: cap.metric_label() })
+                    .inc();
+                tracing::debug!(workflow = %name, ?cap, "wait answered at once: too many waits");
+                return self.view_now(&name, caller, latest);
+            }
+            Err(_) => None,
+        };
         let mut subscription = self.cache.subscribe(&name);
         let mut reported: Option<u32> = None;
         let mut seen_in_cache = false;
@@ -70,5 +166,46 @@ impl Core {
                 () = listener.gone() => return View::Found(latest),
             }
         }
+    }
+
+    /// The workflow as the caller may see it now, without waiting.
+    fn view_now(&self, name: &str, caller: &Caller, latest: Box<MiningWorkflow>) -> View {
+        let latest = match self.cache.get(name) {
+            Cached::Found(workflow) => workflow,
+            Cached::Unreadable { problem, .. } => return View::Unreadable(problem),
+            Cached::Missing => latest,
+        };
+        if self.owns(&latest, caller) { View::Found(latest) } else { View::Missing }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_over_its_cap_gets_no_slot_and_others_still_do() {
+        let slots = WaitSlots::new(2, 3);
+        let a1 = slots.take("a").unwrap();
+        let _a2 = slots.take("a").unwrap();
+        assert_eq!(slots.take("a").err(), Some(WaitCap::PerCaller));
+        let _b1 = slots.take("b").unwrap();
+        assert_eq!(slots.take("c").err(), Some(WaitCap::Total));
+        assert_eq!(slots.held(), 3);
+        drop(a1);
+        assert_eq!(slots.held(), 2);
+        let _c1 = slots.take("c").unwrap();
+        assert_eq!(slots.take("a").err(), Some(WaitCap::Total));
+    }
+
+    #[test]
+    fn freed_slots_leave_nothing_behind() {
+        let slots = WaitSlots::new(1, 10);
+        for _ in 0..100 {
+            let slot = slots.take("a").unwrap();
+            drop(slot);
+        }
+        assert_eq!(slots.held(), 0);
+        assert!(slots.lock().1.is_empty(), "no per-caller entry outlives its slots");
     }
 }

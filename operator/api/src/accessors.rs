@@ -1,5 +1,7 @@
 //! Reading a MiningWorkflow the one way every component reads it.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use crate::bounds::{DEFAULT_BLOCKS, DEFAULT_PARALLELISM};
 use crate::labels;
 use crate::workflow::{Condition, MinedBlock, MiningWorkflow, MiningWorkflowSpec, WorkflowPhase};
@@ -63,10 +65,61 @@ impl MiningWorkflow {
     }
 }
 
+/// Whether a label or annotation key is one of this project's
+/// (`mining-operator.dev/…`): the only ones any component reads.
+pub fn is_our_key(key: &str) -> bool {
+    key.strip_prefix(crate::GROUP).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Trims what a watch cache keeps of an object to what our readers need:
+/// no managedFields, and only our own labels and annotations (anyone who may
+/// edit the object can write others, up to the API server's 256 KiB).
+pub fn trim_for_cache(metadata: &mut ObjectMeta) {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.retain(|key, _| is_our_key(key));
+    }
+    if let Some(kept) = metadata.labels.as_mut() {
+        kept.retain(|key, _| is_our_key(key) || key == labels::MANAGED_BY);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::workflow::MiningWorkflowStatus;
+
+    #[test]
+    fn a_cached_copy_keeps_only_our_keys() {
+        let mut metadata = ObjectMeta {
+            labels: Some(
+                [
+                    (labels::CALLER, "c"),
+                    (labels::MANAGED_BY, "m"),
+                    ("team", "x"),
+                    ("mining-operator.dev.evil/a", "y"),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    (crate::annotations::OWNER_PROOF, "p"),
+                    ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            ),
+            managed_fields: Some(vec![Default::default()]),
+            ..Default::default()
+        };
+        trim_for_cache(&mut metadata);
+        assert_eq!(metadata.managed_fields, None);
+        let kept: Vec<_> = metadata.labels.unwrap().into_keys().collect();
+        assert_eq!(kept, [labels::MANAGED_BY, labels::CALLER]);
+        let annotations: Vec<_> = metadata.annotations.unwrap().into_keys().collect();
+        assert_eq!(annotations, [crate::annotations::OWNER_PROOF]);
+    }
 
     #[test]
     fn admitted_values_win_over_the_spec_once_recorded() {

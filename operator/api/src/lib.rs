@@ -9,6 +9,8 @@ pub use result::{BlockResult, NoWinner, RangeReport};
 #[cfg(feature = "kubernetes")]
 mod accessors;
 #[cfg(feature = "kubernetes")]
+pub use accessors::{is_our_key, trim_for_cache};
+#[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;

@@ -24,6 +24,8 @@ pub fn release_binary(name: &str) -> PathBuf {
 pub struct FrontendProcess {
     child: std::process::Child,
     pub addr: SocketAddr,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub metrics_addr: SocketAddr,
     namespace: String,
     args: Vec<String>,
 }
@@ -31,11 +33,16 @@ pub struct FrontendProcess {
 impl FrontendProcess {
     /// Starts it and waits until `/readyz` answers 200 (its cache has synced).
     pub async fn start(namespace: &str, extra_args: &[&str]) -> Self {
-        Self::start_at(free_port(), namespace, extra_args.iter().map(|a| a.to_string()).collect()).await
+        Self::start_at(
+            (free_port(), free_port()),
+            namespace,
+            extra_args.iter().map(|a| a.to_string()).collect(),
+        )
+        .await
     }
 
-    async fn start_at(addr: SocketAddr, namespace: &str, args: Vec<String>) -> Self {
-        let frontend = Self::spawn_at(addr, namespace, args, &[]);
+    async fn start_at(addrs: (SocketAddr, SocketAddr), namespace: &str, args: Vec<String>) -> Self {
+        let frontend = Self::spawn_at(addrs, namespace, args, &[]);
         eventually("the frontend to be ready", Duration::from_secs(30), || async {
             (frontend.get("/readyz").await.0 == 200).then_some(())
         })
@@ -45,12 +52,23 @@ impl FrontendProcess {
 
     /// Starts it with extra environment variables, without waiting for readiness.
     pub fn spawn(namespace: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::spawn_at(free_port(), namespace, args.iter().map(|a| a.to_string()).collect(), env)
+        Self::spawn_at(
+            (free_port(), free_port()),
+            namespace,
+            args.iter().map(|a| a.to_string()).collect(),
+            env,
+        )
     }
 
-    fn spawn_at(addr: SocketAddr, namespace: &str, args: Vec<String>, env: &[(&str, &str)]) -> Self {
+    fn spawn_at(
+        (addr, metrics_addr): (SocketAddr, SocketAddr),
+        namespace: &str,
+        args: Vec<String>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(release_binary("mcp-frontend"));
         command.args(["--listen", &addr.to_string(), "--namespace", namespace]);
+        command.args(["--metrics-listen", &metrics_addr.to_string()]);
         if !args.iter().any(|a| a == "--ownership-key-file") {
             // One key per namespace: replicas and restarts share it, as the chart's Secret does.
             command.arg("--ownership-key-file").arg(ownership_key_file(namespace));
@@ -61,7 +79,7 @@ impl FrontendProcess {
             .envs(env.iter().copied())
             .spawn()
             .expect("start the frontend");
-        Self { child, addr, namespace: namespace.to_string(), args }
+        Self { child, addr, metrics_addr, namespace: namespace.to_string(), args }
     }
 
     pub fn pid(&self) -> u32 {
@@ -81,16 +99,30 @@ impl FrontendProcess {
     /// Kills it and starts a new process on the same address and flags.
     pub async fn restart(mut self) -> Self {
         self.kill();
-        let (addr, namespace, args) = (self.addr, self.namespace.clone(), std::mem::take(&mut self.args));
+        let addrs = (self.addr, self.metrics_addr);
+        let (namespace, args) = (self.namespace.clone(), std::mem::take(&mut self.args));
         drop(self);
-        Self::start_at(addr, &namespace, args).await
+        Self::start_at(addrs, &namespace, args).await
     }
 
-    /// GET a path; `(0, "")` when nothing answers.
+    /// GET a path (`/healthz`, `/readyz` and `/metrics` from the metrics
+    /// listener); `(0, "")` when nothing answers.
     pub async fn get(&self, path: &str) -> (u16, String) {
+        let ops = ["/healthz", "/readyz", "/metrics"].contains(&path);
+        let addr = if ops { self.metrics_addr } else { self.addr };
         let (code, _, body) =
-            http_request(self.addr, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n"), "").await;
+            http_request(addr, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n"), "").await;
         (code, body)
+    }
+
+    /// The value of one metric series (the line's last field), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, metrics) = self.get("/metrics").await;
+        metrics
+            .lines()
+            .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// Any request to `path` with the given header lines: (status, response head, body).

@@ -1,0 +1,228 @@
+//! `--auth kubernetes`: a `TokenReview`, bound to the frontend's own
+//! audiences, says who the token belongs to, and a `SubjectAccessReview`
+//! requires that identity to hold the MCP permission (verb `use` on
+//! `miningworkflows/mcp`, which grants no API access) in the namespace.
+//!
+//! Tokens must be minted for one of `--token-audiences` (`kubectl create
+//! token SA --audience mining-operator`): such a token is refused by the API
+//! server itself, so one that leaks from a client, or crosses the Service's
+//! plain HTTP, cannot be replayed against the cluster. A token for the API
+//! server's own audience is refused here for the same reason.
+//!
+//! Verdicts are cached by token digest: admitted ones for `--auth-cache-seconds`
+//! (so a revocation shows within that), refused ones briefly, so a client
+//! retrying a bad token does not cost a review each time. At most
+//! [`MAX_REVIEWS_IN_FLIGHT`] reviews run at once; beyond that a request is
+//! told to retry instead of queueing on the API server.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+use mining_api::mcp_permission;
+use tokio::sync::Semaphore;
+
+use super::{Refusal, digest};
+use crate::ids::Caller;
+
+/// How long a refusal is remembered (a revoked token stays refused anyway).
+pub const NEGATIVE_CACHE_TTL: Duration = Duration::from_secs(10);
+/// Bound on remembered verdicts; the cache starts over when it is full.
+const REVIEW_CACHE_MAX: usize = 10_000;
+/// Reviews sent to the API server at once, over every caller.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 32;
+
+#[derive(Clone)]
+enum Verdict {
+    Admitted(Caller),
+    Refused(RememberedRefusal),
+}
+
+/// A refusal that can be told again without another review.
+#[derive(Clone, Copy)]
+enum RememberedRefusal {
+    InvalidToken,
+    Forbidden,
+}
+
+/// Kubernetes TokenReview + SubjectAccessReview, with a short cache.
+pub struct KubernetesReviews {
+    client: kube::Client,
+    namespace: String,
+    audiences: Vec<String>,
+    admitted_ttl: Duration,
+    verdicts: RwLock<HashMap<[u8; 32], (Verdict, Instant)>>,
+    in_flight: Semaphore,
+}
+
+/// Whether a TokenReview's answer holds for one of `wanted`: the API server
+/// answers the audiences it found the token valid for, and an empty list
+/// means "for the API server itself", which is exactly what must not pass.
+pub fn audience_matches(wanted: &[String], answered: &[String]) -> bool {
+    answered.iter().any(|audience| wanted.contains(audience))
+}
+
+impl KubernetesReviews {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        audiences: Vec<String>,
+        admitted_ttl: Duration,
+    ) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_string(),
+            audiences,
+            admitted_ttl,
+            verdicts: RwLock::new(HashMap::new()),
+            in_flight: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+        }
+    }
+
+    fn remembered(&self, key: &[u8; 32]) -> Option<Result<Caller, Refusal>> {
+        let verdicts = self.verdicts.read().unwrap_or_else(|p| p.into_inner());
+        let (verdict, at) = verdicts.get(key)?;
+        match verdict {
+            Verdict::Admitted(caller) if at.elapsed() < self.admitted_ttl => Some(Ok(caller.clone())),
+            Verdict::Refused(refusal) if at.elapsed() < NEGATIVE_CACHE_TTL => Some(Err(match refusal {
+                RememberedRefusal::InvalidToken => Refusal::InvalidToken,
+                RememberedRefusal::Forbidden => self.forbidden(),
+            })),
+            _ => None,
+        }
+    }
+
+    fn remember(&self, key: [u8; 32], verdict: Verdict) {
+        let mut verdicts = self.verdicts.write().unwrap_or_else(|p| p.into_inner());
+        if verdicts.len() >= REVIEW_CACHE_MAX {
+            verdicts.retain(|_, (verdict, at)| match verdict {
+                Verdict::Admitted(_) => at.elapsed() < self.admitted_ttl,
+                Verdict::Refused(_) => at.elapsed() < NEGATIVE_CACHE_TTL,
+            });
+            if verdicts.len() >= REVIEW_CACHE_MAX {
+                verdicts.clear();
+            }
+        }
+        verdicts.insert(key, (verdict, Instant::now()));
+    }
+
+    pub async fn caller(&self, token: &str) -> Result<Caller, Refusal> {
+        let key = digest(token);
+        if let Some(verdict) = self.remembered(&key) {
+            return verdict;
+        }
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(Refusal::Busy);
+        };
+        let user = match self.review_token(token).await {
+            Err(Refusal::InvalidToken) => {
+                self.remember(key, Verdict::Refused(RememberedRefusal::InvalidToken));
+                return Err(Refusal::InvalidToken);
+            }
+            other => other?,
+        };
+        if !self.may_use_tools(&user).await? {
+            self.remember(key, Verdict::Refused(RememberedRefusal::Forbidden));
+            return Err(self.forbidden());
+        }
+        let caller = Caller::new(user.username.clone().unwrap_or_default());
+        self.remember(key, Verdict::Admitted(caller.clone()));
+        Ok(caller)
+    }
+
+    /// The refusal of an identity without the permission; it names the
+    /// permission, never the identity.
+    fn forbidden(&self) -> Refusal {
+        Refusal::Forbidden(format!(
+            "this identity may not use the MCP tools in namespace {} (RBAC: verb {:?} on {}/{} in {})",
+            self.namespace,
+            mcp_permission::VERB,
+            mcp_permission::RESOURCE,
+            mcp_permission::SUBRESOURCE,
+            mining_api::GROUP,
+        ))
+    }
+
+    /// Creates a review object (cluster-scoped, never stored) within the API timeout.
+    async fn submit<K>(&self, kind: &str, review: &K) -> Result<K, Refusal>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        tokio::time::timeout(crate::workflows::API_TIMEOUT, api.create(&PostParams::default(), review))
+            .await
+            .map_err(|_| Refusal::Unavailable(format!("the {kind} timed out")))?
+            .map_err(|e| Refusal::Unavailable(format!("{kind} failed: {e}")))
+    }
+
+    async fn review_token(&self, token: &str) -> Result<UserInfo, Refusal> {
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_string()), audiences: Some(self.audiences.clone()) },
+            ..Default::default()
+        };
+        let answer = self.submit("TokenReview", &review).await?;
+        let status = answer.status.unwrap_or_default();
+        let audiences = status.audiences.unwrap_or_default();
+        match (status.authenticated, status.user) {
+            (Some(true), Some(user))
+                if user.username.as_deref().is_some_and(|u| !u.is_empty())
+                    && audience_matches(&self.audiences, &audiences) =>
+            {
+                Ok(user)
+            }
+            _ => Err(Refusal::InvalidToken),
+        }
+    }
+
+    async fn may_use_tools(&self, user: &UserInfo) -> Result<bool, Refusal> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                groups: user.groups.clone(),
+                uid: user.uid.clone(),
+                extra: user.extra.clone(),
+                // A permission of its own, which grants no API access: being
+                // allowed to use the tools must not mean being able to create,
+                // edit or read workflows behind the frontend's back.
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(mining_api::GROUP.into()),
+                    resource: Some(mcp_permission::RESOURCE.into()),
+                    subresource: Some(mcp_permission::SUBRESOURCE.into()),
+                    verb: Some(mcp_permission::VERB.into()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = self.submit("SubjectAccessReview", &review).await?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(values: &[&str]) -> Vec<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn only_an_answer_for_one_of_our_audiences_admits() {
+        let ours = strings(&["mining-operator"]);
+        assert!(audience_matches(&ours, &strings(&["mining-operator"])));
+        assert!(audience_matches(&ours, &strings(&["other", "mining-operator"])));
+        // An empty answer: the token is one for the API server itself.
+        assert!(!audience_matches(&ours, &[]));
+        assert!(!audience_matches(&ours, &strings(&["https://kubernetes.default.svc"])));
+    }
+}
