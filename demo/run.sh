@@ -41,7 +41,7 @@ log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-mc
 kubectl --namespace "$NAMESPACE" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl --namespace "$NAMESPACE" create rolebinding demo-agent --clusterrole="$FULLNAME-mcp-caller" \
   --serviceaccount="$NAMESPACE:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-MCP_TOKEN=$(kubectl --namespace "$NAMESPACE" create token demo-agent --duration=1h)
+MCP_TOKEN=$(kubectl --namespace "$NAMESPACE" create token demo-agent --audience mining-operator --duration=1h)
 export MCP_TOKEN
 service_ip=$(kubectl --namespace "$NAMESPACE" get service "$FULLNAME-frontend" -o jsonpath='{.spec.clusterIP}')
 

@@ -30,8 +30,11 @@ pub const RATE_WINDOW_SECONDS: i64 = 60;
 /// How long a reservation counts while the list does not show its workflow
 /// (the create's own time limit, and then some).
 pub const RESERVATION_SECONDS: i64 = 3 * API_TIMEOUT.as_secs() as i64;
-/// Writers that lose a race re-read and decide again, at most this often.
-const ATTEMPTS: usize = 8;
+/// Writers that lose a race re-read and decide again, at most this often,
+/// after a random pause that grows with each attempt (so a burst of one
+/// caller's starts spreads out instead of colliding again).
+const ATTEMPTS: u32 = 16;
+const BACKOFF_STEP_MS: u64 = 20;
 
 /// The quotas, as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +168,10 @@ pub async fn reserve(
     let lease_name = lease_name(caller);
     let unavailable =
         |what: &str, err: &dyn std::fmt::Display| QuotaRefusal::Unavailable(format!("{what}: {err}"));
-    for _ in 0..ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(jittered_pause(attempt)).await;
+        }
         let existing =
             timed(leases.get_opt(&lease_name)).await.map_err(|e| unavailable("reading the ledger", &e))?;
         // A quorum read: a cache could miss a create another replica just made.
@@ -199,6 +205,14 @@ pub async fn reserve(
         }
     }
     Err(QuotaRefusal::Unavailable("too many starts of yours at once".into()))
+}
+
+/// A random pause of up to `attempt` steps.
+fn jittered_pause(attempt: u32) -> std::time::Duration {
+    let mut bytes = [0u8; 2];
+    let random = getrandom::fill(&mut bytes).map_or(0, |()| u64::from(u16::from_le_bytes(bytes)));
+    let ceiling = BACKOFF_STEP_MS.saturating_mul(u64::from(attempt.min(10)));
+    std::time::Duration::from_millis(random % ceiling.max(1))
 }
 
 /// One API call's failure: the API server's answer, or none in time.

@@ -392,3 +392,29 @@ pub fn workflow(name: &str, spec: serde_json::Value) -> mining_api::MiningWorkfl
 pub fn phase(workflow: Option<&mining_api::MiningWorkflow>) -> Option<mining_api::WorkflowPhase> {
     workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
 }
+
+/// The audience the frontend requires of Kubernetes tokens by default.
+pub const TOKEN_AUDIENCE: &str = "mining-operator";
+
+/// A token of ServiceAccount `account` in `namespace` from the TokenRequest
+/// API, minted for `audience` (`None`: the API server's own, which the
+/// frontend must refuse).
+pub async fn account_token(
+    client: &Client,
+    namespace: &str,
+    account: &str,
+    audience: Option<&str>,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_string()]).unwrap_or_default(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let issued = accounts.create_token_request(account, &Default::default(), &request).await.unwrap();
+    issued.status.expect("a token").token
+}

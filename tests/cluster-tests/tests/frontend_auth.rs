@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
-use k8s_openapi::api::authentication::v1::TokenRequest;
+use cluster_tests::{OperatorProcess, TOKEN_AUDIENCE, TestNamespace, account_token, eventually, install_crd};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
@@ -85,6 +84,22 @@ async fn tokens_authenticate_callers_and_each_caller_sees_only_its_own_workflows
         frontend.post_mcp("localhost", &["Authorization: Bearer alice-secret"], TOOLS_LIST).await.0,
         401
     );
+    // Revoking carol in an edit that also breaks another line: the re-read
+    // applies every valid line, so the very next request is refused.
+    std::fs::write(&path, "carol-secret carol\ndave-secret dave\n").unwrap();
+    assert_eq!(
+        frontend.post_mcp("localhost", &["Authorization: Bearer dave-secret"], TOOLS_LIST).await.0,
+        200
+    );
+    std::fs::write(&path, "this line is broken\ndave-secret dave\n").unwrap();
+    assert_eq!(
+        frontend.post_mcp("localhost", &["Authorization: Bearer carol-secret"], TOOLS_LIST).await.0,
+        401
+    );
+    assert_eq!(
+        frontend.post_mcp("localhost", &["Authorization: Bearer dave-secret"], TOOLS_LIST).await.0,
+        200
+    );
     ns.delete().await;
 }
 
@@ -126,14 +141,13 @@ async fn client_with_token(token: &str) -> kube::Client {
     kube::Client::try_from(config).expect("a client")
 }
 
+/// A new ServiceAccount's token for the frontend's audience.
 async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
     let accounts: Api<ServiceAccount> = ns.api();
     let mut account = ServiceAccount::default();
     account.metadata.name = Some(name.into());
     accounts.create(&PostParams::default(), &account).await.unwrap();
-    let request =
-        accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await.unwrap();
-    request.status.expect("a token").token
+    account_token(&ns.client, &ns.name, name, Some(TOKEN_AUDIENCE)).await
 }
 
 #[tokio::test]
@@ -176,9 +190,24 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     assert!(body.contains("may not use the MCP tools"), "{body}");
     assert!(!body.contains("stranger"), "a refusal never names the caller: {body}");
 
-    // The permission to use the tools is no access to MiningWorkflows: the
-    // API server refuses the agent every verb on them.
-    let agent_client = client_with_token(&agent).await;
+    // A token of the same account for the API server's own audience (what
+    // `kubectl create token` mints without --audience) is refused here.
+    let unbound = account_token(&ns.client, &ns.name, "agent", None).await;
+    let (code, head, _) =
+        frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {unbound}")], TOOLS_LIST).await;
+    assert_eq!(code, 401, "{head}");
+    assert!(head.contains("invalid_token"), "{head}");
+
+    // The token the frontend accepts cannot be replayed against the API
+    // server: minted for the frontend's audience, it is not authenticated.
+    let replayed: Api<MiningWorkflow> = Api::namespaced(client_with_token(&agent).await, &ns.name);
+    match replayed.list(&Default::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 401, "{status:?}"),
+        other => panic!("expected 401 from the API server, got {other:?}"),
+    }
+    // And the permission to use the tools is no access to MiningWorkflows:
+    // with the account's API-server token, RBAC refuses every verb on them.
+    let agent_client = client_with_token(&unbound).await;
     let as_agent: Api<MiningWorkflow> = Api::namespaced(agent_client, &ns.name);
     let id = mined["workflow_id"].as_str().unwrap();
     let workflow: MiningWorkflow = serde_json::from_value(

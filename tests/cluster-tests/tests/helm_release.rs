@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use cluster_tests::helm::{chart, helm, must};
 use cluster_tests::mcp::{Sdk, collect, structured, tool_error_text};
-use cluster_tests::{TestNamespace, eventually, install_crd, is_local_cluster, reference_chain};
+use cluster_tests::{
+    TOKEN_AUDIENCE, TestNamespace, account_token, eventually, install_crd, is_local_cluster, reference_chain,
+};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -96,11 +97,8 @@ impl Release {
         }))
         .unwrap();
         self.ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
-        let request = accounts
-            .create_token_request(account, &PostParams::default(), &TokenRequest::default())
-            .await
-            .unwrap();
-        request.status.expect("a token").token
+        // As NOTES says: minted for the frontend's audience.
+        account_token(&self.ns.client, &self.ns.name, account, Some(TOKEN_AUDIENCE)).await
     }
 
     /// Calls a tool with the official Python SDK through the frontend's Service.

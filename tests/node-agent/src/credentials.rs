@@ -50,21 +50,21 @@ pub fn wants_token(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.automount_service_account_token) != Some(false)
 }
 
-/// Requests a token for the Pod's ServiceAccount and writes token, ca.crt and
-/// namespace into `dir/serviceaccount`, readable by any user; returns that dir.
-pub async fn write_service_account(
+/// A token of the Pod's ServiceAccount, bound to the Pod, for `audiences`
+/// (empty: the API server's own), as the kubelet requests it.
+pub async fn pod_token(
     client: &kube::Client,
     pod: &Pod,
-    api_server: &ApiServer,
-    dir: &Path,
-) -> Result<PathBuf, String> {
+    audiences: Vec<String>,
+    expiration_seconds: i64,
+) -> Result<String, String> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let account =
         pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(24 * 3600),
+            audiences,
+            expiration_seconds: Some(expiration_seconds),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),
@@ -79,7 +79,19 @@ pub async fn write_service_account(
         .create_subresource("token", &account, &PostParams::default(), &request)
         .await
         .map_err(|err| format!("requesting a token for serviceaccount {namespace}/{account}: {err}"))?;
-    let token = issued.status.map(|s| s.token).unwrap_or_default();
+    Ok(issued.status.map(|s| s.token).unwrap_or_default())
+}
+
+/// Requests a token for the Pod's ServiceAccount and writes token, ca.crt and
+/// namespace into `dir/serviceaccount`, readable by any user; returns that dir.
+pub async fn write_service_account(
+    client: &kube::Client,
+    pod: &Pod,
+    api_server: &ApiServer,
+    dir: &Path,
+) -> Result<PathBuf, String> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let token = pod_token(client, pod, Vec::new(), 24 * 3600).await?;
     let target = dir.join("serviceaccount");
     let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
         let path = target.join(name);

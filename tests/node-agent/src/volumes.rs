@@ -20,7 +20,7 @@ pub async fn prepare(
     let mut prepared = BTreeMap::new();
     for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
         let dir = pod_dir.join("volumes").join(&volume.name);
-        let Some(files) = contents(client, namespace, volume).await? else {
+        let Some(files) = contents(client, pod, namespace, volume).await? else {
             tracing::warn!(volume = %volume.name, "unsupported volume type; not mounted");
             continue;
         };
@@ -50,11 +50,33 @@ pub async fn prepare(
 /// type the agent does not provide.
 async fn contents(
     client: &kube::Client,
+    pod: &Pod,
     namespace: &str,
     volume: &Volume,
 ) -> Result<Option<BTreeMap<String, (Vec<u8>, u32)>>, String> {
     if volume.empty_dir.is_some() {
         return Ok(Some(BTreeMap::new()));
+    }
+    // Projected ServiceAccount tokens (e.g. one minted for another audience
+    // than the API server's); other projected sources are not provided.
+    if let Some(projected) = &volume.projected {
+        let mut files = BTreeMap::new();
+        let mode = projected.default_mode.map_or(0o644, |m| (m & 0o777) as u32);
+        for source in projected.sources.iter().flatten() {
+            let Some(token) = &source.service_account_token else {
+                return Ok(None);
+            };
+            let audiences = token.audience.clone().into_iter().collect();
+            let issued = crate::credentials::pod_token(
+                client,
+                pod,
+                audiences,
+                token.expiration_seconds.unwrap_or(3600),
+            )
+            .await?;
+            files.insert(token.path.clone(), (issued.into_bytes(), mode));
+        }
+        return Ok(Some(files));
     }
     if let Some(source) = &volume.secret {
         let name = source.secret_name.clone().unwrap_or_default();
