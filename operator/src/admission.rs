@@ -17,30 +17,31 @@ use std::sync::Arc;
 
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 
-/// A workflow with the phase this operator believes it has.
+/// A workflow with the phase (and admission time) this operator believes it has.
 pub struct Seen {
     pub workflow: Arc<MiningWorkflow>,
     pub phase: WorkflowPhase,
+    pub started: Served,
 }
 
-/// The freshest phase of every workflow: a status this operator wrote wins
-/// over the cache's (which may not have caught up with it yet).
-pub fn freshest_phases(
-    cached: Vec<Arc<MiningWorkflow>>,
-    written: &HashMap<String, WorkflowPhase>,
-) -> Vec<Seen> {
+/// What this operator last wrote of a workflow's standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub phase: WorkflowPhase,
+    pub started: Served,
+}
+
+/// The freshest phase and admission time of every workflow: a status this
+/// operator wrote wins over the cache's (which may not have caught up with
+/// it yet — a queue that missed an admission would serve a party twice).
+pub fn freshest_phases(cached: Vec<Arc<MiningWorkflow>>, written: &HashMap<String, Standing>) -> Vec<Seen> {
     cached
         .into_iter()
         .map(|workflow| {
-            let cached_phase = workflow.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-            let phase = workflow
-                .metadata
-                .uid
-                .as_ref()
-                .and_then(|uid| written.get(uid))
-                .copied()
-                .unwrap_or(cached_phase);
-            Seen { workflow, phase }
+            let cached = Standing { phase: workflow.phase(), started: started(&workflow) };
+            let fresh =
+                workflow.metadata.uid.as_ref().and_then(|uid| written.get(uid)).copied().unwrap_or(cached);
+            Seen { workflow, phase: fresh.phase, started: fresh.started.or(cached.started) }
         })
         .collect()
 }
@@ -92,7 +93,7 @@ impl<'a> Groups<'a> {
         if seen.phase == WorkflowPhase::Mining {
             *self.holding.entry(group).or_default() += 1;
         }
-        if let Some(at) = started(&seen.workflow) {
+        if let Some(at) = seen.started {
             let served = self.served.entry(group).or_insert(at);
             *served = (*served).max(at);
         }
@@ -186,7 +187,7 @@ mod tests {
     fn seen(name: &str, created: i64, phase: WorkflowPhase) -> Seen {
         let mut wf = workflow(name, 8, 1);
         wf.metadata.creation_timestamp = Some(Time(at(created)));
-        Seen { workflow: Arc::new(wf), phase }
+        Seen { workflow: Arc::new(wf), phase, started: None }
     }
 
     #[test]
@@ -205,13 +206,15 @@ mod tests {
     #[test]
     fn what_this_operator_wrote_wins_over_a_lagging_cache() {
         let mut written = HashMap::new();
-        written.insert("uid-b".to_string(), WorkflowPhase::Mining);
-        written.insert("uid-a".to_string(), WorkflowPhase::Succeeded);
+        written.insert("uid-b".to_string(), Standing { phase: WorkflowPhase::Mining, started: Some(at(7)) });
+        written.insert("uid-a".to_string(), Standing { phase: WorkflowPhase::Succeeded, started: None });
         let cached =
             vec![seen("a", 0, WorkflowPhase::Mining).workflow, seen("b", 1, WorkflowPhase::Pending).workflow];
-        let phases: Vec<_> = freshest_phases(cached, &written).into_iter().map(|s| s.phase).collect();
+        let seen = freshest_phases(cached, &written);
+        let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
         // The fixtures carry no status, so the cache would say Pending for both.
         assert_eq!(phases, [WorkflowPhase::Succeeded, WorkflowPhase::Mining]);
+        assert_eq!(seen[1].started, Some(at(7)), "an admission the cache has not seen yet counts");
     }
 
     fn seen_in(
@@ -272,8 +275,7 @@ mod tests {
         assert_eq!(names(&queue(&all))[..3], ["x0", "y0", "x1"]);
         // The slot x held has just freed: x was served last, so y goes next.
         let mut done = seen_in("x", None, "x-done", -1, WorkflowPhase::Succeeded);
-        Arc::make_mut(&mut done.workflow).status =
-            Some(mining_api::MiningWorkflowStatus { started_at: Some(Time(at(500))), ..Default::default() });
+        done.started = Some(at(500));
         all.push(done);
         assert_eq!(names(&queue(&all))[..4], ["y0", "x0", "y1", "x1"]);
     }

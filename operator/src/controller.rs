@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use std::collections::HashMap;
 
-use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
+use crate::admission::{Seen, Standing, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
 use crate::apply::{create_or_adopt_job, delete_job, publish_events, write_status};
 use crate::caches::{CacheSync, Watched};
@@ -126,9 +126,12 @@ impl Context {
 
     /// Every workflow with its freshest phase.
     fn phases(&self) -> Vec<Seen> {
-        let written: HashMap<String, WorkflowPhase> =
+        let written: HashMap<String, Standing> =
             (self.written.lock().expect("no panics while holding the lock").iter())
-                .filter_map(|(uid, written)| Some((uid.clone(), written.status.phase?)))
+                .filter_map(|(uid, written)| {
+                    let started = written.status.started_at.as_ref().map(|t| t.0);
+                    Some((uid.clone(), Standing { phase: written.status.phase?, started }))
+                })
                 .collect();
         freshest_phases(self.store.state(), &written)
     }

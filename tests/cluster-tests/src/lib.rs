@@ -286,7 +286,7 @@ impl OperatorProcess {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).id()
     }
 
