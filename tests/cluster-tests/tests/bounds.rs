@@ -207,8 +207,7 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
     api.create(&PostParams::default(), &labelled("y", "y", 1)).await.unwrap();
     let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", "1"]);
     // y is next: admitted at the first free slot after x's first, before
-    // any of the 300 x queued ahead of it (first come, first served would
-    // have put y last).
+    // the 300 x queued ahead of it (first come, first served put y last).
     let finished = eventually("y to finish", Duration::from_secs(120), || async {
         let y = api.get("y").await.unwrap();
         y.is_finished().then_some(y)
@@ -220,7 +219,7 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
     let x_before_y: Vec<String> = list
         .items
         .iter()
-        .filter(|w| w.metadata.name.as_deref().is_some_and(|n| n.starts_with("x-") && n != "x-first"))
+        .filter(|w| w.metadata.name.as_deref().is_some_and(|n| n.starts_with("x-")))
         .filter(|w| w.status.as_ref().and_then(|s| s.started_at.as_ref()).is_some_and(|t| t.0 < y_started))
         .map(|w| {
             format!(
@@ -230,6 +229,8 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
             )
         })
         .collect();
-    assert!(x_before_y.is_empty(), "x's backlog went before y (started {y_started}): {x_before_y:?}");
+    // The one slot went to x's oldest first (creation times tie within a
+    // second, so that may be any of the first ones), then to y.
+    assert!(x_before_y.len() <= 1, "x's backlog went before y (started {y_started}): {x_before_y:?}");
     ns.delete().await;
 }
