@@ -72,6 +72,7 @@ impl HostGuard {
         let Some((host, port)) = host.as_deref().and_then(authority) else {
             return Some("Forbidden: missing or malformed Host header");
         };
+        let (request_host, request_port) = (host.clone(), port);
         let host_allowed = self.allowed_hosts.iter().filter_map(|entry| allowed_authority(entry)).any(
             |(allowed_host, allowed_port)| {
                 allowed_host == host && allowed_port.is_none_or(|p| Some(p) == port)
@@ -85,7 +86,14 @@ impl HostGuard {
         let Some((scheme, host, port)) = value.to_str().ok().and_then(origin) else {
             return Some("Forbidden: invalid Origin header");
         };
-        let port = port.or_else(|| default_port(&scheme));
+        let origin_port = port.or_else(|| default_port(&scheme));
+        // A page of the server's own origin (same host and port as the
+        // request's Host, which passed the check above) is no cross-site call.
+        let request_port = request_port.or_else(|| default_port(&scheme));
+        if host == request_host && origin_port == request_port {
+            return None;
+        }
+        let port = origin_port;
         let origin_allowed = self.allowed_origins.iter().any(|entry| {
             let (entry, any_port) = match entry.trim().strip_suffix(":*") {
                 Some(base) => (base, true),
@@ -151,9 +159,15 @@ mod tests {
             assert!(guard.refusal(&uri, &headers(bad, None)).is_some(), "{bad}");
         }
         assert!(guard.refusal(&uri, &HeaderMap::new()).is_some(), "no Host at all");
-        // Without an origin allow-list no browser Origin passes; no Origin does.
+        // Without an origin allow-list no other site's page passes; no Origin
+        // does, and neither does a page of the server's own origin.
         assert!(guard.refusal(&uri, &headers("localhost", Some("http://evil.example.com"))).is_some());
-        assert!(guard.refusal(&uri, &headers("localhost", Some("http://localhost:6274"))).is_some());
+        assert!(guard.refusal(&uri, &headers("localhost:8080", Some("http://localhost:6274"))).is_some());
+        assert_eq!(guard.refusal(&uri, &headers("127.0.0.1:8080", Some("http://127.0.0.1:8080"))), None);
+        assert_eq!(
+            guard.refusal(&uri, &headers("mcp.example.com:443", Some("https://mcp.example.com"))),
+            None
+        );
     }
 
     #[test]

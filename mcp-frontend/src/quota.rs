@@ -67,7 +67,10 @@ pub enum QuotaRefusal {
          retry in {retry_after_seconds} seconds"
     )]
     Rate { limit: u32, retry_after_seconds: i64 },
-    #[error("your quota could not be checked now ({0}); nothing was created, retry in a few seconds")]
+    #[error(
+        "could not start mining: your quota could not be checked now (the Kubernetes API: {0}); nothing \
+         was created, retry in a few seconds"
+    )]
     Unavailable(String),
 }
 
