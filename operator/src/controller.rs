@@ -33,6 +33,10 @@ use crate::{Error, Result};
 mod foreign;
 use foreign::fail_for_foreign_job;
 
+/// Reconciles run at once. Unbounded, a start with thousands of retained
+/// workflows reconciles them all at once, each holding its own working set.
+const RECONCILE_CONCURRENCY: u16 = 16;
+
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
@@ -255,6 +259,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         }
     });
     controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns_stream(job_events)
         .reconcile_on(woken)
         .shutdown_on_signal()
@@ -383,10 +388,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             *in_flight += 1;
             (counted, ahead, Some(Reservation(ctx)))
         }
-        _ => {
-            let (mining, ahead) = standing(&ctx.phases(), workflow);
-            (mining, ahead, None)
-        }
+        // Only a waiting workflow needs its standing: computing it reads
+        // every workflow, and at start-up every retained one is reconciled.
+        _ => (0, 0, None),
     };
     // Plan.
     let observed = Observed { workflow, jobs, ranges, others_mining, queued_ahead, now: Timestamp::now() };
