@@ -1,6 +1,6 @@
 //! The HTTP/1.1 server loop, bounded: at most `max_connections` at once (one
-//! more is accepted and closed at once, so the kernel's backlog never fills
-//! with them), a request head must arrive whole within
+//! more is accepted, told 503 with Retry-After, and closed at once, so the
+//! kernel's backlog never fills with them), a request head must arrive whole within
 //! `header_read_timeout` — which also closes a keep-alive connection idle
 //! that long — and may not exceed `max_head_bytes`.
 //!
@@ -34,6 +34,17 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub max_head_bytes: usize,
+}
+
+/// The answer of a connection over the cap (its request is never read).
+fn over_capacity(limit: usize) -> String {
+    let body =
+        format!("Too many connections: this server holds at most {limit} at once; retry in 1 second\n");
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n\
+         Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// Serves `router` on `listener` until `stop` resolves, then lets open
@@ -73,6 +84,9 @@ pub async fn serve(
                 limit = limits.max_connections,
                 "connection limit reached; closing a new connection"
             );
+            // Say which limit, in one non-blocking write: a refused
+            // connection never holds a task or a buffer.
+            let _ = stream.try_write(over_capacity(limits.max_connections).as_bytes());
             drop(stream);
             continue;
         };

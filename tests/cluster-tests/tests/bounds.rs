@@ -157,23 +157,26 @@ async fn half_open_connections_are_closed_and_a_real_client_still_mines() {
         stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: local").await.unwrap();
         slow.push(stream);
     }
-    // Every one is closed by the server: the 50 over the cap at once, the
-    // rest when their head has not arrived within the timeout.
+    // Every one is closed by the server: the 50 over the cap at once (told
+    // which limit), the rest when their head has not arrived within the timeout.
     let closed = join_all(slow.iter_mut().map(|stream| async move {
+        let mut answer = Vec::new();
         let mut buffer = [0u8; 512];
         loop {
             match tokio::time::timeout(Duration::from_secs(15), stream.read(&mut buffer)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return true,
-                Ok(Ok(_)) => continue, // e.g. a 408 before the close
-                Err(_) => return false,
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(String::from_utf8_lossy(&answer).to_string()),
+                Ok(Ok(n)) => answer.extend_from_slice(&buffer[..n]),
+                Err(_) => return None,
             }
         }
     }))
     .await;
+    let left_open = closed.iter().filter(|c| c.is_none()).count();
+    assert_eq!(left_open, 0, "{left_open} connections were left open");
+    let told = closed.iter().flatten().filter(|answer| answer.starts_with("HTTP/1.1 503")).count();
+    assert_eq!(told, 50, "the connections over the cap are told so");
     assert!(
-        closed.iter().all(|c| *c),
-        "{} connections were left open",
-        closed.iter().filter(|c| !**c).count()
+        closed.iter().flatten().any(|a| a.contains("at most 150 at once") && a.contains("Retry-After: 1"))
     );
     assert!(opened.elapsed() < Duration::from_secs(12), "closed after {:?}", opened.elapsed());
     assert!(frontend.metric("mcp_frontend_connections_refused_total").await >= 50.0);
