@@ -183,6 +183,19 @@ impl WorkflowCache {
     }
 }
 
+/// What a quota ledger learns from the cache about a workflow it holds.
+impl crate::quota::HeldWorkflows for WorkflowCache {
+    fn cached(&self, name: &str) -> crate::quota::Held {
+        use crate::quota::Held;
+        match self.get(name) {
+            Cached::Found(workflow) if workflow.is_finished() => Held::Released,
+            // Unreadable ones still count: they may be mining.
+            Cached::Found(_) | Cached::Unreadable { .. } => Held::Unfinished,
+            Cached::Missing => Held::NotSeen,
+        }
+    }
+}
+
 fn caller_label_of(object: &DynamicObject) -> Option<&str> {
     object.metadata.labels.as_ref()?.get(labels::CALLER).map(String::as_str)
 }

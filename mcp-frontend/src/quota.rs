@@ -6,15 +6,19 @@
 //! through one small ledger per caller, a Lease in the workflows' namespace,
 //! written with its `resourceVersion`: the API server lets exactly one of
 //! two concurrent writers through, and the other re-reads and decides again.
-//! The ledger holds the caller's starts of the last minute and the names it
-//! reserved whose workflows a fresh (quorum) list may not show yet; the
-//! unfinished workflows themselves are counted from that list.
+//! The ledger holds the caller's starts of the last minute and the workflows
+//! it holds: every one started, until it is seen finished or gone. So the
+//! count never depends on a cache being fresh (a lagging cache only keeps a
+//! finished workflow counted a moment longer), and no start lists the
+//! caller's workflows — of which rate × retention may be retained. Only a
+//! caller without a ledger yet (new, or its Lease deleted) is listed once,
+//! from the API server, to seed it.
 //!
 //! The ledger carries the frontend's MAC: one that anybody else wrote counts
-//! as empty, so whoever may edit Leases there can at most forget a caller's
-//! reservations, never fill them to lock the caller out.
+//! as empty and is seeded again, so whoever may edit Leases there can at most
+//! cost a list, never fill a caller's ledger to lock the caller out.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, PostParams};
@@ -27,8 +31,8 @@ use crate::workflows::{API_TIMEOUT, MANAGER};
 
 /// The window of `--max-starts-per-minute`.
 pub const RATE_WINDOW_SECONDS: i64 = 60;
-/// How long a reservation counts while the list does not show its workflow
-/// (the create's own time limit, and then some).
+/// How long a held workflow the cache has not shown yet counts before it is
+/// asked for (the create's own time limit, and then some).
 pub const RESERVATION_SECONDS: i64 = 3 * API_TIMEOUT.as_secs() as i64;
 /// Writers that lose a race re-read and decide again, at most this often,
 /// after a random pause that grows with each attempt (so a burst of one
@@ -84,13 +88,22 @@ impl QuotaRefusal {
     }
 }
 
+/// What is known of a workflow a ledger holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// It exists and has not finished (or cannot be read: counted).
+    Unfinished,
+    /// It finished, or is gone after having existed.
+    Released,
+    /// Not seen yet: a create in flight, or one that failed.
+    NotSeen,
+}
+
 /// Decides one start (pure): the ledger to write if `name` may start now.
-/// `listed` names every workflow of the caller the API server has (any
-/// phase); `unfinished` those of them not finished.
+/// `held` says what is known of each workflow the ledger holds.
 pub fn admit(
     ledger: &Ledger,
-    listed: &HashSet<String>,
-    unfinished: usize,
+    held: impl Fn(&str) -> Held,
     name: &str,
     now: i64,
     quotas: Quotas,
@@ -105,8 +118,11 @@ pub fn admit(
         reserved: ledger
             .reserved
             .iter()
-            .filter(|(reserved, at)| {
-                !listed.contains(*reserved) && now.saturating_sub(**at) < RESERVATION_SECONDS
+            .filter(|(reserved, at)| match held(reserved) {
+                Held::Unfinished => true,
+                Held::Released => false,
+                // A create that never landed stops counting after a while.
+                Held::NotSeen => now.saturating_sub(**at) < RESERVATION_SECONDS,
             })
             .map(|(reserved, at)| (reserved.clone(), *at))
             .collect(),
@@ -116,7 +132,7 @@ pub fn admit(
         let retry_after_seconds = oldest.saturating_add(RATE_WINDOW_SECONDS).saturating_sub(now).max(1);
         return Err(QuotaRefusal::Rate { limit: quotas.max_starts_per_minute, retry_after_seconds });
     }
-    let counted = unfinished.saturating_add(next.reserved.len());
+    let counted = next.reserved.len();
     if counted >= quotas.max_running as usize {
         return Err(QuotaRefusal::Running { unfinished: counted, limit: quotas.max_running });
     }
@@ -134,16 +150,16 @@ pub fn lease_name(caller: &Caller) -> String {
 const LEDGER: &str = "mining-operator.dev/quota-ledger";
 const LEDGER_PROOF: &str = "mining-operator.dev/quota-proof";
 
-/// The ledger a Lease holds, if the frontend wrote it; else an empty one.
-fn read_ledger(keys: &OwnershipKeys, namespace: &str, lease: &Lease) -> Ledger {
+/// The ledger a Lease holds, if the frontend wrote it (else it is seeded again).
+fn read_ledger(keys: &OwnershipKeys, namespace: &str, lease: &Lease) -> Option<Ledger> {
     let annotations = lease.metadata.annotations.as_ref();
     let text = annotations.and_then(|a| a.get(LEDGER)).map(String::as_str).unwrap_or_default();
     let proof = annotations.and_then(|a| a.get(LEDGER_PROOF)).map(String::as_str).unwrap_or_default();
     let name = lease.metadata.name.as_deref().unwrap_or_default();
     if !keys.proves_ledger(namespace, name, text, proof) {
-        return Ledger::default();
+        return None;
     }
-    serde_json::from_str(text).unwrap_or_default()
+    serde_json::from_str(text).ok()
 }
 
 fn write_ledger(keys: &OwnershipKeys, namespace: &str, lease: &mut Lease, ledger: &Ledger) {
@@ -155,18 +171,32 @@ fn write_ledger(keys: &OwnershipKeys, namespace: &str, lease: &mut Lease, ledger
     annotations.insert(LEDGER_PROOF.into(), proof);
 }
 
+/// Where `reserve` learns what became of the workflows a ledger holds.
+pub trait HeldWorkflows {
+    /// From the watch cache: finished, unfinished, or not there.
+    fn cached(&self, name: &str) -> Held;
+}
+
+/// What `reserve` works with: where the ledgers and the workflows are, the
+/// key behind the ledgers' MACs, and the quotas.
+pub struct Ledgers<'a> {
+    pub leases: &'a Api<Lease>,
+    pub workflows: &'a Api<MiningWorkflow>,
+    pub keys: &'a OwnershipKeys,
+    pub quotas: Quotas,
+}
+
 /// Reserves a start of `name` for `caller`, or says which quota refuses it.
 /// `owned` tells the caller's own workflows from objects that merely carry
 /// its label.
 pub async fn reserve(
-    leases: &Api<Lease>,
-    workflows: &Api<MiningWorkflow>,
-    keys: &OwnershipKeys,
+    ledgers: &Ledgers<'_>,
     caller: &Caller,
     name: &str,
-    quotas: Quotas,
+    cache: &impl HeldWorkflows,
     owned: impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<(), QuotaRefusal> {
+    let Ledgers { leases, workflows, keys, quotas } = *ledgers;
     let namespace = workflows.namespace().unwrap_or_default().to_string();
     let lease_name = lease_name(caller);
     let unavailable =
@@ -177,16 +207,30 @@ pub async fn reserve(
         }
         let existing =
             timed(leases.get_opt(&lease_name)).await.map_err(|e| unavailable("reading the ledger", &e))?;
-        // A quorum read: a cache could miss a create another replica just made.
-        let selector = format!("{}={}", labels::CALLER, caller.label);
-        let list = timed(workflows.list(&ListParams::default().labels(&selector)))
-            .await
-            .map_err(|e| unavailable("listing your workflows", &e))?;
-        let listed: HashSet<String> = list.items.iter().filter_map(|w| w.metadata.name.clone()).collect();
-        let unfinished = list.items.iter().filter(|w| owned(w) && !w.is_finished()).count();
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let ledger = existing.as_ref().map(|lease| read_ledger(keys, &namespace, lease)).unwrap_or_default();
-        let next = admit(&ledger, &listed, unfinished, name, now, quotas)?;
+        let ledger = match existing.as_ref().and_then(|lease| read_ledger(keys, &namespace, lease)) {
+            Some(ledger) => ledger,
+            None => seed(workflows, caller, now, &owned)
+                .await
+                .map_err(|e| unavailable("listing your workflows", &e))?,
+        };
+        // Held workflows the cache has not seen for long are asked for
+        // directly: a broken watch must not release them.
+        let mut asked = std::collections::HashMap::new();
+        for (held, at) in &ledger.reserved {
+            if cache.cached(held) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
+                let found = timed(workflows.get_opt(held))
+                    .await
+                    .map_err(|e| unavailable("reading a workflow", &e))?;
+                let state = match found {
+                    Some(workflow) if owned(&workflow) && !workflow.is_finished() => Held::Unfinished,
+                    _ => Held::Released,
+                };
+                asked.insert(held.clone(), state);
+            }
+        }
+        let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held));
+        let next = admit(&ledger, held, name, now, quotas)?;
         let written = match existing {
             Some(mut lease) => {
                 write_ledger(keys, &namespace, &mut lease, &next);
@@ -208,6 +252,25 @@ pub async fn reserve(
         }
     }
     Err(QuotaRefusal::Unavailable("too many starts of yours at once".into()))
+}
+
+/// A ledger for a caller that has none: its unfinished workflows, from a
+/// quorum list (a cache could miss a create another replica just made).
+async fn seed(
+    workflows: &Api<MiningWorkflow>,
+    caller: &Caller,
+    now: i64,
+    owned: &impl Fn(&MiningWorkflow) -> bool,
+) -> Result<Ledger, CallError> {
+    let selector = format!("{}={}", labels::CALLER, caller.label);
+    let list = timed(workflows.list(&ListParams::default().labels(&selector))).await?;
+    let reserved = list
+        .items
+        .iter()
+        .filter(|workflow| owned(workflow) && !workflow.is_finished())
+        .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now)))
+        .collect();
+    Ok(Ledger { starts: Vec::new(), reserved })
 }
 
 /// A random pause of up to `attempt` steps.

@@ -125,11 +125,14 @@ impl Core {
         annotations: &[(&str, String)],
     ) -> Result<Created, Answer> {
         let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
+        let ledgers = quota::Ledgers {
+            leases: &self.leases,
+            workflows: &self.api,
+            keys: &self.keys,
+            quotas: self.quotas,
+        };
         let reserved = self
-            .api_call(
-                "quota",
-                quota::reserve(&self.leases, &self.api, &self.keys, caller, id.as_str(), self.quotas, owned),
-            )
+            .api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self.cache.as_ref(), owned))
             .await;
         if let Err(refusal) = reserved {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();

@@ -68,6 +68,33 @@ async fn concurrent_starts_on_two_replicas_never_exceed_the_callers_limit() {
 }
 
 #[tokio::test]
+async fn a_finished_workflow_frees_its_place_and_a_lost_ledger_is_rebuilt() {
+    let ns = TestNamespace::new("bounds-release").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let frontend = FrontendProcess::start(&ns.name, &["--max-running-per-caller", "1"]).await;
+    let mine = json!({"difficulty": 8, "blocks": 1, "wait_seconds": 20});
+    for round in 0..2 {
+        let (_, body) = call_tool(&frontend, "", "start_mining", mine.clone()).await;
+        assert_eq!(result_of(&body)["structuredContent"]["status"], "completed", "round {round}: {body}");
+    }
+    // One left running holds the only place...
+    let (_, body) =
+        call_tool(&frontend, "", "start_mining", json!({"difficulty": 32, "wait_seconds": 0})).await;
+    assert_eq!(result_of(&body)["structuredContent"]["status"], "running", "{body}");
+    // ...also when its ledger is deleted: it is rebuilt from the API server.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
+    let ledgers = leases.list(&Default::default()).await.unwrap();
+    assert_eq!(ledgers.items.len(), 1, "one ledger per caller");
+    let name = ledgers.items[0].metadata.name.clone().unwrap();
+    leases.delete(&name, &Default::default()).await.unwrap();
+    let (_, body) = call_tool(&frontend, "", "start_mining", mine).await;
+    let text = result_of(&body)["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(text.contains("the limit is 1"), "{body}");
+    ns.delete().await;
+}
+
+#[tokio::test]
 async fn starts_per_minute_are_limited_and_the_refusal_says_when_to_retry() {
     let ns = TestNamespace::new("bounds-rate").await;
     install_crd(&ns.client).await;
