@@ -1,7 +1,7 @@
 # `make demo` runs the whole stack on this machine without a cluster or Docker.
 # The kind path: a kind cluster, the three images built and loaded, the chart
 # installed, the frontend port-forwarded. `make help` lists the targets.
-# Needs docker, kind, kubectl and helm (3.14+ or 4). Tests: `make test`.
+# Needs docker or podman, kind, kubectl and helm (3.14+ or 4). Tests: `make test`.
 
 CLUSTER   ?= mining
 NAMESPACE ?= mining
@@ -10,7 +10,14 @@ TAG       ?= dev
 PORT      ?= 8080
 HELM      ?= helm
 KIND      ?= kind
-DOCKER    ?= docker
+# The image builder: docker when its engine answers, else podman.
+ENGINE    ?= $(shell if docker info >/dev/null 2>&1; then echo docker; elif command -v podman >/dev/null 2>&1; then echo podman; else echo docker; fi)
+# compiled: each Containerfile compiles its binary in a Rust stage (needs the
+# rust image from Docker Hub). prebuilt: cargo builds the static binaries here
+# and the images copy them (no base image at all; what the tests run).
+BINARIES  ?= compiled
+IMAGE_REPOSITORY ?= docker.io/mining-operator
+MUSL      := $(shell uname -m)-unknown-linux-musl
 # Extra `helm upgrade --install` arguments, e.g. HELM_ARGS='--set frontend.auth.mode=kubernetes'.
 HELM_ARGS ?=
 
@@ -33,15 +40,23 @@ test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 kind-up: ## create the kind cluster $(CLUSTER) (no-op when it exists)
 	$(KIND) get clusters | grep -qx '$(CLUSTER)' || $(KIND) create cluster --name '$(CLUSTER)'
 
-images: ## build mining-operator/{miner,operator,mcp-frontend}:$(TAG)
+images: ## build mining-operator/{miner,operator,mcp-frontend}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
+ifeq ($(BINARIES),prebuilt)
+	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend
+	@mkdir -p target/images
+	@for image in $(IMAGES); do cp "$${CARGO_TARGET_DIR:-target}/$(MUSL)/release/$$image" target/images/ || exit 1; done
+endif
 	@for image in $(IMAGES); do \
-	  echo "docker build -f $$image/Dockerfile -t mining-operator/$$image:$(TAG) ."; \
-	  $(DOCKER) build -f $$image/Dockerfile -t mining-operator/$$image:$(TAG) . || exit 1; \
+	  if [ '$(BINARIES)' = prebuilt ]; then context=target/images; else context=.; fi; \
+	  echo "$(ENGINE) build -f $$image/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
+	  $(ENGINE) build -q -f $$image/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
 	done
 
-kind-load: images ## load the images into the kind cluster (tags, not :latest, so IfNotPresent uses them)
+kind-load: images ## load the images into the kind cluster as image archives (tags, not :latest, so IfNotPresent uses them)
+	@mkdir -p target/images
 	@for image in $(IMAGES); do \
-	  $(KIND) load docker-image --name '$(CLUSTER)' mining-operator/$$image:$(TAG) || exit 1; \
+	  $(ENGINE) save -o target/images/$$image.tar $(IMAGE_REPOSITORY)/$$image:$(TAG) || exit 1; \
+	  $(KIND) load image-archive --name '$(CLUSTER)' target/images/$$image.tar || exit 1; \
 	done
 
 install: ## helm upgrade --install the chart into $(NAMESPACE) and wait for it

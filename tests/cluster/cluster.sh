@@ -10,18 +10,33 @@
 #   cluster.sh status      say whether it is up
 #   cluster.sh restart-agent  SIGKILL the node agent and start it again (for tests)
 #
+# Pods run the images in podman's store (`make images BINARIES=prebuilt`);
+# only the test doubles (fake miners, a shell, the helm test's curl) are host
+# programs mapped to image names.
+#
+# Several clusters can run on one machine side by side: MINING_CLUSTER_SLOT
+# (0-9, default 0; tests/run.sh uses 1, `make demo` 0) picks each one's state
+# directory, ports, Pod CIDR 10.(244+slot).0.0/16 and Service CIDR
+# 10.(96+slot).0.0/16, and `down` removes only its own addresses.
 # Environment: MINING_CLUSTER_CACHE (binaries, default /var/cache/mining-operator),
-# MINING_CLUSTER_STATE (runtime state, default /tmp/mining-operator-cluster),
-# MINING_CLUSTER_API_PORT (16443), MINING_CLUSTER_ETCD_PORT (23790).
+# MINING_CLUSTER_STATE (runtime state, default /tmp/mining-operator-cluster,
+# with -SLOT for slots above 0), MINING_CLUSTER_API_PORT (16443+slot),
+# MINING_CLUSTER_ETCD_PORT (23790+20*slot).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE="${MINING_CLUSTER_CACHE:-/var/cache/mining-operator}"
-STATE="${MINING_CLUSTER_STATE:-/tmp/mining-operator-cluster}"
+SLOT="${MINING_CLUSTER_SLOT:-0}"
+case "$SLOT" in [0-9]) ;; *) echo "MINING_CLUSTER_SLOT must be 0-9, not $SLOT" >&2; exit 2 ;; esac
+if [ "$SLOT" = 0 ]; then DEFAULT_STATE=/tmp/mining-operator-cluster; else DEFAULT_STATE=/tmp/mining-operator-cluster-$SLOT; fi
+STATE="${MINING_CLUSTER_STATE:-$DEFAULT_STATE}"
 BIN="$CACHE/bin"
-API_PORT="${MINING_CLUSTER_API_PORT:-16443}"
-ETCD_PORT="${MINING_CLUSTER_ETCD_PORT:-23790}"
+API_PORT="${MINING_CLUSTER_API_PORT:-$((16443 + SLOT))}"
+ETCD_PORT="${MINING_CLUSTER_ETCD_PORT:-$((23790 + 20 * SLOT))}"
+KUBELET_PORT=$((10250 + SLOT))
+POD_PREFIX="10.$((244 + SLOT))"
+SERVICE_PREFIX="10.$((96 + SLOT))"
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 KUBECONFIG_PATH="$STATE/kubeconfig"
 NODE_NAME="${MINING_CLUSTER_NODE:-local-node}"
@@ -77,13 +92,13 @@ stop_pid() { # stop_pid PID: TERM, then KILL after 10 s
 
 start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' binaries are)
   echo "$1" >"$STATE/node-agent.args"
-  # The chart's images run the workspace's release binaries; its `helm test`
-  # image runs the host's curl.
+  # The chart's images come from podman's store; its `helm test` image runs
+  # the host's curl.
   start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1/node-agent" \
-    --node-name "$NODE_NAME" --state-dir "$STATE/agent" \
+    --node-name "$NODE_NAME" --state-dir "$STATE/agent" --pod-cidr "$POD_PREFIX.0.0/16" \
+    --kubelet-port "$KUBELET_PORT" \
     --api-server "https://127.0.0.1:$API_PORT" --api-server-ca "$STATE/certs/apiserver.crt" \
-    --image "mining-operator/miner=$1/miner" --image "mining-operator/operator=$1/operator" \
-    --image "mining-operator/mcp-frontend=$1/mcp-frontend" --image "curlimages/curl=$(command -v curl || echo /usr/bin/curl)" \
+    --image "curlimages/curl=$(command -v curl || echo /usr/bin/curl)" \
     --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
     --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh"
@@ -115,9 +130,12 @@ cmd_down() {
     pgid=$(cat "$f")
     kill -KILL -- "-$pgid" 2>/dev/null || true
   done
-  # Pod IPs (10.244.0.0/16) and ClusterIPs (10.96.0.0/16) the agent added to lo.
+  # This cluster's Pod IPs and ClusterIPs the agent added to lo; another
+  # slot's stay.
   local address
-  for address in $(ip -4 -o addr show dev lo 2>/dev/null | awk '$4 ~ /^10\.(244|96)\./ {print $4}'); do
+  for address in $(ip -4 -o addr show dev lo 2>/dev/null \
+      | awk -v pods="$POD_PREFIX." -v services="$SERVICE_PREFIX." \
+        'index($4, pods) == 1 || index($4, services) == 1 {print $4}'); do
     ip -4 addr del "$address" dev lo 2>/dev/null || true
   done
   rm -rf "$STATE"
@@ -130,6 +148,8 @@ cmd_up() {
   "$HERE/build-control-plane.sh"
   for tool in etcd openssl kubectl python3; do command -v "$tool" >/dev/null || die "$tool is missing"; done
 
+  command -v podman >/dev/null || { log "installing podman (the node agent runs Pods from its image store)"; \
+    apt-get install -y -qq podman >/dev/null; }
   local target binary
   target=$(target_dir)
   for binary in node-agent miner operator mcp-frontend; do
@@ -157,7 +177,8 @@ cmd_up() {
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
     --cert-dir "$STATE/certs" --token-auth-file "$STATE/tokens.csv" --authorization-mode RBAC \
     --service-account-key-file "$STATE/sa.crt" --service-account-signing-key-file "$STATE/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range "$SERVICE_PREFIX.0.0/16" \
+    --kubelet-preferred-address-types InternalIP --kubelet-https=false
 
   # The apiserver writes its self-signed serving certificate (valid for
   # 127.0.0.1) at start; the kubeconfig trusts exactly that certificate.
@@ -201,7 +222,8 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
+  state) echo "$STATE" ;;
   restart-agent) cmd_restart_agent ;;
   status) if is_up; then echo up; else echo down; exit 1; fi ;;
-  *) echo "usage: $0 up|down|kubeconfig|status|restart-agent" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|kubeconfig|state|status|restart-agent" >&2; exit 2 ;;
 esac

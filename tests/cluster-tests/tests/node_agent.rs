@@ -229,7 +229,14 @@ async fn replicas_get_their_own_pod_ips_and_readiness_gates_the_endpoints() {
     ips.sort();
     assert_eq!(ips.len(), 2, "{ips:?}");
     assert_ne!(ips[0], ips[1], "each replica has its own address");
-    assert!(ips.iter().all(|ip| ip.starts_with("10.244.")), "{ips:?}");
+    // Addresses from the Node's own Pod CIDR (X.Y.0.0/16), which differs per local cluster.
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(ns.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let cidr = node.items[0].spec.as_ref().and_then(|s| s.pod_cidr.clone()).expect("the Node has a Pod CIDR");
+    let prefix = cidr.split('.').take(2).collect::<Vec<_>>().join(".") + ".";
+    assert!(ips.iter().all(|ip| ip.starts_with(&prefix)), "{ips:?} outside {cidr}");
     // The endpoints controller lists exactly the ready replicas, and each answers there.
     let endpoints: Api<Endpoints> = ns.api();
     let listed = eventually("the Service's endpoints", TIMEOUT, || async {

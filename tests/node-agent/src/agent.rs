@@ -60,6 +60,8 @@ struct Agent {
     /// The Service proxy's view of Services, for Pods' `/etc/hosts`.
     services: Option<crate::services::ServiceDirectory>,
     done_tx: mpsc::UnboundedSender<String>,
+    /// Images from podman's store; only as root, which mounts need.
+    image_store: Option<std::sync::Arc<crate::image::ImageStore>>,
 }
 
 pub async fn run(
@@ -69,6 +71,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let api_server = config.in_cluster()?;
+    let pod_cidr = config.pod_cidr;
+    let image_store = nix::unistd::geteuid()
+        .is_root()
+        .then(|| crate::image::ImageStore::new(config.podman.clone(), config.state_dir.join("images")));
     let mut agent = Agent {
         client: client.clone(),
         config,
@@ -77,10 +83,11 @@ pub async fn run(
         unscheduled: HashMap::new(),
         waiting: HashMap::new(),
         binding: HashSet::new(),
-        ips: PodIps::default(),
+        ips: PodIps::new(pod_cidr),
         api_server,
         services,
         done_tx,
+        image_store,
     };
     let pods: Api<Pod> = Api::all(client);
     let mut events = watcher(pods, watcher::Config::default()).default_backoff().boxed();
@@ -293,6 +300,7 @@ impl Agent {
             services: self.services.clone(),
             client: self.client.clone(),
             images: self.config.images.clone(),
+            image_store: self.image_store.clone(),
             dir: self.pod_dir(&pod),
             pod,
         };

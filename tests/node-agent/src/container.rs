@@ -22,10 +22,10 @@ const FALLBACK_BYTES: usize = 2048;
 /// Why a container could not be started; becomes the waiting/terminated reason.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("image {image:?} is not mapped to a local binary (node-agent --image IMAGE=PATH)")]
-    ImageNotMapped { image: String },
     #[error("container has runAsNonRoot but runAsUser 0")]
     RunsAsRoot,
+    #[error("{message}")]
+    Config { message: String },
     #[error("starting {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
     #[error("preparing {path}: {source}")]
@@ -35,8 +35,7 @@ pub enum StartError {
 impl StartError {
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::ImageNotMapped { .. } => "ErrImageNotMapped",
-            Self::RunsAsRoot => "CreateContainerConfigError",
+            Self::RunsAsRoot | Self::Config { .. } => "CreateContainerConfigError",
             Self::Spawn { .. } | Self::Prepare { .. } => "StartError",
         }
     }
@@ -100,7 +99,7 @@ pub fn program_and_args(container: &Container, entrypoint: &Path) -> (PathBuf, V
 /// The container's environment: a base PATH, the Pod's hostname, and its `env`
 /// with literal values and the downward-API fields a kubelet resolves
 /// (`status.podIP` is the Pod's own loopback address).
-pub fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) -> BTreeMap<String, String> {
+pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let mut env = BTreeMap::from([
@@ -164,17 +163,16 @@ pub struct Sandbox {
     pub volumes: std::collections::BTreeMap<String, PathBuf>,
 }
 
-/// Starts the container's process. The caller waits on the returned child.
+/// Starts the container's process from a host binary (a test double mapped
+/// to its image name). The caller waits on the returned child.
 pub fn spawn(
     pod: &Pod,
     container: &Container,
-    images: &[(String, PathBuf)],
+    entrypoint: &Path,
     files: &ContainerFiles,
     pod_dir: &Path,
     sandbox: &Sandbox,
 ) -> Result<tokio::process::Child, StartError> {
-    let image = container.image.clone().unwrap_or_default();
-    let entrypoint = resolve_image(images, &image).ok_or(StartError::ImageNotMapped { image })?;
     let (program, args) = program_and_args(container, entrypoint);
     let mut env = environment(pod, container, sandbox.pod_ip);
     for (name, value) in &sandbox.env {
@@ -252,11 +250,11 @@ pub fn spawn(
     command.spawn().map_err(|source| StartError::Spawn { program: program.display().to_string(), source })
 }
 
-fn c_path(path: &Path) -> CString {
+pub(crate) fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("paths have no NUL bytes")
 }
 
-fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+pub(crate) fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }

@@ -6,6 +6,9 @@
 mod agent;
 mod container;
 mod credentials;
+mod from_image;
+mod image;
+mod logs;
 mod network;
 mod node;
 mod probe;
@@ -30,6 +33,15 @@ pub struct Config {
     /// Maps an image (repository, without tag) to a local binary: IMAGE=PATH. Repeatable.
     #[arg(long = "image", value_parser = parse_image_mapping)]
     pub images: Vec<(String, PathBuf)>,
+    /// The podman that holds the images Pods run (anything not mapped by --image).
+    #[arg(long, default_value = "podman")]
+    pub podman: String,
+    /// The /16 Pod IPs are taken from (from its .0.2), added to lo; one per cluster on a host.
+    #[arg(long, default_value = "10.244.0.0/16", value_parser = parse_pod_cidr)]
+    pub pod_cidr: std::net::Ipv4Addr,
+    /// Where the kubelet endpoint for `kubectl logs` listens on 127.0.0.1.
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
     /// Most Pods running at once; more stay Pending until one finishes.
     #[arg(long, default_value_t = 8)]
     pub max_pods: usize,
@@ -60,6 +72,16 @@ impl Config {
     }
 }
 
+/// A /16 network: its first address.
+fn parse_pod_cidr(value: &str) -> Result<std::net::Ipv4Addr, String> {
+    let (address, bits) = value.split_once('/').ok_or("expected A.B.0.0/16")?;
+    let address: std::net::Ipv4Addr = address.parse().map_err(|e| format!("{address}: {e}"))?;
+    if bits != "16" || address.octets()[2..] != [0, 0] {
+        return Err("expected a /16 network, A.B.0.0/16".into());
+    }
+    Ok(address)
+}
+
 fn parse_image_mapping(value: &str) -> Result<(String, PathBuf), String> {
     let (image, path) = value.split_once('=').ok_or("expected IMAGE=PATH")?;
     if image.is_empty() || path.is_empty() {
@@ -80,6 +102,10 @@ async fn main() -> anyhow::Result<()> {
     config.in_cluster().context("--api-server")?;
     std::fs::create_dir_all(config.state_dir.join("pods")).context("creating the state dir")?;
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
+    let logs = tokio::net::TcpListener::bind(("127.0.0.1", config.kubelet_port))
+        .await
+        .with_context(|| format!("listening on 127.0.0.1:{} for containerLogs", config.kubelet_port))?;
+    tokio::spawn(logs::serve(logs, config.state_dir.clone()));
     node::register(&client, &config).await.context("registering the Node")?;
     tokio::spawn(node::heartbeat(client.clone(), config.clone()));
     // Without root there are no addresses to add to lo and no mounts to make.

@@ -1,5 +1,5 @@
 //! Pod IPs without network namespaces: each running Pod gets its own address
-//! from 10.244.0.2 up, added to the host's `lo` (as root), so two replicas
+//! from the node's Pod CIDR (10.244.0.0/16 unless told), from .0.2 up, added to the host's `lo` (as root), so two replicas
 //! can listen on the same port at their own `status.podIP` and Services'
 //! Endpoints fill in with addresses the host can reach. (Loopback addresses
 //! would be simpler, but the API server refuses 127/8 in Endpoints.)
@@ -7,17 +7,21 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-/// The first address handed out, and how many there are (10.244.0.2–10.244.2.255,
-/// inside 10.244.0.0/16, which `cluster.sh down` clears from `lo`).
-const FIRST: u32 = u32::from_be_bytes([10, 244, 0, 2]);
+/// How many addresses there are (X.Y.0.2–X.Y.2.255 of the Pod CIDR X.Y.0.0/16,
+/// which `cluster.sh down` clears from `lo`).
 const COUNT: u32 = 3 * 256 - 2;
 
-#[derive(Default)]
 pub struct PodIps {
+    first: u32,
     assigned: HashMap<String, Ipv4Addr>,
 }
 
 impl PodIps {
+    /// Addresses from `network` (a /16's first address) .0.2 up.
+    pub fn new(network: Ipv4Addr) -> Self {
+        Self { first: u32::from(network) + 2, assigned: HashMap::new() }
+    }
+
     /// The Pod's address: the one it has, else the lowest free one; `None`
     /// when every address is taken.
     pub fn assign(&mut self, uid: &str) -> Option<Ipv4Addr> {
@@ -25,7 +29,7 @@ impl PodIps {
             return Some(*ip);
         }
         let taken: std::collections::HashSet<Ipv4Addr> = self.assigned.values().copied().collect();
-        let ip = (FIRST..FIRST + COUNT).map(Ipv4Addr::from).find(|ip| !taken.contains(ip))?;
+        let ip = (self.first..self.first + COUNT).map(Ipv4Addr::from).find(|ip| !taken.contains(ip))?;
         self.assigned.insert(uid.to_string(), ip);
         Some(ip)
     }
@@ -88,7 +92,7 @@ mod tests {
 
     #[test]
     fn pods_get_distinct_stable_addresses_that_are_reused_after_release() {
-        let mut ips = PodIps::default();
+        let mut ips = PodIps::new(Ipv4Addr::new(10, 244, 0, 0));
         let a = ips.assign("a").unwrap();
         let b = ips.assign("b").unwrap();
         assert_eq!(a, Ipv4Addr::new(10, 244, 0, 2));

@@ -20,6 +20,7 @@ fn status(config: &Config) -> serde_json::Value {
         "status": {
             "capacity": capacity,
             "allocatable": capacity,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": config.kubelet_port}},
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": config.node_name}],
             "conditions": [{
                 "type": "Ready", "status": "True", "reason": "NodeAgentReady",
@@ -45,6 +46,7 @@ pub async fn register(client: &kube::Client, config: &Config) -> kube::Result<()
             "kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux",
             "node.kubernetes.io/instance-type": "node-agent",
         }},
+        "spec": {"podCIDR": format!("{}/16", config.pod_cidr), "podCIDRs": [format!("{}/16", config.pod_cidr)]},
     });
     nodes.patch(&config.node_name, &params, &Patch::Apply(node)).await?;
     nodes.patch_status(&config.node_name, &params, &Patch::Apply(status(config))).await?;

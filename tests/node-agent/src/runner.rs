@@ -19,8 +19,15 @@ use tokio::sync::{mpsc, watch};
 use crate::agent::{MAX_GRACE, fail_pod, finalize_deletion, key_of, patch_status};
 use crate::container::{self, ContainerFiles, Sandbox};
 use crate::credentials::{self, ApiServer};
+use crate::image::{Image, ImageError, ImageStore};
 use crate::probe::{ProbeState, Verdict};
 use crate::services::ServiceDirectory;
+
+/// How a container starts: a mapped test double, or its image.
+enum Launch {
+    Binary(PathBuf),
+    Image(std::sync::Arc<Image>),
+}
 
 /// What one container is doing, as reported in `containerStatuses`.
 struct ContainerRun {
@@ -38,7 +45,10 @@ pub struct PodRunner {
     /// Services to name in the Pod's `/etc/hosts` (when the agent runs as root).
     pub services: Option<ServiceDirectory>,
     pub client: kube::Client,
+    /// Test doubles: image names mapped to host binaries.
     pub images: Vec<(String, PathBuf)>,
+    /// Every other image, from podman's store (when the agent runs as root).
+    pub image_store: Option<std::sync::Arc<ImageStore>>,
     pub dir: PathBuf,
     pub pod: Pod,
 }
@@ -95,6 +105,9 @@ impl PodRunner {
                 }
             }
         }
+        let Some(launches) = self.wait_for_images(&mut stop_rx).await else {
+            return finalize_deletion(&self.client, &self.pod).await;
+        };
         let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
         let start_time = Time(Timestamp::now());
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, i32)>();
@@ -116,7 +129,7 @@ impl PodRunner {
             })
             .collect();
         for (index, run) in runs.iter_mut().enumerate() {
-            self.start_container(index, run, &exit_tx, &sandbox);
+            self.start_container(index, run, &exit_tx, &sandbox, &launches[index]);
         }
         self.report(&runs, &start_time).await;
         let mut probe_tick = tokio::time::interval(Duration::from_millis(500));
@@ -170,7 +183,7 @@ impl PodRunner {
                                 return self.stop(&mut runs, &mut exit_rx, grace).await;
                             }
                         }
-                        self.start_container(index, &mut runs[index], &exit_tx, &sandbox);
+                        self.start_container(index, &mut runs[index], &exit_tx, &sandbox, &launches[index]);
                     } else {
                         run.status.state = Some(terminated);
                         run.status.ready = false;
@@ -196,10 +209,17 @@ impl PodRunner {
         run: &mut ContainerRun,
         exit_tx: &mpsc::UnboundedSender<(usize, i32)>,
         sandbox: &Sandbox,
+        launch: &Launch,
     ) {
         let container = &self.pod.spec.as_ref().expect("pod has a spec").containers[index];
         let files = ContainerFiles::new(&self.dir, &container.name);
-        match container::spawn(&self.pod, container, &self.images, &files, &self.dir, sandbox) {
+        let spawned = match launch {
+            Launch::Binary(path) => container::spawn(&self.pod, container, path, &files, &self.dir, sandbox),
+            Launch::Image(image) => {
+                crate::from_image::spawn(&self.pod, container, image, &files, &self.dir, sandbox)
+            }
+        };
+        match spawned {
             Ok(mut child) => {
                 let pid = child.id().map_or(0, |p| p as i32);
                 run.pgid = Some(pid);
@@ -243,6 +263,59 @@ impl PodRunner {
                     }),
                     ..Default::default()
                 });
+            }
+        }
+    }
+
+    /// How each container starts. While an image is missing the Pod stays
+    /// Pending with the kubelet's waiting reason (`ErrImageNeverPull`: the
+    /// agent pulls nothing) and the images are looked for again every few
+    /// seconds; `None` when the Pod is deleted meanwhile.
+    async fn wait_for_images(&self, stop_rx: &mut watch::Receiver<Option<Duration>>) -> Option<Vec<Launch>> {
+        let containers = self.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
+        let mut reported = false;
+        loop {
+            let mut launches = Vec::with_capacity(containers.len());
+            let mut missing: Vec<(String, &'static str, String)> = Vec::new();
+            for container in &containers {
+                let image = container.image.clone().unwrap_or_default();
+                if let Some(path) = container::resolve_image(&self.images, &image) {
+                    launches.push(Launch::Binary(path.to_path_buf()));
+                    continue;
+                }
+                let resolved = match &self.image_store {
+                    Some(store) => store.resolve(&image).await,
+                    None => Err(ImageError::NotPresent { reference: image.clone() }),
+                };
+                match resolved {
+                    Ok(image) => launches.push(Launch::Image(image)),
+                    Err(err) => missing.push((container.name.clone(), err.reason(), err.to_string())),
+                }
+            }
+            if missing.is_empty() {
+                return Some(launches);
+            }
+            if !reported {
+                tracing::warn!(pod = %key_of(&self.pod), problem = %missing[0].2, "waiting for an image");
+                let statuses: Vec<_> = containers
+                    .iter()
+                    .map(|c| {
+                        let waiting = missing.iter().find(|(name, _, _)| *name == c.name);
+                        let (reason, message) =
+                            waiting.map_or(("ContainerCreating", ""), |(_, r, m)| (*r, m.as_str()));
+                        json!({"name": c.name, "image": c.image, "imageID": "", "ready": false, "restartCount": 0,
+                               "state": {"waiting": {"reason": reason, "message": message}}})
+                    })
+                    .collect();
+                let patch = json!({"status": {"phase": "Pending", "hostIP": "127.0.0.1",
+                    "podIP": self.pod_ip.to_string(), "podIPs": [{"ip": self.pod_ip.to_string()}],
+                    "containerStatuses": statuses}});
+                patch_status(&self.client, &self.pod, patch).await;
+                reported = true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(3)) => {}
+                _ = stop_rx.changed() => return None,
             }
         }
     }
