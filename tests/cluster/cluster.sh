@@ -96,7 +96,7 @@ start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' 
   # the host's curl.
   start node-agent env KUBECONFIG="$KUBECONFIG_PATH" RUST_LOG="${NODE_AGENT_LOG:-info}" "$1/node-agent" \
     --node-name "$NODE_NAME" --state-dir "$STATE/agent" --pod-cidr "$POD_PREFIX.0.0/16" \
-    --kubelet-port "$KUBELET_PORT" \
+    --kubelet-port "$KUBELET_PORT" --kubelet-certificate "$STATE/kubelet.crt" --kubelet-key "$STATE/kubelet.key" \
     --api-server "https://127.0.0.1:$API_PORT" --api-server-ca "$STATE/certs/apiserver.crt" \
     --image "curlimages/curl=$(command -v curl || echo /usr/bin/curl)" \
     --image "local/shell=/bin/sh" \
@@ -163,6 +163,9 @@ cmd_up() {
   chmod 700 "$STATE"
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$STATE/sa.key" -out "$STATE/sa.crt" \
     -days 30 -subj /CN=service-accounts 2>/dev/null
+  # The node agent's kubelet endpoint (`kubectl logs`).
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$STATE/kubelet.key" -out "$STATE/kubelet.crt" \
+    -days 30 -subj "/CN=$NODE_NAME" -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
   local token
   token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   echo "$token,admin,1,system:masters" >"$STATE/tokens.csv"
@@ -177,7 +180,7 @@ cmd_up() {
     --cert-dir "$STATE/certs" --token-auth-file "$STATE/tokens.csv" --authorization-mode RBAC \
     --service-account-key-file "$STATE/sa.crt" --service-account-signing-key-file "$STATE/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range "$SERVICE_PREFIX.0.0/16" \
-    --kubelet-preferred-address-types InternalIP --kubelet-https=false
+    --kubelet-preferred-address-types InternalIP
 
   # The apiserver writes its self-signed serving certificate (valid for
   # 127.0.0.1) at start; the kubeconfig trusts exactly that certificate.

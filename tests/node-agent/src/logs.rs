@@ -1,16 +1,18 @@
 //! The kubelet's `containerLogs` endpoint, so that `kubectl logs` works: the
-//! API server (with `--kubelet-preferred-address-types InternalIP` and
-//! `--kubelet-https=false`) asks `GET /containerLogs/NS/POD/CONTAINER` at the
-//! Node's address and the port the Node reports. Plain HTTP on loopback only,
-//! as a test cluster's kubelet; `tailLines`, `limitBytes` and `follow` are
+//! API server (with `--kubelet-preferred-address-types InternalIP`) asks
+//! `GET /containerLogs/NS/POD/CONTAINER` over HTTPS at the Node's address and
+//! the port the Node reports. Loopback only, with a certificate `cluster.sh`
+//! makes (the API server, given no `--kubelet-certificate-authority`, does
+//! not verify it) and no client authentication, as a test cluster's kubelet; `tailLines`, `limitBytes` and `follow` are
 //! honoured, `timestamps` and `previous` are not (each container's log spans
 //! its restarts).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 /// A request head larger than this is refused.
 const MAX_HEAD: usize = 16 * 1024;
@@ -90,11 +92,32 @@ fn pod_dir(state_dir: &Path, namespace: &str, pod: &str) -> Option<PathBuf> {
         .map(|entry| entry.path())
 }
 
-pub async fn serve(listener: TcpListener, state_dir: PathBuf) {
+/// The TLS server side from a PEM certificate (chain) and key.
+pub fn acceptor(certificate: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(certificate)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| format!("{}: {err}", certificate.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|err| format!("{}: {err}", key.display()))?;
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|err| err.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|err| err.to_string())?;
+    Ok(TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
+pub async fn serve(listener: TcpListener, tls: TlsAcceptor, state_dir: PathBuf) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         let state_dir = state_dir.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await;
+            let Ok(Ok(stream)) = handshake else { return };
             if let Err(err) = answer(stream, &state_dir).await {
                 tracing::debug!(error = %err, "containerLogs request ended");
             }
@@ -102,7 +125,7 @@ pub async fn serve(listener: TcpListener, state_dir: PathBuf) {
     }
 }
 
-async fn answer(mut stream: TcpStream, state_dir: &Path) -> std::io::Result<()> {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state_dir: &Path) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buffer = [0u8; 2048];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -156,7 +179,7 @@ async fn answer(mut stream: TcpStream, state_dir: &Path) -> std::io::Result<()> 
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, body: &[u8]) -> std::io::Result<()> {
+async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, status: &str, body: &[u8]) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

@@ -42,6 +42,12 @@ pub struct Config {
     /// Where the kubelet endpoint for `kubectl logs` listens on 127.0.0.1.
     #[arg(long, default_value_t = 10250)]
     pub kubelet_port: u16,
+    /// The endpoint's certificate (PEM); without it there is no `kubectl logs`.
+    #[arg(long, requires = "kubelet_key")]
+    pub kubelet_certificate: Option<PathBuf>,
+    /// The endpoint's private key (PEM).
+    #[arg(long)]
+    pub kubelet_key: Option<PathBuf>,
     /// Most Pods running at once; more stay Pending until one finishes.
     #[arg(long, default_value_t = 8)]
     pub max_pods: usize,
@@ -102,10 +108,14 @@ async fn main() -> anyhow::Result<()> {
     config.in_cluster().context("--api-server")?;
     std::fs::create_dir_all(config.state_dir.join("pods")).context("creating the state dir")?;
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
-    let logs = tokio::net::TcpListener::bind(("127.0.0.1", config.kubelet_port))
-        .await
-        .with_context(|| format!("listening on 127.0.0.1:{} for containerLogs", config.kubelet_port))?;
-    tokio::spawn(logs::serve(logs, config.state_dir.clone()));
+    if let (Some(certificate), Some(key)) = (&config.kubelet_certificate, &config.kubelet_key) {
+        let tls =
+            logs::acceptor(certificate, key).map_err(anyhow::Error::msg).context("--kubelet-certificate")?;
+        let logs = tokio::net::TcpListener::bind(("127.0.0.1", config.kubelet_port))
+            .await
+            .with_context(|| format!("listening on 127.0.0.1:{} for containerLogs", config.kubelet_port))?;
+        tokio::spawn(logs::serve(logs, tls, config.state_dir.clone()));
+    }
     node::register(&client, &config).await.context("registering the Node")?;
     tokio::spawn(node::heartbeat(client.clone(), config.clone()));
     // Without root there are no addresses to add to lo and no mounts to make.
