@@ -72,7 +72,7 @@ done
 cat <<NEXT
 
 [demo] done. The stack is still running, its frontend at http://127.0.0.1:$PORT/mcp.
-Connect an MCP client (the Inspector needs Node.js 22.19 or later):
+Connect your own MCP client (the Inspector needs Node.js 22.19 or later):
   export KUBECONFIG=$KUBECONFIG
   export MCP_TOKEN=\$(kubectl -n $NAMESPACE create token demo-agent --audience mining-operator --duration=1h)
   npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:$PORT/mcp --method tools/list --header "Authorization: Bearer \$MCP_TOKEN"

@@ -65,7 +65,7 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     // The lines it printed work as printed: the Inspector lists the four
     // tools through the forwarder, and `kubectl logs` shows the operator's log.
-    let connect = printed_commands(&stdout, "Connect an MCP client");
+    let connect = printed_commands(&stdout, "Connect your own MCP client");
     let connected = run_as_printed(&connect, &clients_dir());
     let look = printed_commands(&stdout, "Look around:");
     let logs: Vec<String> = look.iter().filter(|l| l.contains(" logs ")).cloned().collect();
