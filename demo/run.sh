@@ -79,6 +79,6 @@ Connect your own MCP client (the Inspector needs Node.js 22.19 or later):
 Look around:
   kubectl get miningworkflows -A
   kubectl -n $NAMESPACE logs deployment/$FULLNAME-operator
-  helm status $RELEASE -n $NAMESPACE     # helm is $HELM
+  $HELM status $RELEASE -n $NAMESPACE
   make demo-down                          # stops the cluster and the forwarder, removes its state
 NEXT
