@@ -25,6 +25,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,kube=warn,rmcp=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: in a Pod's log they are noise.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = Config::parse();
     let limits = config.limits().map_err(anyhow::Error::msg)?;

@@ -40,6 +40,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: in a Pod's log they are noise.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = Config::parse();
     let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };

@@ -97,6 +97,7 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
     let log = String::from_utf8_lossy(&logged.stdout);
     assert!(logged.status.success(), "{logs:?}: {}", String::from_utf8_lossy(&logged.stderr));
     assert!(log.contains("operator"), "the operator's own log: {log}");
+    assert!(!log.contains('\u{1b}'), "plain text, no terminal colour codes, in a Pod's log: {log:?}");
     // The chain it printed is the independent implementation's.
     for block in reference_chain(3, 10) {
         let (index, nonce) = (block["index"].as_u64().unwrap(), block["nonce"].as_u64().unwrap());
