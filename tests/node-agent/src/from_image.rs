@@ -165,7 +165,8 @@ pub fn spawn(
     if root.exists() {
         std::fs::remove_dir_all(&root).map_err(|e| prepare_error(&root, e))?;
     }
-    copy_tree_blocking(&image.rootfs, &root, read_only_root)?;
+    image::copy_tree(&image.rootfs, &root, read_only_root)
+        .map_err(|message| prepare_error(&root, std::io::Error::other(message)))?;
 
     std::fs::write(&files.termination, b"").map_err(|e| prepare_error(&files.termination, e))?;
     crate::container::set_mode(&files.termination, 0o666)
@@ -244,23 +245,6 @@ pub fn spawn(
         program: format!("{program} (in image {})", image.reference),
         source,
     })
-}
-
-fn copy_tree_blocking(source: &Path, target: &Path, hard_links: bool) -> Result<(), StartError> {
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| prepare_error(parent, e))?;
-    }
-    let output = std::process::Command::new("cp")
-        .arg(if hard_links { "-al" } else { "-a" })
-        .arg(source)
-        .arg(target)
-        .output()
-        .map_err(|e| prepare_error(target, e))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let message = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    Err(prepare_error(target, std::io::Error::other(message)))
 }
 
 /// In the child: the container's root, mounts, user and privileges.

@@ -203,7 +203,12 @@ impl ImageStore {
             let mounted = self.podman(&["image", "mount", id]).await?;
             let partial = self.dir.join(format!("{id}.partial"));
             let _ = std::fs::remove_dir_all(&partial);
-            let copy = copy_tree(Path::new(mounted.trim()), &partial, false).await;
+            let source = PathBuf::from(mounted.trim());
+            let into = partial.clone();
+            let copy = tokio::task::spawn_blocking(move || copy_tree(&source, &into, false))
+                .await
+                .map_err(|err| err.to_string())
+                .and_then(|copied| copied);
             let _ = self.podman(&["image", "unmount", id]).await;
             copy?;
             std::fs::rename(&partial, &target)
@@ -230,28 +235,21 @@ impl ImageStore {
 
 /// `cp -a` of a tree; with `hard_links`, files are linked, not copied (for a
 /// root that is mounted read-only, so no container can change the original).
-pub async fn copy_tree(source: &Path, target: &Path, hard_links: bool) -> Result<(), String> {
+pub fn copy_tree(source: &Path, target: &Path, hard_links: bool) -> Result<(), String> {
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(|err| format!("creating {}: {err}", parent.display()))?;
     }
-    let mode = if hard_links { "-al" } else { "-a" };
-    let output = tokio::process::Command::new("cp")
-        .arg(mode)
+    let output = std::process::Command::new("cp")
+        .arg(if hard_links { "-al" } else { "-a" })
         .arg(source)
         .arg(target)
         .output()
-        .await
         .map_err(|err| format!("running cp: {err}"))?;
     if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "copying {} to {}: {}",
-            source.display(),
-            target.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        return Ok(());
     }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    Err(format!("copying {} to {}: {}", source.display(), target.display(), stderr.trim()))
 }
 
 #[cfg(test)]
