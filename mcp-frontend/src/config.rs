@@ -7,6 +7,8 @@ use clap::{Parser, ValueEnum};
 
 use mining_api::bounds::{BLOCKS, DIFFICULTY};
 
+use crate::auth::fetch::check_url;
+use crate::auth::oidc::TokenPolicy;
 use crate::tools::Limits;
 
 /// Longest wait a call may be given: clients time out tool calls at about 60 s
@@ -24,6 +26,9 @@ pub enum AuthMode {
     Tokens,
     /// Kubernetes bearer tokens, checked by TokenReview and SubjectAccessReview.
     Kubernetes,
+    /// JWT access tokens of an OpenID issuer (OAuth 2.1 resource server,
+    /// with Protected Resource Metadata for MCP hosts' sign-in).
+    Oidc,
 }
 
 /// MCP server (Streamable HTTP at /mcp) that mines proof-of-work chains as MiningWorkflows.
@@ -107,6 +112,58 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=600))]
     pub auth_cache_seconds: u32,
 
+    /// With --auth oidc: the issuer (`iss`) of accepted tokens; its keys come
+    /// from `{issuer}/.well-known/openid-configuration`. https only, except
+    /// on loopback addresses.
+    #[arg(long, env = "OIDC_ISSUER", required_if_eq("auth", "oidc"))]
+    pub oidc_issuer: Option<String>,
+
+    /// With --auth oidc: the audiences (`aud`) a token must be issued for,
+    /// comma-separated: this server's resource URL (RFC 8707, what MCP hosts
+    /// ask for) or an audience configured at the issuer.
+    #[arg(long, env = "OIDC_AUDIENCE", value_delimiter = ',', required_if_eq("auth", "oidc"),
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub oidc_audience: Vec<String>,
+
+    /// With --auth oidc: scopes every token must grant (`scope` or `scp`),
+    /// comma-separated; a token without them gets 403 insufficient_scope.
+    #[arg(long, env = "OIDC_REQUIRED_SCOPES", value_delimiter = ',')]
+    pub oidc_required_scopes: Vec<String>,
+
+    /// With --auth oidc: the claim that names the caller (with the issuer).
+    #[arg(long, env = "OIDC_CALLER_CLAIM", default_value = "sub",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub oidc_caller_claim: String,
+
+    /// With --auth oidc: accepted signature algorithms, comma-separated
+    /// (asymmetric only: `none` and HMAC are never accepted).
+    #[arg(long, env = "OIDC_ALGORITHMS", value_delimiter = ',', default_value = "RS256,ES256",
+          value_parser = crate::auth::oidc::parse_algorithm)]
+    pub oidc_algorithms: Vec<jsonwebtoken::Algorithm>,
+
+    /// With --auth oidc: how far `exp` and `nbf` may be off (clock skew).
+    #[arg(long, env = "OIDC_CLOCK_SKEW_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub oidc_clock_skew_seconds: u64,
+
+    /// With --auth oidc: a PEM bundle of CAs to trust for the issuer besides
+    /// the public roots (a private IdP).
+    #[arg(long, env = "OIDC_CA_FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+
+    /// With --auth oidc and the Kubernetes API server as issuer: read its
+    /// keys from `/openid/v1/jwks` through this server's own Kubernetes
+    /// client instead of from the issuer URL (which pods resolve, but whose
+    /// discovery needs the cluster CA and credentials).
+    #[arg(long, env = "OIDC_KUBERNETES_KEYS")]
+    pub oidc_kubernetes_keys: bool,
+
+    /// The URL clients reach /mcp at, when it is not `http://{Host}/mcp`
+    /// (behind an Ingress or TLS proxy): the resource of the Protected
+    /// Resource Metadata.
+    #[arg(long, env = "PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     /// The secret (at least 32 bytes; e.g. `head -c 32 /dev/urandom | base64`)
     /// behind ownership proofs and workflow ids. Every replica needs the same
     /// one; the chart keeps it in a Secret. Whoever has it can make
@@ -167,6 +224,43 @@ pub struct Config {
 }
 
 impl Config {
+    /// The `--auth oidc` settings, checked; `None` in the other modes.
+    pub fn token_policy(&self) -> Result<Option<TokenPolicy>, String> {
+        if self.auth != AuthMode::Oidc {
+            return Ok(None);
+        }
+        let issuer = self.oidc_issuer.clone().ok_or("--auth oidc needs --oidc-issuer")?;
+        check_url(&issuer).map_err(|e| format!("--oidc-issuer: {e}"))?;
+        // OpenID Connect: an issuer has no query or fragment.
+        if issuer.contains(['?', '#']) {
+            return Err(format!("--oidc-issuer `{issuer}` has a query or fragment"));
+        }
+        if self.oidc_audience.is_empty() {
+            return Err("--auth oidc needs --oidc-audience".into());
+        }
+        if let Some(url) = &self.public_url {
+            check_url(url).map_err(|e| format!("--public-url: {e}"))?;
+        }
+        let required_scopes: Vec<String> =
+            self.oidc_required_scopes.iter().filter(|s| !s.is_empty()).cloned().collect();
+        // RFC 6749 §3.3: a scope is printable ASCII without space, `"` or `\`,
+        // which is also what keeps the challenge header well-formed.
+        if let Some(bad) = required_scopes
+            .iter()
+            .find(|s| !s.bytes().all(|b| b == 0x21 || (0x23..=0x7e).contains(&b) && b != b'\\'))
+        {
+            return Err(format!("--oidc-required-scopes: `{bad}` is not a valid scope"));
+        }
+        Ok(Some(TokenPolicy {
+            issuer,
+            audiences: self.oidc_audience.clone(),
+            required_scopes,
+            caller_claim: self.oidc_caller_claim.clone(),
+            algorithms: self.oidc_algorithms.clone(),
+            clock_skew_seconds: self.oidc_clock_skew_seconds,
+        }))
+    }
+
     /// The bounds tool arguments are checked against; refuses a default
     /// difficulty above the maximum.
     pub fn limits(&self) -> Result<Limits, String> {
@@ -212,6 +306,11 @@ mod tests {
             &["--max-difficulty", "99999999999999999999"],
             &["--token-audiences", ""],
             &["--auth-cache-seconds", "0"],
+            &["--auth", "oidc"],
+            &["--auth", "oidc", "--oidc-issuer", "https://idp.example.com"],
+            &["--oidc-algorithms", "HS256"],
+            &["--oidc-algorithms", "none"],
+            &["--oidc-clock-skew-seconds", "601"],
         ] {
             let args = ["mcp-frontend", "--ownership-key-file", "/key"].iter().chain(args);
             assert!(Config::try_parse_from(args.clone()).is_err(), "{:?}", args.collect::<Vec<_>>());
@@ -226,6 +325,41 @@ mod tests {
         ])
         .unwrap();
         assert!(config.limits().unwrap_err().contains("above --max-difficulty"));
+    }
+
+    #[test]
+    fn oidc_settings_are_checked_at_start() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["mcp-frontend", "--ownership-key-file", "/key", "--auth", "oidc"];
+            args.extend_from_slice(extra);
+            Config::try_parse_from(args).unwrap().token_policy()
+        };
+        let policy = parse(&[
+            "--oidc-issuer",
+            "https://idp.example.com/realms/a",
+            "--oidc-audience",
+            "https://mcp.example.com/mcp",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(policy.caller_claim, "sub");
+        assert_eq!(policy.algorithms, [jsonwebtoken::Algorithm::RS256, jsonwebtoken::Algorithm::ES256]);
+        assert_eq!(policy.clock_skew_seconds, 60);
+        assert!(parse(&["--oidc-issuer", "http://127.0.0.1:9000", "--oidc-audience", "a"]).is_ok());
+        for (issuer, why) in [
+            ("http://idp.example.com", "only https"),
+            ("https://idp.example.com/?x=1", "query or fragment"),
+            ("idp.example.com", "not"),
+        ] {
+            let error = parse(&["--oidc-issuer", issuer, "--oidc-audience", "a"]).unwrap_err();
+            assert!(error.contains(why), "{issuer}: {error}");
+        }
+        let error =
+            parse(&["--oidc-issuer", "https://i", "--oidc-audience", "a", "--oidc-required-scopes", "a\"b"])
+                .unwrap_err();
+        assert!(error.contains("not a valid scope"), "{error}");
+        let tokens_mode = Config::try_parse_from(["mcp-frontend", "--ownership-key-file", "/key"]).unwrap();
+        assert!(tokens_mode.token_policy().unwrap().is_none());
     }
 
     #[test]

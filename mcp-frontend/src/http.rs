@@ -17,6 +17,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::metadata::{MCP_PATH, metadata_router};
 use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
 use crate::core::Core;
@@ -95,12 +96,18 @@ pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptio
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    let metadata = match &auth.resource {
+        Some(resource) => metadata_router(resource.clone()),
+        None => Router::new(),
+    };
     Router::new()
-        .route_service("/mcp", service)
+        .route_service(MCP_PATH, service)
         .route_layer(middleware::from_fn(mirror_task_id_header))
         .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))
+        // The metadata is public: outside the auth layer, behind the host guard.
+        .merge(metadata)
         .route_layer(middleware::from_fn_with_state(guard, guard_host_and_origin))
 }
 

@@ -6,7 +6,11 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 use kube::api::Api;
-use mcp_frontend::auth::{AuthLayerState, Authenticator, KubernetesReviews, TokenFile};
+use mcp_frontend::auth::fetch::JsonFetcher;
+use mcp_frontend::auth::jwks::{KeyCache, KeySource};
+use mcp_frontend::auth::{
+    AuthLayerState, Authenticator, KubernetesReviews, OidcVerifier, ProtectedResource, TokenFile,
+};
 use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
 use mcp_frontend::core::{Core, WaitSlots};
@@ -34,6 +38,8 @@ async fn main() -> anyhow::Result<()> {
     let namespace = config.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     let metrics = Arc::new(Metrics::default());
 
+    let token_policy = config.token_policy().map_err(anyhow::Error::msg)?;
+    let mut resource = None;
     let authenticator = match config.auth {
         AuthMode::None => {
             tracing::warn!(
@@ -52,6 +58,25 @@ async fn main() -> anyhow::Result<()> {
             config.token_audiences.clone(),
             std::time::Duration::from_secs(u64::from(config.auth_cache_seconds)),
         )),
+        AuthMode::Oidc => {
+            let policy = token_policy.context("--auth oidc needs --oidc-issuer and --oidc-audience")?;
+            let source = if config.oidc_kubernetes_keys {
+                KeySource::Kubernetes { client: client.clone() }
+            } else {
+                let fetcher = JsonFetcher::new(config.oidc_ca_file.as_deref()).map_err(anyhow::Error::msg)?;
+                KeySource::Discovery { issuer: policy.issuer.clone(), fetcher }
+            };
+            resource = Some(Arc::new(ProtectedResource {
+                public_url: config.public_url.clone(),
+                authorization_servers: vec![policy.issuer.clone()],
+                scopes: policy.required_scopes.clone(),
+            }));
+            tracing::info!(issuer = %policy.issuer, audiences = ?policy.audiences, scopes = ?policy.required_scopes,
+                caller_claim = %policy.caller_claim, "accepting JWT access tokens");
+            let verifier = OidcVerifier::new(policy, KeyCache::new(source));
+            verifier.prefetch().await;
+            Authenticator::Oidc(verifier)
+        }
     };
 
     let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
@@ -78,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
         waits: WaitSlots::new(config.max_waits_per_caller as usize, config.max_waits as usize),
     });
     let shutdown = CancellationToken::new();
-    let auth = Arc::new(AuthLayerState { authenticator, metrics: metrics.clone() });
+    let auth = Arc::new(AuthLayerState { authenticator, resource, metrics: metrics.clone() });
     let options = HttpOptions {
         allowed_hosts: config.allowed_hosts.clone(),
         allowed_origins: config.allowed_origins.clone(),

@@ -174,7 +174,7 @@ fn scan_range(
                 if b.nonce < end && meets(&state_b, difficulty, first_word_zeros) {
                     return Some((b.nonce, state_b));
                 }
-                if a.nonce % POLL == 0 && best.load(Ordering::Relaxed) < a.nonce {
+                if a.nonce.is_multiple_of(POLL) && best.load(Ordering::Relaxed) < a.nonce {
                     return None;
                 }
                 if end - a.nonce <= 2 {
@@ -192,7 +192,7 @@ fn scan_range(
                 if meets(&state, difficulty, first_word_zeros) {
                     return Some((a.nonce, state));
                 }
-                if a.nonce % POLL == 0 && best.load(Ordering::Relaxed) < a.nonce {
+                if a.nonce.is_multiple_of(POLL) && best.load(Ordering::Relaxed) < a.nonce {
                     return None;
                 }
                 if end - a.nonce <= 1 {

@@ -5,10 +5,16 @@
 //! - `none`: every request is the one anonymous caller.
 //! - `tokens`: a file of `token caller-name` lines ([`tokens`]).
 //! - `kubernetes`: TokenReview for the frontend's audiences and RBAC ([`kubernetes`]).
+//! - `oidc`: JWT access tokens of an OpenID issuer, checked here ([`oidc`]),
+//!   with Protected Resource Metadata for MCP hosts' sign-in ([`metadata`]).
 //!
 //! Refusals never name the caller or echo the token.
 
+pub mod fetch;
+pub mod jwks;
 pub mod kubernetes;
+pub mod metadata;
+pub mod oidc;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -23,6 +29,8 @@ use crate::ids::Caller;
 use crate::metrics::{Metrics, ReasonLabels};
 
 pub use kubernetes::KubernetesReviews;
+pub use metadata::ProtectedResource;
+pub use oidc::OidcVerifier;
 pub use tokens::TokenFile;
 
 /// Why a request was refused.
@@ -32,6 +40,11 @@ pub enum Refusal {
     MissingToken,
     /// A token nobody issued.
     InvalidToken,
+    /// A token that is not valid here, and why (expired, for another
+    /// audience, …): fixed text, never the token's content.
+    TokenRejected(String),
+    /// A valid token without every required scope.
+    InsufficientScope,
     /// A known identity without the RBAC permission to create workflows.
     Forbidden(String),
     /// The API server could not be asked.
@@ -44,7 +57,8 @@ impl Refusal {
     fn metric_reason(&self) -> &'static str {
         match self {
             Self::MissingToken => "missing_token",
-            Self::InvalidToken => "invalid_token",
+            Self::InvalidToken | Self::TokenRejected(_) => "invalid_token",
+            Self::InsufficientScope => "insufficient_scope",
             Self::Forbidden(_) => "forbidden",
             Self::Unavailable(_) => "unavailable",
             Self::Busy => "busy",
@@ -52,13 +66,23 @@ impl Refusal {
     }
 }
 
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let challenge = |error: Option<&str>| {
-            let value = match error {
-                Some(error) => format!("Bearer realm=\"mining-operator\", error=\"{error}\""),
-                None => "Bearer realm=\"mining-operator\"".to_string(),
-            };
+/// What a challenge adds in `--auth oidc`: where the metadata is and which
+/// scopes a token needs (empty in the other modes).
+#[derive(Debug, Default)]
+pub struct ChallengeContext {
+    pub resource_metadata: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+impl Refusal {
+    /// The HTTP answer: 401 with a Bearer challenge for a missing or bad
+    /// token (RFC 6750 §3.1: no error code when there was no token), 403
+    /// `insufficient_scope` for missing scopes, 503 with Retry-After when
+    /// the check itself could not run.
+    pub fn respond(self, context: &ChallengeContext) -> Response {
+        let challenge = |error: Option<(&str, &str)>| {
+            let value =
+                metadata::bearer_challenge(error, &context.scopes, context.resource_metadata.as_deref());
             [(header::WWW_AUTHENTICATE, value)]
         };
         match self {
@@ -68,10 +92,24 @@ impl IntoResponse for Refusal {
                 "Unauthorized: send Authorization: Bearer <token>\n",
             )
                 .into_response(),
-            Self::InvalidToken => {
-                (StatusCode::UNAUTHORIZED, challenge(Some("invalid_token")), "Unauthorized: invalid token\n")
-                    .into_response()
-            }
+            Self::InvalidToken => (
+                StatusCode::UNAUTHORIZED,
+                challenge(Some(("invalid_token", "the token is not valid here"))),
+                "Unauthorized: invalid token\n",
+            )
+                .into_response(),
+            Self::TokenRejected(why) => (
+                StatusCode::UNAUTHORIZED,
+                challenge(Some(("invalid_token", &why))),
+                format!("Unauthorized: invalid token: {why}\n"),
+            )
+                .into_response(),
+            Self::InsufficientScope => (
+                StatusCode::FORBIDDEN,
+                challenge(Some(("insufficient_scope", "the token lacks a required scope"))),
+                format!("Forbidden: the token needs the scopes `{}`\n", context.scopes.join(" ")),
+            )
+                .into_response(),
             Self::Forbidden(why) => (StatusCode::FORBIDDEN, format!("Forbidden: {why}\n")).into_response(),
             Self::Unavailable(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -92,10 +130,17 @@ impl IntoResponse for Refusal {
     }
 }
 
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        self.respond(&ChallengeContext::default())
+    }
+}
+
 pub enum Authenticator {
     None,
     Tokens(TokenFile),
     Kubernetes(KubernetesReviews),
+    Oidc(OidcVerifier),
 }
 
 impl Authenticator {
@@ -104,6 +149,7 @@ impl Authenticator {
             Self::None => Ok(Caller::anonymous()),
             Self::Tokens(file) => file.caller(bearer_token(headers)?),
             Self::Kubernetes(reviews) => reviews.caller(bearer_token(headers)?).await,
+            Self::Oidc(verifier) => verifier.caller(bearer_token(headers)?).await,
         }
     }
 }
@@ -111,7 +157,21 @@ impl Authenticator {
 /// The shared state of the middleware.
 pub struct AuthLayerState {
     pub authenticator: Authenticator,
+    /// The protected resource's metadata, in `--auth oidc`.
+    pub resource: Option<Arc<ProtectedResource>>,
     pub metrics: Arc<Metrics>,
+}
+
+impl AuthLayerState {
+    fn challenge_context(&self, headers: &HeaderMap) -> ChallengeContext {
+        match &self.resource {
+            Some(resource) => ChallengeContext {
+                resource_metadata: Some(resource.metadata_url(headers)),
+                scopes: resource.scopes.clone(),
+            },
+            None => ChallengeContext::default(),
+        }
+    }
 }
 
 /// The middleware: a caller in the request's extensions, or a refusal.
@@ -132,7 +192,7 @@ pub async fn require_caller(
                 .get_or_create(&ReasonLabels { reason: refusal.metric_reason() })
                 .inc();
             tracing::info!(reason = refusal.metric_reason(), "request refused");
-            refusal.into_response()
+            refusal.respond(&state.challenge_context(request.headers()))
         }
     }
 }

@@ -317,13 +317,12 @@ impl Agent {
     fn kill_recorded_processes(&self, pod: &Pod) {
         let Ok(entries) = std::fs::read_dir(self.pod_dir(pod)) else { return };
         for entry in entries.flatten() {
-            if entry.path().extension().is_some_and(|e| e == "pgid") {
-                if let Some(pgid) =
+            if entry.path().extension().is_some_and(|e| e == "pgid")
+                && let Some(pgid) =
                     std::fs::read_to_string(entry.path()).ok().and_then(|s| s.trim().parse().ok())
-                {
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                    tracing::info!(pod = %key_of(pod), pgid, "killed processes of an earlier agent");
-                }
+            {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                tracing::info!(pod = %key_of(pod), pgid, "killed processes of an earlier agent");
             }
         }
     }

@@ -413,10 +413,9 @@ impl PodRunner {
         for run in runs.iter() {
             if let Some(pid) =
                 run.status.container_id.as_deref().and_then(|id| id.strip_prefix("local-process://"))
+                && let Ok(pgid) = pid.parse()
             {
-                if let Ok(pgid) = pid.parse() {
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                }
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             }
         }
         tracing::info!(pod = %key_of(&self.pod), "stopped");
