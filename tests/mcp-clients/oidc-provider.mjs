@@ -15,12 +15,13 @@ await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
 const issuer = `http://127.0.0.1:${server.address().port}`;
 
 const { privateKey } = crypto.generateKeyPairSync("rsa", { modulusLength: 2048 });
-const signingKey = { ...privateKey.export({ format: "jwk" }), kid: "test-key", alg: "RS256", use: "sig" };
+const signingKey = { ...privateKey.export({ format: "jwk" }), kid: crypto.randomUUID(), alg: "RS256", use: "sig" };
 
 const provider = new Provider(issuer, {
   jwks: { keys: [signingKey] },
   cookies: { keys: [crypto.randomBytes(32).toString("hex")] },
-  scopes: ["openid", "offline_access"],
+  // The resource scopes too: clients register with the scopes they will ask for.
+  scopes: ["openid", "offline_access", ...(process.env.OIDC_RESOURCE_SCOPES ?? "mining").split(" ")],
   findAccount: async (_ctx, sub) => ({ accountId: sub, claims: async () => ({ sub, email: `${sub}@example.com` }) }),
   interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
   pkce: { required: () => true },
@@ -47,6 +48,7 @@ provider.proxy = false;
 async function interaction(req, res) {
   const details = await provider.interactionDetails(req, res);
   const { prompt, params, session, grantId } = details;
+  if (process.env.OIDC_DEBUG) console.error(JSON.stringify({ prompt, params }));
   if (prompt.name === "login") {
     const accountId = params.login_hint || "alice";
     return provider.interactionFinished(req, res, { login: { accountId } }, { mergeWithLastSubmission: false });

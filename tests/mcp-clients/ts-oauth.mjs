@@ -53,7 +53,7 @@ async function authorizeInBrowser(authorizationUrl) {
     const target = new URL(location, next);
     if (target.href.startsWith(redirectUrl)) {
       if (target.searchParams.get("error")) {
-        throw new Error(`authorization refused: ${target.searchParams.get("error_description")}`);
+        throw new Error(`authorization refused: ${target.searchParams.get("error")}: ${target.searchParams.get("error_description")}`);
       }
       return target.searchParams.get("code");
     }

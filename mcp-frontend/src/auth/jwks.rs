@@ -19,8 +19,13 @@ use serde::Deserialize;
 
 use super::fetch::{JsonFetcher, check_url};
 
-/// Shortest time between two fetches of the key set.
-pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// Shortest time between two fetches of the key set: an issuer that rotated
+/// is believed within this, and made-up `kid`s cost the issuer at most one
+/// fetch per interval.
+pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+/// The same while no key set was ever fetched (the issuer was not reachable
+/// when the frontend started): every request fails until one is.
+pub const MIN_RETRY_INTERVAL_WITHOUT_KEYS: Duration = Duration::from_secs(1);
 /// Oldest a key set may be before it is fetched again.
 pub const MAX_KEY_AGE: Duration = Duration::from_secs(10 * 60);
 /// Most keys kept from one set (real issuers publish two to five).
@@ -185,7 +190,9 @@ impl KeyCache {
     /// the interval the last attempt's outcome is the answer.
     pub async fn refresh(&self) -> Result<(), String> {
         let mut state = self.fetching.lock().await;
-        if state.last_attempt.is_some_and(|at| at.elapsed() < MIN_REFRESH_INTERVAL) {
+        let interval =
+            if self.current().is_some() { MIN_REFRESH_INTERVAL } else { MIN_RETRY_INTERVAL_WITHOUT_KEYS };
+        if state.last_attempt.is_some_and(|at| at.elapsed() < interval) {
             return state.last_error.clone().map_or(Ok(()), Err);
         }
         state.last_attempt = Some(Instant::now());

@@ -41,7 +41,9 @@ impl FrontendProcess {
         .await
     }
 
-    async fn start_at(addrs: (SocketAddr, SocketAddr), namespace: &str, args: Vec<String>) -> Self {
+    /// Starts it on the given (MCP, metrics) addresses (for arguments that
+    /// name its own URL) and waits until it is ready.
+    pub async fn start_at(addrs: (SocketAddr, SocketAddr), namespace: &str, args: Vec<String>) -> Self {
         let frontend = Self::spawn_at(addrs, namespace, args, &[]);
         eventually("the frontend to be ready", Duration::from_secs(30), || async {
             (frontend.get("/readyz").await.0 == 200).then_some(())

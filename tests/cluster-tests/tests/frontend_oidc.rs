@@ -9,7 +9,9 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
-use cluster_tests::{OperatorProcess, TestNamespace, account_token, install_crd, is_local_cluster, repo_root};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, account_token, install_crd, is_local_cluster, repo_root,
+};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
@@ -29,7 +31,8 @@ async fn service_account(ns: &TestNamespace, name: &str) {
 /// (header, claims) of a JWT, unverified.
 fn parts(token: &str) -> (Value, Value) {
     let mut segments = token.split('.');
-    let mut decode = || serde_json::from_slice(&URL_SAFE_NO_PAD.decode(segments.next().unwrap()).unwrap()).unwrap();
+    let mut decode =
+        || serde_json::from_slice(&URL_SAFE_NO_PAD.decode(segments.next().unwrap()).unwrap()).unwrap();
     (decode(), decode())
 }
 
@@ -94,7 +97,9 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     // A token the API server minted for our audience mines, as its account.
     let token = account_token(&ns.client, &ns.name, "agent", Some(AUDIENCE)).await;
     let started = structured(
-        &Sdk::TypeScript.call(&url, Some(&token), "start_mining", json!({"difficulty": 8, "blocks": 2})).await,
+        &Sdk::TypeScript
+            .call(&url, Some(&token), "start_mining", json!({"difficulty": 8, "blocks": 2}))
+            .await,
     )
     .clone();
     assert_eq!(started["status"], "completed", "{started:#}");
@@ -102,16 +107,23 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     let id = started["workflow_id"].as_str().unwrap();
     // Another account is another caller: the workflow does not exist for it.
     let other = account_token(&ns.client, &ns.name, "other", Some(AUDIENCE)).await;
-    let seen = structured(&Sdk::Python.call(&url, Some(&other), "get_mining_result", json!({"workflow_id": id})).await)
-        .clone();
+    let seen = structured(
+        &Sdk::Python.call(&url, Some(&other), "get_mining_result", json!({"workflow_id": id})).await,
+    )
+    .clone();
     assert_eq!(seen["status"], "not_found");
-    let listed = structured(&Sdk::Python.call(&url, Some(&other), "list_mining_workflows", json!({})).await).clone();
+    let listed =
+        structured(&Sdk::Python.call(&url, Some(&other), "list_mining_workflows", json!({})).await).clone();
     assert_eq!(listed["total"], 0);
 
     // Tokens of the same issuer for other audiences: another server's, and
     // the API server's own (which would be a cluster credential).
     let mut refused = vec![
-        ("another audience", account_token(&ns.client, &ns.name, "agent", Some("someone-else")).await, "(aud)"),
+        (
+            "another audience",
+            account_token(&ns.client, &ns.name, "agent", Some("someone-else")).await,
+            "(aud)",
+        ),
         ("the API server's audience", account_token(&ns.client, &ns.name, "agent", None).await, "(aud)"),
     ];
     let (header, claims) = parts(&token);
@@ -179,7 +191,9 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     let line = challenge(&head);
     assert!(line.contains("error=\"insufficient_scope\"") && line.contains("scope=\"mining\""), "{line}");
     assert!(
-        line.contains("resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\""),
+        line.contains(
+            "resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\""
+        ),
         "{line}"
     );
     let (_, _, body) = scoped.request("GET", "/.well-known/oauth-protected-resource/mcp", &[], "").await;
