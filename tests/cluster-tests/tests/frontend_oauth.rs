@@ -37,6 +37,8 @@ impl OpenIdProvider {
             .unwrap()
             .expect("the provider's first line");
         let issuer = serde_json::from_str::<Value>(&line).unwrap()["issuer"].as_str().unwrap().to_string();
+        // Keep reading: a closed pipe would kill the provider at its next write.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self { _child: child, issuer }
     }
 }

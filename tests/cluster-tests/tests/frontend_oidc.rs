@@ -103,7 +103,7 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     )
     .clone();
     assert_eq!(started["status"], "completed", "{started:#}");
-    assert_eq!(started["chain"].as_array().unwrap().len(), 2);
+    assert_eq!(started["result"]["blocks"].as_array().unwrap().len(), 2);
     let id = started["workflow_id"].as_str().unwrap();
     // Another account is another caller: the workflow does not exist for it.
     let other = account_token(&ns.client, &ns.name, "other", Some(AUDIENCE)).await;
