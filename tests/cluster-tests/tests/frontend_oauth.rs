@@ -84,7 +84,7 @@ async fn the_typescript_sdk_signs_in_through_our_metadata_and_mines() {
     // What the client did, in order: met our 401 and its challenge, read the
     // metadata it named, found the provider, registered, got a token, called.
     let position = |what: &str, found: &dyn Fn(&Value) -> bool| {
-        trace.iter().position(|e| found(e)).unwrap_or_else(|| panic!("no {what} in {trace:#?}"))
+        trace.iter().position(found).unwrap_or_else(|| panic!("no {what} in {trace:#?}"))
     };
     let metadata_url = format!("http://{}/.well-known/oauth-protected-resource/mcp", addrs.0);
     let challenged = position("401 with resource_metadata", &|e| {
