@@ -3,8 +3,7 @@
 // our 401 the SDK reads `resource_metadata`, fetches the Protected Resource
 // Metadata, then the authorization server's metadata, registers itself
 // (dynamic client registration), and sends the user to authorize with PKCE
-// and `resource`; here the "browser" is a scripted user agent that follows
-// the provider's redirects (the provider's test interaction signs in as
+// and `resource`; here the "browser" is scripted-browser.mjs (signs in as
 // $MCP_LOGIN and consents) up to the redirect URI, whose code the SDK then
 // exchanges for a token before calling the tool.
 // Usage: node ts-oauth.mjs URL call TOOL 'JSON-ARGUMENTS'
@@ -14,9 +13,9 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+import { authorize } from "./scripted-browser.mjs";
 
 const [url, command, tool, json] = process.argv.slice(2);
-const login = process.env.MCP_LOGIN ?? "alice";
 const redirectUrl = "http://127.0.0.1:9/callback";
 const trace = [];
 
@@ -29,37 +28,6 @@ async function tracedFetch(input, init) {
     www_authenticate: response.headers.get("www-authenticate"),
   });
   return response;
-}
-
-// The user agent: follows redirects by hand, keeping cookies, until the
-// provider sends it to the redirect URI; returns that URL's code.
-async function authorizeInBrowser(authorizationUrl) {
-  const cookies = new Map();
-  let next = authorizationUrl;
-  for (let hop = 0; hop < 20; hop++) {
-    const response = await fetch(next, {
-      redirect: "manual",
-      headers: { cookie: [...cookies].map(([k, v]) => `${k}=${v}`).join("; ") },
-    });
-    for (const line of response.headers.getSetCookie()) {
-      const [pair] = line.split(";");
-      const at = pair.indexOf("=");
-      cookies.set(pair.slice(0, at), pair.slice(at + 1));
-    }
-    const location = response.headers.get("location");
-    if (!location) {
-      throw new Error(`the provider answered ${response.status} without a redirect: ${await response.text()}`);
-    }
-    const target = new URL(location, next);
-    if (target.href.startsWith(redirectUrl)) {
-      if (target.searchParams.get("error")) {
-        throw new Error(`authorization refused: ${target.searchParams.get("error")}: ${target.searchParams.get("error_description")}`);
-      }
-      return target.searchParams.get("code");
-    }
-    next = target.href;
-  }
-  throw new Error("too many redirects");
 }
 
 class ScriptedProvider {
@@ -91,8 +59,8 @@ class ScriptedProvider {
   }
   async redirectToAuthorization(authorizationUrl) {
     this.authorizationUrl = authorizationUrl.href;
-    authorizationUrl.searchParams.set("login_hint", login);
-    this.code = await authorizeInBrowser(authorizationUrl.href);
+    const back = await authorize(authorizationUrl.href, (url) => url.href.startsWith(redirectUrl));
+    this.code = back.searchParams.get("code");
   }
   saveCodeVerifier(verifier) {
     this.verifier = verifier;

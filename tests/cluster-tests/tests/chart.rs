@@ -59,6 +59,12 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
             "operator.replicas > 1 needs operator.leaderElection.enabled",
         ),
         ("operator.leaderElection.leaseSeconds=1", "operator/leaderElection/leaseSeconds"),
+        // auth mode oidc needs an issuer and an audience, an https issuer
+        // (http only on loopback), and asymmetric algorithms.
+        ("frontend.auth.mode=oidc", "frontend/auth/oidc"),
+        ("frontend.auth.oidc.issuer=http://idp.example.com", "frontend/auth/oidc/issuer"),
+        ("frontend.auth.oidc.algorithms={HS256}", "frontend/auth/oidc/algorithms"),
+        ("frontend.auth.oidc.scopes={a\"b}", "frontend/auth/oidc/scopes"),
     ] {
         let output = Command::new(&helm).args(["template", "r", &chart(), "--set", set]).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -108,7 +114,7 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
     let version = ns.client.apiserver_version().await.unwrap();
     let kube_version = format!("{}.{}.0", version.major, version.minor.trim_end_matches('+'));
     let kube = ["--kube-version", kube_version.as_str()];
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 5] = [
         &[],
         &["--set", &format!("watchNamespace={}", ns.name), "--set", "frontend.auth.mode=kubernetes"],
         &[
@@ -120,6 +126,18 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
             "networkPolicy.enabled=true",
         ],
         &["--set", "crds.install=false", "--set", "frontend.enabled=false"],
+        &[
+            "--set",
+            "frontend.auth.mode=oidc",
+            "--set",
+            "frontend.auth.oidc.issuer=https://kubernetes.default.svc",
+            "--set",
+            "frontend.auth.oidc.audience=https://mcp.example.com/mcp",
+            "--set",
+            "frontend.auth.oidc.kubernetesKeys=true",
+            "--set",
+            "frontend.publicUrl=https://mcp.example.com/mcp",
+        ],
     ];
     // The helm-test Pod's ServiceAccount (auth mode kubernetes, the default)
     // is a hook created just before it; a dry run of both at once would not

@@ -8,7 +8,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
+use cluster_tests::mcp::{FrontendProcess, Sdk, inspector, structured};
 use cluster_tests::{
     OperatorProcess, TestNamespace, account_token, install_crd, is_local_cluster, repo_root,
 };
@@ -115,6 +115,14 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     let listed =
         structured(&Sdk::Python.call(&url, Some(&other), "list_mining_workflows", json!({})).await).clone();
     assert_eq!(listed["total"], 0);
+
+    // The Inspector CLI: with the token as a header it works; without one it
+    // meets the 401 and wants to sign the user in, which needs a terminal.
+    let header = format!("Authorization: Bearer {token}");
+    let (ok, listed, output) = inspector(&url, &["--method", "tools/list", "--header", &header]).await;
+    assert!(ok && listed["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "{output}");
+    let (ok, _, output) = inspector(&url, &["--method", "tools/list"]).await;
+    assert!(!ok && output.contains("auth_required"), "the Inspector without a token: {output}");
 
     // Tokens of the same issuer for other audiences: another server's, and
     // the API server's own (which would be a cluster credential).
