@@ -11,6 +11,7 @@ use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+pub mod bench;
 pub mod helm;
 pub mod mcp;
 pub mod tasks;

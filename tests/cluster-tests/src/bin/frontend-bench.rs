@@ -24,6 +24,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use cluster_tests::bench::summary;
 use cluster_tests::mcp::FrontendProcess;
 use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
 use k8s_openapi::jiff::Timestamp;
@@ -31,21 +32,6 @@ use kube::api::{Api, Patch, PatchParams};
 use mining_api::MiningWorkflow;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn summary(name: &str, mut millis: Vec<f64>) -> f64 {
-    millis.sort_by(f64::total_cmp);
-    let (p50, p99) = (percentile(&millis, 0.5), percentile(&millis, 0.99));
-    println!(
-        "{name:<40} n={:<5} p50 {p50:8.3} ms  p99 {p99:8.3} ms  max {:8.3} ms",
-        millis.len(),
-        millis[millis.len() - 1]
-    );
-    p50
-}
 
 /// Sends one request and returns the time of each SSE `data:` line (or of the
 /// JSON body) after the request was sent, with the line's JSON.
