@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
         AuthMode::None => {
             tracing::warn!(
                 "AUTHENTICATION IS OFF (--auth none): anyone who reaches this server can mine as one shared \
-                 caller; use --auth tokens or --auth kubernetes on any shared network"
+                 caller; use --auth kubernetes, oidc or tokens on any shared network"
             );
             Authenticator::None
         }
