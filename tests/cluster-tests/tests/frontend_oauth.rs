@@ -11,20 +11,22 @@ use std::time::Duration;
 use cluster_tests::mcp::{
     FrontendProcess, client_script, clients_dir, collect, free_port, node22, structured,
 };
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The provider, killed when dropped; `issuer` once it listens.
 struct OpenIdProvider {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     issuer: String,
 }
 
 impl OpenIdProvider {
-    async fn start() -> Self {
+    /// Starts one with a fresh signing key on `port` (0: any free one).
+    async fn start(port: u16) -> Self {
         let mut child = tokio::process::Command::new(node22())
             .arg("oidc-provider.mjs")
+            .arg(port.to_string())
             .current_dir(clients_dir())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -39,7 +41,11 @@ impl OpenIdProvider {
         let issuer = serde_json::from_str::<Value>(&line).unwrap()["issuer"].as_str().unwrap().to_string();
         // Keep reading: a closed pipe would kill the provider at its next write.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { _child: child, issuer }
+        Self { child, issuer }
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.expect("stop the provider");
     }
 }
 
@@ -56,7 +62,7 @@ async fn the_typescript_sdk_signs_in_through_our_metadata_and_mines() {
     let ns = TestNamespace::new("mcp-oauth").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let provider = OpenIdProvider::start().await;
+    let provider = OpenIdProvider::start(0).await;
     let addrs = (free_port(), free_port());
     let resource = format!("http://{}/mcp", addrs.0);
     // The required scope is what the SDKs ask the provider for (they take it
@@ -138,6 +144,24 @@ async fn the_typescript_sdk_signs_in_through_our_metadata_and_mines() {
         requests.iter().any(|r| r[0] == "POST" && r[1] == resource.as_str() && r[2] == 401),
         "{requests:#?}"
     );
+
+    // The provider rotates its key (restarted on its address with a new one
+    // under a new kid): the first token naming the new kid makes the frontend
+    // fetch the new key set (at most every 10 s; until then such tokens are
+    // refused as signed by a key the issuer does not publish), after which
+    // signing in works again, as the same caller.
+    let port: u16 = provider.issuer.rsplit(':').next().unwrap().parse().unwrap();
+    let issuer = provider.issuer.clone();
+    provider.stop().await;
+    let rotated = OpenIdProvider::start(port).await;
+    assert_eq!(rotated.issuer, issuer);
+    let after = eventually("a token of the rotated key to be admitted", Duration::from_secs(40), || async {
+        let document = oauth_call(TS, &resource, "alice", "list_mining_workflows", json!({})).await;
+        document["result"]["structuredContent"].is_object().then_some(document)
+    })
+    .await;
+    assert_eq!(structured(&after)["workflows"][0]["workflow_id"], id, "the same caller after the rotation");
+    rotated.stop().await;
     ns.delete().await;
 }
 
