@@ -247,6 +247,70 @@ mod tests {
         assert_eq!(keys["e1"].algorithm, None);
     }
 
+    /// An issuer on loopback that counts the requests it answers.
+    async fn counting_issuer() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (count, base) = (requests.clone(), issuer.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut head = vec![0u8; 4096];
+                let read = stream.read(&mut head).await.unwrap_or(0);
+                count.fetch_add(1, Ordering::SeqCst);
+                let head = String::from_utf8_lossy(&head[..read]);
+                let body = if head.starts_with("GET /.well-known/openid-configuration") {
+                    json!({"issuer": base, "jwks_uri": format!("{base}/jwks")})
+                } else {
+                    json!({"keys": [{"kty": "EC", "kid": "k1", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]})
+                }
+                .to_string();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        (issuer, requests)
+    }
+
+    #[tokio::test]
+    async fn made_up_kids_cannot_make_the_frontend_hammer_the_issuer() {
+        let (issuer, requests) = counting_issuer().await;
+        let fetcher = JsonFetcher::new(None).unwrap();
+        let cache = KeyCache::new(KeySource::Discovery { issuer, fetcher });
+        assert!(matches!(cache.lookup(Some("k1")).await, Lookup::Found(_)));
+        let after_first = requests.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(after_first, 2, "discovery and the key set");
+        // A flood of tokens naming keys the issuer never published, at once
+        // and one after another: no fetch within the interval.
+        let lookups = (0..200).map(|i| {
+            let cache = &cache;
+            async move { cache.lookup(Some(&format!("made-up-{i}"))).await }
+        });
+        for lookup in futures::future::join_all(lookups).await {
+            assert!(matches!(lookup, Lookup::Unknown));
+        }
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), after_first);
+        // The published key still verifies meanwhile.
+        assert!(matches!(cache.lookup(Some("k1")).await, Lookup::Found(_)));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_issuer_is_unavailable_not_invalid() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let cache = KeyCache::new(KeySource::Discovery { issuer, fetcher: JsonFetcher::new(None).unwrap() });
+        assert!(matches!(cache.lookup(Some("k1")).await, Lookup::Unavailable(_)));
+        // Within the retry interval the last error is told again, without a fetch.
+        assert!(matches!(cache.lookup(None).await, Lookup::Unavailable(why) if why.contains("GET")));
+    }
+
     #[test]
     fn a_huge_key_set_is_cut_at_the_bound() {
         let raw: Vec<_> = (0..1000)

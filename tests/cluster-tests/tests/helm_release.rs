@@ -337,3 +337,46 @@ async fn tokens_mode_reads_its_secret_and_refuses_other_tokens() {
     let Release { ns, .. } = release;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn oidc_mode_with_the_api_server_as_issuer_reads_its_keys_under_the_charts_own_account() {
+    if !is_local_cluster() {
+        eprintln!("skipped: needs the local cluster, whose node agent maps the chart's images");
+        return;
+    }
+    const AUDIENCE: &str = "helm-oidc-audience";
+    let oidc = [
+        "--set",
+        "frontend.auth.mode=oidc",
+        "--set",
+        "frontend.auth.oidc.issuer=https://kubernetes.default.svc",
+        "--set",
+        "frontend.auth.oidc.kubernetesKeys=true",
+        "--set",
+        "frontend.auth.oidc.audience=helm-oidc-audience",
+    ];
+    let release = Release::install(
+        "helm-oidc",
+        &[&oidc[..], &["--set", "frontend.replicas=1", "--set", "operator.replicas=1"]].concat(),
+    )
+    .await;
+    // Any ServiceAccount's token minted for the audience is a caller: the
+    // frontend Pod verified it with keys it read under its own account.
+    let accounts: Api<ServiceAccount> = release.ns.api();
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "agent"}})).unwrap();
+    accounts.create(&PostParams::default(), &sa).await.unwrap();
+    let token = account_token(&release.ns.client, &release.ns.name, "agent", Some(AUDIENCE)).await;
+    let outcome = release.mine(&token, json!({"difficulty": 8, "blocks": 1, "wait_seconds": 20})).await;
+    assert_is_reference_chain(&outcome, 1, 8);
+    // The same account's token for the chart's kubernetes-mode audience is not for this server.
+    let other = account_token(&release.ns.client, &release.ns.name, "agent", Some(TOKEN_AUDIENCE)).await;
+    let refused = release.call(&other, "list_mining_workflows", json!({})).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("401"), "a token for another audience must be refused: {refused:#}");
+    // helm test: the challenge, the metadata, and a call with its projected token.
+    let tested = release.helm_in_namespace(&["test", &release.name, "--timeout", "120s"]);
+    assert!(tested.contains("Succeeded"), "{tested}");
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+    let Release { ns, .. } = release;
+    ns.delete().await;
+}
