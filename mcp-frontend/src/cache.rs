@@ -172,6 +172,11 @@ impl WorkflowCache {
         }
     }
 
+    /// Every cached workflow.
+    pub fn all(&self) -> Vec<Cached> {
+        self.store.state().iter().map(|object| read_workflow(object)).collect()
+    }
+
     /// Every cached workflow carrying `caller_label`.
     pub fn list_for(&self, caller_label: &str) -> Vec<Cached> {
         self.store

@@ -5,7 +5,7 @@
 //! report, stop, or start anew.
 
 use k8s_openapi::jiff::Timestamp;
-use mining_api::{GENESIS, MiningWorkflow, WorkflowPhase, condition_types, reasons};
+use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, reasons};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -294,34 +294,17 @@ fn verified_chain(workflow: &MiningWorkflow, difficulty: u32, total: u32) -> Res
     if status.blocks.len() != total as usize {
         return Err(format!("the status holds {} blocks, the chain has {total}", status.blocks.len()));
     }
-    let mut prev = GENESIS.to_string();
-    let mut blocks = Vec::with_capacity(status.blocks.len());
-    let mut total_attempts = 0u64;
-    for (position, block) in status.blocks.iter().enumerate() {
-        let expected_index = u32::try_from(position).map_or(u32::MAX, |p| p.saturating_add(1));
-        if block.index != expected_index {
-            return Err(format!("block {expected_index} is recorded as block {}", block.index));
-        }
-        let hash = miner::verify_block(u64::from(block.index), &prev, block.nonce, difficulty)
-            .map_err(|err| format!("block {}: {err}", block.index))?;
-        if hash != block.hash {
-            return Err(format!("block {}: recorded hash {} is not {hash}", block.index, block.hash));
-        }
-        if Some(block.attempts) != block.nonce.checked_add(1) {
-            return Err(format!(
-                "block {}: {} attempts recorded for nonce {} (one attempt a nonce from 0)",
-                block.index, block.attempts, block.nonce
-            ));
-        }
-        total_attempts = total_attempts.saturating_add(block.attempts);
-        blocks.push(ChainBlock {
+    let prevs = mining_api::verify_chain(&status.blocks, difficulty)?;
+    let total_attempts = status.blocks.iter().fold(0u64, |sum, block| sum.saturating_add(block.attempts));
+    let blocks = (status.blocks.iter().zip(prevs))
+        .map(|(block, prev)| ChainBlock {
             index: block.index,
-            prev: std::mem::replace(&mut prev, hash.clone()),
+            prev,
             nonce: block.nonce,
-            hash,
+            hash: block.hash.clone(),
             attempts: block.attempts,
-        });
-    }
+        })
+        .collect();
     let elapsed_seconds = match (&status.started_at, &status.finished_at) {
         (Some(start), Some(end)) => end.0.duration_since(start.0).as_secs_f64().max(0.0),
         _ => 0.0,

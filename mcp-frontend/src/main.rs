@@ -102,6 +102,8 @@ async fn main() -> anyhow::Result<()> {
         task_result_wait: std::time::Duration::from_secs(u64::from(config.task_result_wait_seconds)),
         waits: WaitSlots::new(config.max_waits_per_caller as usize, config.max_waits as usize),
     });
+    let reprover = core.clone();
+    let reprove_task = tokio::spawn(async move { reprover.reprove_forever().await });
     let shutdown = CancellationToken::new();
     let auth = Arc::new(AuthLayerState { authenticator, resource, metrics: metrics.clone() });
     let options = HttpOptions {
@@ -134,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
     });
     tokio::join!(mcp, ops);
     cache_task.abort();
+    reprove_task.abort();
     Ok(())
 }
 

@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use hmac::{Hmac, KeyInit, Mac};
-use mining_api::{MiningWorkflow, annotations};
+use mining_api::{MiningWorkflow, ProofVersion, annotations};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -70,19 +70,43 @@ impl OwnershipKeys {
         std::iter::once(self.current.as_slice()).chain(self.previous.as_deref())
     }
 
-    /// The proof that the frontend made `workflow` as it is now.
+    /// The proof that the frontend made `workflow` as it is now: the
+    /// current version under the current key.
     pub fn proof(&self, workflow: &MiningWorkflow) -> String {
-        hex(&mac(&self.current, "workflow", &bound_fields(workflow)))
+        self.proof_in(ProofVersion::CURRENT, workflow)
     }
 
-    /// Whether `workflow` carries a proof made by this frontend (either key)
-    /// for exactly its name, namespace, caller and spec.
+    /// The proof of `version` under the current key: what a release that
+    /// made `version` wrote (upgrade tests make yesterday's proofs with it).
+    pub fn proof_in(&self, version: ProofVersion, workflow: &MiningWorkflow) -> String {
+        version.encode(&hex(&mac(&self.current, version.domain(), &version.bound_parts(workflow))))
+    }
+
+    /// Whether `workflow` carries a proof made by this frontend (either key,
+    /// an accepted version) for exactly its name, namespace, caller and spec.
     pub fn proves(&self, workflow: &MiningWorkflow) -> bool {
-        let Some(claimed) = workflow.annotation(annotations::OWNER_PROOF).and_then(unhex) else {
-            return false;
-        };
-        let fields = bound_fields(workflow);
-        self.keys().any(|key| mac_of(key, "workflow", &fields).verify_slice(&claimed).is_ok())
+        self.proven_version(workflow).is_some()
+    }
+
+    /// The version of the valid proof `workflow` carries, if any.
+    pub fn proven_version(&self, workflow: &MiningWorkflow) -> Option<ProofVersion> {
+        let (version, text) = ProofVersion::decode(workflow.annotation(annotations::OWNER_PROOF)?)?;
+        if !ProofVersion::ACCEPTED.contains(&version) {
+            return None;
+        }
+        let claimed = unhex(text)?;
+        let parts = version.bound_parts(workflow);
+        self.keys()
+            .any(|key| mac_of(key, version.domain(), &parts).verify_slice(&claimed).is_ok())
+            .then_some(version)
+    }
+
+    /// The current proof for `workflow` when it carries a valid proof of an
+    /// older version: the frontend writes it back, so the next release, which
+    /// accepts one version fewer, still sees every workflow.
+    pub fn reproof(&self, workflow: &MiningWorkflow) -> Option<String> {
+        let version = self.proven_version(workflow)?;
+        (version != ProofVersion::CURRENT).then(|| self.proof(workflow))
     }
 
     /// The proof on a quota ledger: `text` as the frontend wrote it to the
@@ -121,25 +145,6 @@ impl OwnershipKeys {
             mac(secret, "idempotency", &[caller_label.as_bytes(), key.as_bytes(), &[attempt]])
         })
     }
-}
-
-/// What a proof binds: change any of it, and the proof no longer verifies.
-/// The progress token (2025-11-25 tasks) is bound too; `spec.cancel` is not,
-/// since a cancel is this frontend's own later write.
-fn bound_fields(workflow: &MiningWorkflow) -> Vec<Vec<u8>> {
-    let spec = &workflow.spec;
-    let number = |value: Option<i64>| value.map_or_else(|| b"-".to_vec(), |v| v.to_string().into_bytes());
-    vec![
-        workflow.metadata.name.clone().unwrap_or_default().into_bytes(),
-        workflow.metadata.namespace.clone().unwrap_or_default().into_bytes(),
-        workflow.caller_label().unwrap_or_default().as_bytes().to_vec(),
-        spec.difficulty.to_string().into_bytes(),
-        spec.blocks.to_string().into_bytes(),
-        spec.parallelism.to_string().into_bytes(),
-        number(spec.ttl_seconds_after_finished),
-        number(spec.active_deadline_seconds),
-        workflow.annotation(annotations::PROGRESS_TOKEN).unwrap_or_default().as_bytes().to_vec(),
-    ]
 }
 
 fn mac_of(key: &[u8], domain: &str, parts: &[impl AsRef<[u8]>]) -> HmacSha256 {
@@ -243,6 +248,43 @@ mod tests {
         assert_ne!(rotated.proof(&workflow), old.proof(&workflow), "new proofs use the new key");
         let done = OwnershipKeys::new(vec![9; 32], None).unwrap();
         assert!(!done.proves(&workflow), "the grace window ends with the previous key");
+    }
+
+    /// What the release before versioned proofs wrote for `signed(&keys())`,
+    /// computed independently (Python's hmac over the length-prefixed fields).
+    const PROOF_BEFORE_VERSIONS: &str = "bbb0e2e0a72b35fd407843c72275a634f53adb7470e543a408e4565c4785e82d";
+
+    fn with_proof(mut workflow: MiningWorkflow, proof: &str) -> MiningWorkflow {
+        workflow.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof.into())].into());
+        workflow
+    }
+
+    #[test]
+    fn an_upgrade_keeps_proofs_made_before_versions_and_makes_them_current_on_write() {
+        let keys = keys();
+        let old = with_proof(signed(&keys), PROOF_BEFORE_VERSIONS);
+        assert_eq!(keys.proven_version(&old), Some(ProofVersion::V1), "yesterday's workflows stay visible");
+        let reproof = keys.reproof(&old).expect("an old version is made again");
+        assert!(reproof.starts_with("v2."), "{reproof}");
+        let upgraded = with_proof(old.clone(), &reproof);
+        assert_eq!(keys.proven_version(&upgraded), Some(ProofVersion::CURRENT));
+        assert_eq!(keys.reproof(&upgraded), None, "a current proof is left as it is");
+        let mut moved = old;
+        moved.spec.difficulty = 1;
+        assert!(!keys.proves(&moved), "an old proof still binds what it bound");
+        assert_eq!(keys.reproof(&moved), None, "nothing unproven is ever proven anew");
+    }
+
+    #[test]
+    fn a_proof_verifies_only_under_the_version_it_names() {
+        let keys = keys();
+        let current = signed(&keys);
+        let proof = current.annotation(annotations::OWNER_PROOF).unwrap().to_string();
+        let bare = proof.strip_prefix("v2.").expect("new proofs name their version");
+        assert!(!keys.proves(&with_proof(current.clone(), bare)), "a v2 MAC read as v1");
+        assert!(!keys.proves(&with_proof(current.clone(), &format!("v3.{bare}"))), "an unknown version");
+        let v1_as_v2 = format!("v2.{PROOF_BEFORE_VERSIONS}");
+        assert!(!keys.proves(&with_proof(current, &v1_as_v2)), "a v1 MAC read as v2");
     }
 
     #[test]

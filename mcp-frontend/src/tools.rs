@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::contract::{MiningOutcome, OutcomeStatus, Progress};
 use crate::ids::{MAX_IDEMPOTENCY_KEY_LEN, check_idempotency_key};
+use mining_api::MiningWorkflowSpec;
 use mining_api::bounds::{BLOCKS, Bound, DEFAULT_PARALLELISM, DIFFICULTY, PARALLELISM};
 
 pub const START_MINING: &str = "start_mining";
@@ -123,12 +124,11 @@ pub struct WorkflowList {
     pub total: u32,
 }
 
-/// What `start_mining` will do, once its arguments are checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `start_mining` will do, once its arguments are checked: the work as
+/// the API type states it, and how the call goes about it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StartRequest {
-    pub difficulty: u32,
-    pub blocks: u32,
-    pub parallelism: u32,
+    pub spec: MiningWorkflowSpec,
     pub wait_seconds: u32,
     pub idempotency_key: Option<String>,
 }
@@ -153,13 +153,16 @@ impl Limits {
         if let Some(key) = &args.idempotency_key {
             check_idempotency_key(key)?;
         }
-        Ok(StartRequest {
+        // Every field named: a new one is a compile error here until the tool decides on it.
+        let spec = MiningWorkflowSpec {
             difficulty,
             blocks,
             parallelism,
-            wait_seconds,
-            idempotency_key: args.idempotency_key,
-        })
+            ttl_seconds_after_finished: None,
+            active_deadline_seconds: None,
+            cancel: false,
+        };
+        Ok(StartRequest { spec, wait_seconds, idempotency_key: args.idempotency_key })
     }
 
     /// A wait within the budget; `default` when none was asked for.
@@ -349,9 +352,7 @@ mod tests {
         assert_eq!(
             request,
             StartRequest {
-                difficulty: 21,
-                blocks: 4,
-                parallelism: 1,
+                spec: MiningWorkflowSpec { blocks: 4, ..MiningWorkflowSpec::new(21) },
                 wait_seconds: 20,
                 idempotency_key: None
             }

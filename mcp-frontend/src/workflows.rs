@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use mining_api::{MiningWorkflow, MiningWorkflowSpec, labels};
+use mining_api::{MiningWorkflow, labels};
 use serde_json::json;
 
 use crate::ids::{Caller, WorkflowId};
@@ -28,14 +28,7 @@ pub fn build_workflow(
     request: &StartRequest,
     annotations: &[(&str, String)],
 ) -> MiningWorkflow {
-    let mut workflow = MiningWorkflow::new(
-        id.as_str(),
-        MiningWorkflowSpec {
-            blocks: request.blocks,
-            parallelism: request.parallelism,
-            ..MiningWorkflowSpec::new(request.difficulty)
-        },
-    );
+    let mut workflow = MiningWorkflow::new(id.as_str(), request.spec.clone());
     workflow.metadata.labels = Some(
         [
             (labels::CALLER.to_string(), caller.label.clone()),
@@ -90,14 +83,31 @@ pub async fn get(api: &Api<MiningWorkflow>, name: &str) -> Result<Option<MiningW
     bounded("get", api.get_opt(name)).await
 }
 
-/// Asks the operator to stop: sets `spec.cancel`.
-pub async fn request_cancel(api: &Api<MiningWorkflow>, name: &str) -> Result<MiningWorkflow> {
-    let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
-    bounded("patch", api.patch(name, &PatchParams::default(), &patch)).await
+/// Asks the operator to stop: sets `spec.cancel`, and writes the current
+/// proof when the workflow carries an older version's (`reproof`).
+pub async fn request_cancel(
+    api: &Api<MiningWorkflow>,
+    name: &str,
+    reproof: Option<String>,
+) -> Result<MiningWorkflow> {
+    let mut patch = json!({"spec": {"cancel": true}});
+    if let Some(proof) = reproof {
+        patch["metadata"] = json!({"annotations": {mining_api::annotations::OWNER_PROOF: proof}});
+    }
+    bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
+}
+
+/// Writes the current proof over an older version's: the proof covers the
+/// workflow as it was verified, so a change made meanwhile is not blessed.
+pub async fn write_proof(api: &Api<MiningWorkflow>, name: &str, proof: &str) -> Result<MiningWorkflow> {
+    let patch = json!({"metadata": {"annotations": {mining_api::annotations::OWNER_PROOF: proof}}});
+    bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
 }
 
 #[cfg(test)]
 mod tests {
+    use mining_api::MiningWorkflowSpec;
+
     use super::*;
 
     #[test]
@@ -105,8 +115,8 @@ mod tests {
         let keys = OwnershipKeys::new(vec![3; 32], None).unwrap();
         let caller = Caller::new("alice");
         let id = WorkflowId::random(&keys, &caller).unwrap();
-        let request =
-            StartRequest { difficulty: 9, blocks: 3, parallelism: 2, wait_seconds: 0, idempotency_key: None };
+        let spec = MiningWorkflowSpec { blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(9) };
+        let request = StartRequest { spec, wait_seconds: 0, idempotency_key: None };
         let workflow = build_workflow(&keys, "ns", &id, &caller, &request, &[("k", "v".into())]);
         assert!(keys.proves(&workflow), "it carries the frontend's proof");
         assert!(crate::core::belongs_to(&keys, &workflow, &caller));

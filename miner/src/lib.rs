@@ -9,7 +9,8 @@ pub mod search;
 mod shani;
 
 use mining_api::{BlockResult, GENESIS, NoWinner, RangeReport};
-use sha2::{Digest, Sha256};
+// The plain check lives with the API, where every component reads it.
+pub use mining_api::pow::{block_hash, hex_upper, leading_zero_bits};
 
 pub use search::{BlockTemplate, Engine, Found};
 
@@ -56,33 +57,6 @@ pub fn validate_difficulty(difficulty: u32) -> Result<(), Error> {
     } else {
         Err(Error::InvalidDifficulty(difficulty))
     }
-}
-
-/// SHA-256 of `"{index}:{prev}:{nonce}"`, computed the plain way.
-pub fn block_hash(index: u64, prev: &str, nonce: u64) -> [u8; 32] {
-    Sha256::digest(format!("{index}:{prev}:{nonce}").as_bytes()).into()
-}
-
-pub fn leading_zero_bits(digest: &[u8; 32]) -> u32 {
-    let mut bits = 0;
-    for byte in digest {
-        bits += byte.leading_zeros();
-        if *byte != 0 {
-            break;
-        }
-    }
-    bits
-}
-
-/// 64 uppercase hex digits: the form a hash takes as the next block's `prev`.
-pub fn hex_upper(digest: &[u8; 32]) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(64);
-    for byte in digest {
-        out.push(HEX[(byte >> 4) as usize] as char);
-        out.push(HEX[(byte & 0xF) as usize] as char);
-    }
-    out
 }
 
 /// Mines one block on `threads` threads with the fastest engine available.
@@ -156,13 +130,11 @@ pub fn range_report(
 /// Checks a block: recomputes its hash and its leading zero bits.
 /// Returns the hash as 64 uppercase hex digits.
 pub fn verify_block(index: u64, prev: &str, nonce: u64, difficulty: u32) -> Result<String, Error> {
-    let digest = block_hash(index, prev, nonce);
-    let hash = hex_upper(&digest);
-    let found = leading_zero_bits(&digest);
-    if found < difficulty {
-        return Err(Error::TooEasy { hash, found, required: difficulty });
-    }
-    Ok(hash)
+    mining_api::pow::verify_block(index, prev, nonce, difficulty).map_err(|too_easy| Error::TooEasy {
+        hash: too_easy.hash,
+        found: too_easy.found,
+        required: too_easy.required,
+    })
 }
 
 /// Checks a result document against what was asked: the same block, prev and

@@ -1,6 +1,7 @@
 //! The apply and status steps of a reconcile: the few writes a plan asks
-//! for (create or adopt a Job, delete one, write the status) and the Events
-//! that describe them. Each is one API call; deciding is `plan`'s job.
+//! for (create or adopt a Job, delete one, write the status), in the one
+//! order that keeps every guarantee ([`run`]), and the Events that describe
+//! them. Each is one API call; deciding is `plan`'s job.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event as EventV1;
@@ -9,13 +10,142 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use mining_api::{MiningWorkflow, MiningWorkflowStatus};
 use serde_json::json;
+use std::time::Instant;
 use tracing::{info, warn};
 
-use crate::job::MANAGER;
+use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
+use crate::memory::{ExpectedJob, Memory, Reservation};
 use crate::naming::workflow_label;
-use crate::plan::PlannedEvent;
+use crate::plan::{Action, Plan, PlannedEvent, status_rejected};
 use crate::provenance::{controlled_by, job_mismatch};
 use crate::{Error, Result};
+
+/// The workflow a plan is applied to, and what applying it needs.
+pub struct Target<'a> {
+    pub client: &'a Client,
+    /// `reportingInstance` of the Events.
+    pub instance: &'a str,
+    pub memory: &'a Memory,
+    pub settings: &'a MinerSettings<'a>,
+    /// As planned on (the freshest status this operator knows).
+    pub workflow: &'a MiningWorkflow,
+    pub name: &'a str,
+    pub namespace: &'a str,
+}
+
+/// What applying a plan came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Every action taken and the status written (or unchanged).
+    Done,
+    /// Someone wrote since the plan's status was read: plan again.
+    Replan,
+    /// Retention is over: the workflow was deleted.
+    WorkflowDeleted,
+    /// The API server refused the planned status; the workflow failed with `StatusRejected`.
+    StatusRejected,
+}
+
+/// Applies `plan`: deletions first (a status saying Cancelled must not stand
+/// while its Jobs still run), then the status, then creations (a block is
+/// recorded before the next block's Job builds on it), then the Events.
+/// `admission` is released once the status is written.
+pub async fn run(target: &Target<'_>, plan: &Plan, admission: Option<Reservation<'_>>) -> Result<Applied> {
+    let name = target.name;
+    let jobs: Api<Job> = Api::namespaced(target.client.clone(), target.namespace);
+    for action in &plan.actions {
+        match action {
+            Action::DeleteJob { name: job } => delete_job(&jobs, name, job).await?,
+            Action::DeleteWorkflow => {
+                let api: Api<MiningWorkflow> = Api::namespaced(target.client.clone(), target.namespace);
+                match api.delete(name, &DeleteParams::background()).await {
+                    Ok(_) => info!(workflow = %name, "retention over; deleted workflow"),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(source) => return Err(Error::DeleteWorkflow { workflow: name.to_string(), source }),
+                }
+                return Ok(Applied::WorkflowDeleted);
+            }
+            Action::CreateJob { .. } | Action::CreateRangeJob { .. } | Action::CleanUpJob { .. } => {}
+        }
+    }
+    let mut events = plan.events.clone();
+    if target.workflow.status.as_ref() != Some(&plan.status) {
+        match record_status(target, &plan.status).await {
+            Ok(true) => info!(
+                workflow = %name,
+                namespace = %target.namespace,
+                phase = %plan.status.phase.unwrap_or_default(),
+                progress = plan.status.progress.as_deref().unwrap_or(""),
+                "status updated"
+            ),
+            Ok(false) => return Ok(Applied::Replan),
+            Err(kube::Error::Api(s)) if s.code == 422 => {
+                let fallback = status_rejected(target.workflow, &s.message, Timestamp::now());
+                warn!(workflow = %name, error = %s.message, "status refused by the API server; failing the workflow");
+                let written = record_status(target, &fallback)
+                    .await
+                    .map_err(|source| Error::WriteStatus { workflow: name.to_string(), source })?;
+                if !written {
+                    return Ok(Applied::Replan);
+                }
+                let note = fallback.message.clone().unwrap_or_default();
+                events.push(PlannedEvent {
+                    warning: true,
+                    reason: mining_api::reasons::STATUS_REJECTED,
+                    note,
+                });
+                publish_events(target.client, target.instance, target.workflow, name, events);
+                return Ok(Applied::StatusRejected);
+            }
+            Err(source) => return Err(Error::WriteStatus { workflow: name.to_string(), source }),
+        }
+    }
+    drop(admission);
+    for action in &plan.actions {
+        let workflow = target.workflow;
+        let (job, block, range) = match action {
+            Action::CreateJob { block, prev, difficulty } => {
+                (build_block_job(workflow, *block, prev, *difficulty, target.settings), *block, None)
+            }
+            Action::CreateRangeJob { block, prev, difficulty, start, count } => {
+                let range = (*start, *count);
+                let job = build_range_job(workflow, *block, prev, *difficulty, range, target.settings);
+                (job, *block, Some(range))
+            }
+            Action::CleanUpJob { name: job } => {
+                delete_job(&jobs, name, job).await?;
+                continue;
+            }
+            Action::DeleteJob { .. } | Action::DeleteWorkflow => continue,
+        };
+        let job = create_or_adopt_job(workflow, &jobs, job, block).await?;
+        let workflow_uid = workflow.metadata.uid.clone().unwrap_or_default();
+        target.memory.expect_job(job, ExpectedJob { workflow_uid, block, range, created: Instant::now() });
+    }
+    publish_events(target.client, target.instance, target.workflow, name, events);
+    Ok(Applied::Done)
+}
+
+/// Writes `status` on the version the target was read at and remembers it;
+/// `false` when someone wrote since (409): the memory of this workflow is
+/// dropped so the next plan starts from the cache.
+pub async fn record_status(target: &Target<'_>, status: &MiningWorkflowStatus) -> kube::Result<bool> {
+    let api: Api<MiningWorkflow> = Api::namespaced(target.client.clone(), target.namespace);
+    let version = target.workflow.metadata.resource_version.as_deref();
+    match write_status(&api, target.name, status, version).await {
+        Ok(version) => {
+            target.memory.remember(target.workflow, status, version);
+            Ok(true)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // A user's spec change, or a newer leader.
+            info!(workflow = %target.name, "workflow changed since it was read; planning again");
+            target.memory.forget(target.workflow);
+            Ok(false)
+        }
+        Err(err) => Err(err),
+    }
+}
 
 pub async fn delete_job(api: &Api<Job>, workflow: &str, job: &str) -> Result<()> {
     match api.delete(job, &DeleteParams::background()).await {

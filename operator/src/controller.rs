@@ -8,26 +8,25 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use mining_api::{MiningWorkflow, MiningWorkflowStatus, WorkflowPhase, labels, reasons};
-use tracing::{info, warn};
+use mining_api::{MiningWorkflow, WorkflowPhase, labels, reasons};
+use tracing::warn;
 
-use std::collections::HashMap;
-
-use crate::admission::{Seen, Standing, freshest_phases, next_in_queue, standing};
+use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
 use crate::api_calls::counting_calls;
-use crate::apply::{create_or_adopt_job, delete_job, publish_events, write_status};
+use crate::apply::{self, Applied, Target, publish_events};
 use crate::caches::{CacheSync, Watched};
 use crate::config::Config;
-use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job, job_for_block};
+use crate::job::{MANAGER, MinerSettings, job_for_block};
 use crate::leader::{self, Leadership};
+use crate::memory::Memory;
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::observe::{ExpectedJob, JobSources, observe_jobs};
-use crate::plan::{Action, Observed, PlannedEvent, plan, status_rejected};
+use crate::observe::{JobSources, observe_jobs};
+use crate::plan::{Observed, PlannedEvent, plan};
 use crate::{Error, Result};
 
 mod foreign;
@@ -50,72 +49,28 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// The Pods of the operator's Jobs, for their results without a call.
     pub pods: Store<Pod>,
-    /// Jobs this operator created that its Job store has not shown yet
-    /// (name → workflow uid, block, when): without these a reconcile that
-    /// runs before the creation's watch event would create the Job again.
-    pub expected_jobs: std::sync::Mutex<HashMap<String, ExpectedJob>>,
     /// Whether the watches have listed everything yet.
     pub caches: Arc<CacheSync>,
-    /// The status last written per workflow uid. This operator is the only
-    /// writer of `status`, so what it wrote is at least as new as the cache,
-    /// which may not have caught up when a Job event triggers the next
-    /// reconcile; planning on a stale status would verify a block twice.
-    /// With it, the resourceVersion that write produced: the next write's
-    /// precondition, so a deposed leader's late write fails instead of
-    /// putting an older status over a newer one.
-    pub written: std::sync::Mutex<HashMap<String, Written>>,
-    /// Admissions decided but not yet written: counted as mining by every
-    /// other admission, so the limit holds exactly while admissions run in
-    /// parallel (a lock held across the status write made 200 new workflows
-    /// wait on each other's writes).
-    pub admissions_in_flight: std::sync::Mutex<usize>,
+    /// What reconciles remember between them (expected Jobs, written
+    /// statuses, admissions in flight), locked in one place.
+    pub memory: Memory,
     /// Wakes queued workflows the moment a slot frees.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<MiningWorkflow>>,
-    /// When each workflow (by uid) last got a `Forbidden` Event: one per
-    /// [`FORBIDDEN_EVENT_INTERVAL`], not one per retry.
-    pub forbidden_told: std::sync::Mutex<HashMap<String, Instant>>,
     /// Whether this replica may reconcile now.
     pub leadership: Leadership,
 }
 
-/// A status this operator wrote and the resourceVersion the write produced.
-#[derive(Clone, Debug)]
-pub struct Written {
-    pub status: MiningWorkflowStatus,
-    pub resource_version: Option<String>,
-}
-
-/// How often a workflow stuck on a missing RBAC rule is told so again.
-const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
+/// How soon a workflow whose status write met a newer version is planned again.
+pub(crate) const REPLAN_AFTER: Duration = Duration::from_millis(200);
 /// How soon a reconcile that found the Job cache still being listed runs again.
 const JOBS_NOT_LISTED_RETRY: Duration = Duration::from_millis(100);
 
 impl Context {
-    /// The workflow as of this operator's last status write.
-    fn freshest(&self, workflow: &MiningWorkflow) -> MiningWorkflow {
-        let mut workflow = workflow.clone();
-        let uid = workflow.metadata.uid.clone().unwrap_or_default();
-        let mut written = self.written.lock().expect("no panics while holding the lock");
-        // Forget workflows that are gone (bounded by the number that exist).
-        if written.len() > self.store.state().len() + 64 {
-            let live: std::collections::HashSet<String> =
-                self.store.state().iter().filter_map(|w| w.metadata.uid.clone()).collect();
-            written.retain(|uid, _| live.contains(uid));
-        }
-        if let Some(written) = written.get(&uid) {
-            workflow.status = Some(written.status.clone());
-            workflow.metadata.resource_version =
-                newer_version(workflow.metadata.resource_version.take(), written.resource_version.clone());
-        }
-        workflow
-    }
-
     /// Leadership changed. A new term starts from the API's state, not from
     /// what this replica wrote in an earlier one, and looks at every workflow.
     fn on_leadership(&self, leading: bool) {
         self.metrics.leader.set(i64::from(leading));
-        self.written.lock().expect("no panics while holding the lock").clear();
-        self.expected_jobs.lock().expect("no panics while holding the lock").clear();
+        self.memory.clear();
         if leading {
             for workflow in self.store.state() {
                 let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
@@ -123,21 +78,19 @@ impl Context {
         }
     }
 
-    fn forget(&self, workflow: &MiningWorkflow) {
-        let uid = workflow.metadata.uid.clone().unwrap_or_default();
-        self.written.lock().expect("no panics while holding the lock").remove(&uid);
+    /// What every block's Job runs, from the configuration.
+    fn miner_settings(&self) -> MinerSettings<'_> {
+        MinerSettings {
+            image: &self.config.miner_image,
+            image_pull_policy: &self.config.miner_image_pull_policy,
+            threads: self.config.miner_threads,
+            job: &self.config.job,
+        }
     }
 
     /// Every workflow with its freshest phase.
     fn phases(&self) -> Vec<Seen> {
-        let written: HashMap<String, Standing> =
-            (self.written.lock().expect("no panics while holding the lock").iter())
-                .filter_map(|(uid, written)| {
-                    let started = written.status.started_at.as_ref().map(|t| t.0);
-                    Some((uid.clone(), Standing { phase: written.status.phase?, started }))
-                })
-                .collect();
-        freshest_phases(self.store.state(), &written)
+        freshest_phases(self.store.state(), &self.memory.written_standings())
     }
 
     /// A slot freed: reconcile the workflows next in the queue now.
@@ -145,28 +98,6 @@ impl Context {
         for workflow in next_in_queue(&self.phases(), self.config.limits.max_concurrent_workflows) {
             let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
         }
-    }
-
-    fn remember(
-        &self,
-        workflow: &MiningWorkflow,
-        status: &MiningWorkflowStatus,
-        resource_version: Option<String>,
-    ) {
-        let uid = workflow.metadata.uid.clone().unwrap_or_default();
-        let written = Written { status: status.clone(), resource_version };
-        self.written.lock().expect("no panics while holding the lock").insert(uid, written);
-    }
-}
-
-/// The newer of the cache's and this operator's last resourceVersion.
-/// resourceVersions are opaque: when both read as numbers the larger wins,
-/// else this operator's own. A wrong guess costs one refused write (409) and
-/// a retry from the cache, never a lost status.
-fn newer_version(cached: Option<String>, written: Option<String>) -> Option<String> {
-    match (cached.as_deref().map(str::parse::<u64>), written.as_deref().map(str::parse::<u64>)) {
-        (Some(Ok(c)), Some(Ok(w))) if c > w => cached,
-        _ => written.or(cached),
     }
 }
 
@@ -244,11 +175,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         store: store.clone(),
         jobs: job_store.clone(),
         pods: pod_store,
-        expected_jobs: Default::default(),
         caches,
-        written: Default::default(),
-        admissions_in_flight: std::sync::Mutex::new(0),
-        forbidden_told: Default::default(),
+        memory: Memory::default(),
         leadership,
         wake,
     });
@@ -288,16 +216,9 @@ fn error_policy(workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>)
 /// a Pod reaches the user who runs `kubectl describe mwf`: say it there, as a
 /// Warning Event (creating Events is a rule of its own, so this may fail too).
 fn tell_forbidden(ctx: &Context, workflow: &MiningWorkflow, error: &Error) {
-    let uid = workflow.metadata.uid.clone().unwrap_or_default();
-    {
-        let mut told = ctx.forbidden_told.lock().expect("no panics while holding the lock");
-        if told.get(&uid).is_some_and(|at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL) {
-            return;
-        }
-        if told.len() > ctx.store.state().len() + 64 {
-            told.retain(|_, at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL);
-        }
-        told.insert(uid, Instant::now());
+    let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
+    if !ctx.memory.should_tell_forbidden(uid, ctx.store.state().len()) {
+        return;
     }
     let cause = std::error::Error::source(error).map(|s| s.to_string()).unwrap_or_default();
     let note = format!("{error}: {cause} (the operator's ServiceAccount lacks an RBAC rule)");
@@ -317,7 +238,7 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let workflow = ctx.freshest(&workflow);
+    let workflow = ctx.memory.freshest(&workflow, &ctx.store);
     let (result, calls) = counting_calls(async {
         match reconcile_inner(&workflow, &ctx).await {
             Err(Error::ForeignJob { name, why }) => fail_for_foreign_job(&workflow, &ctx, &name, &why).await,
@@ -327,23 +248,8 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     .await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.api_calls_per_reconcile.observe(calls as f64);
-    ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| phase_of(w)));
+    ctx.metrics.set_workflow_phases(ctx.store.state().iter().map(|w| w.phase()));
     result
-}
-
-/// A slot reserved by an admission in flight; freed when dropped (after the
-/// status write, or on any early return).
-struct Reservation<'a>(&'a Context);
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        let mut in_flight = self.0.admissions_in_flight.lock().expect("no panics while holding the lock");
-        *in_flight = in_flight.saturating_sub(1);
-    }
-}
-
-fn phase_of(workflow: &MiningWorkflow) -> WorkflowPhase {
-    workflow.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
 }
 
 async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Requeue> {
@@ -362,31 +268,24 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         return Ok(Requeue::await_change());
     }
     // Observe.
-    let settings = MinerSettings {
-        image: &ctx.config.miner_image,
-        image_pull_policy: &ctx.config.miner_image_pull_policy,
-        threads: ctx.config.miner_threads,
-        job: &ctx.config.job,
-    };
+    let settings = ctx.miner_settings();
     let built = |block: u32, range: Option<(u64, u64)>| job_for_block(workflow, block, range, &settings);
     let sources = JobSources {
         client: &ctx.client,
         jobs: &ctx.jobs,
         pods: &ctx.pods,
-        expected: &ctx.expected_jobs,
+        memory: &ctx.memory,
         built: &built,
     };
     let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, &sources).await?;
     // A workflow that may be admitted counts the others, and those being
     // admitted right now, and reserves a slot until its status is written.
-    let before = phase_of(workflow);
-    let (others_mining, queued_ahead, admission) = match before {
+    let before = workflow.phase();
+    let (others_mining, queued_ahead, mut admission) = match before {
         WorkflowPhase::Pending => {
-            let mut in_flight = ctx.admissions_in_flight.lock().expect("no panics while holding the lock");
-            let (mining, ahead) = standing(&ctx.phases(), workflow);
-            let counted = mining.saturating_add(*in_flight);
-            *in_flight += 1;
-            (counted, ahead, Some(Reservation(ctx)))
+            let (mining, ahead, reserved) =
+                ctx.memory.reserve_admission(|| standing(&ctx.phases(), workflow));
+            (mining, ahead, Some(reserved))
         }
         // Only a waiting workflow needs its standing: computing it reads
         // every workflow, and at start-up every retained one is reconciled.
@@ -400,31 +299,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if !ctx.leadership.is_leading() {
         return Ok(Requeue::await_change()); // deposed while planning
     }
-    // Apply: deletions first (a status saying Cancelled must not stand while
-    // its Jobs still run), then the status, then creations (a block is
-    // recorded before the next block's Job builds on it).
-    let job_api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    for action in &plan.actions {
-        match action {
-            Action::CreateJob { .. } | Action::CreateRangeJob { .. } | Action::CleanUpJob { .. } => {}
-            Action::DeleteJob { name: job } => delete_job(&job_api, &name, job).await?,
-            Action::DeleteWorkflow => {
-                let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-                match api.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => info!(workflow = %name, "retention over; deleted workflow"),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(source) => return Err(Error::DeleteWorkflow { workflow: name, source }),
-                }
-                return Ok(Requeue::await_change());
-            }
-        }
-    }
     for seconds in &plan.mined_block_seconds {
         ctx.metrics.block_duration.observe(*seconds);
     }
-    let mut events = plan.events.clone();
     let after = plan.status.phase.unwrap_or_default();
-    let mut admission = admission;
     if admission.is_some() && after != WorkflowPhase::Mining {
         // Not admitted: nothing to count on, so others need not wait for this write.
         admission = None;
@@ -433,67 +311,23 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
             ctx.wake_queued();
         }
     }
-    if workflow.status.as_ref() != Some(&plan.status) {
-        let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-        let version = workflow.metadata.resource_version.as_deref();
-        match write_status(&api, &name, &plan.status, version).await {
-            Ok(version) => ctx.remember(workflow, &plan.status, version),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                // Someone wrote since what this plan was based on (a user's
-                // spec change, or a newer leader): plan again from the cache.
-                info!(workflow = %name, "workflow changed since it was read; planning again");
-                ctx.forget(workflow);
-                return Ok(Requeue::requeue(Duration::from_millis(200)));
-            }
-            Err(kube::Error::Api(s)) if s.code == 422 => {
-                let fallback = status_rejected(workflow, &s.message, Timestamp::now());
-                warn!(workflow = %name, error = %s.message, "status refused by the API server; failing the workflow");
-                let version = write_status(&api, &name, &fallback, version)
-                    .await
-                    .map_err(|source| Error::WriteStatus { workflow: name.clone(), source })?;
-                ctx.remember(workflow, &fallback, version);
-                events.push(PlannedEvent {
-                    warning: true,
-                    reason: reasons::STATUS_REJECTED,
-                    note: fallback.message.clone().unwrap_or_default(),
-                });
-                publish_events(&ctx.client, &ctx.instance, workflow, &name, events);
-                return Ok(Requeue::await_change());
-            }
-            Err(source) => return Err(Error::WriteStatus { workflow: name.clone(), source }),
-        }
-        info!(
-            workflow = %name,
-            namespace = %namespace,
-            phase = %plan.status.phase.unwrap_or_default(),
-            progress = plan.status.progress.as_deref().unwrap_or(""),
-            "status updated"
-        );
+    // Apply and write the status.
+    let target = Target {
+        client: &ctx.client,
+        instance: &ctx.instance,
+        memory: &ctx.memory,
+        settings: &settings,
+        workflow,
+        name: &name,
+        namespace: &namespace,
+    };
+    match apply::run(&target, &plan, admission).await? {
+        Applied::Done => {}
+        Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),
+        Applied::WorkflowDeleted | Applied::StatusRejected => return Ok(Requeue::await_change()),
     }
-    drop(admission);
     if before == WorkflowPhase::Mining && after.is_finished() {
         ctx.wake_queued();
     }
-    for action in &plan.actions {
-        let (job, block, range) = match action {
-            Action::CreateJob { block, prev, difficulty } => {
-                (build_block_job(workflow, *block, prev, *difficulty, &settings), *block, None)
-            }
-            Action::CreateRangeJob { block, prev, difficulty, start, count } => {
-                let range = (*start, *count);
-                (build_range_job(workflow, *block, prev, *difficulty, range, &settings), *block, Some(range))
-            }
-            Action::CleanUpJob { name: job } => {
-                delete_job(&job_api, &name, job).await?;
-                continue;
-            }
-            Action::DeleteJob { .. } | Action::DeleteWorkflow => continue,
-        };
-        let job = create_or_adopt_job(workflow, &job_api, job, block).await?;
-        let workflow_uid = workflow.metadata.uid.clone().unwrap_or_default();
-        let mut expected = ctx.expected_jobs.lock().expect("no panics while holding the lock");
-        expected.insert(job, ExpectedJob { workflow_uid, block, range, created: Instant::now() });
-    }
-    publish_events(&ctx.client, &ctx.instance, workflow, &name, events);
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod controller;
 pub mod job;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod naming;
 pub mod observe;

@@ -49,8 +49,7 @@ fn job_name(workflow: &str, uid: &str, tail: &str) -> String {
     let uid = format!("{uid:0>width$}", width = UID_DIGITS);
     let suffix = format!("-{}-{tail}", &uid[uid.len() - UID_DIGITS..]);
     let room = MAX_LABEL_VALUE.saturating_sub(suffix.len());
-    let cut = (0..=room.min(workflow.len())).rev().find(|&i| workflow.is_char_boundary(i)).unwrap_or(0);
-    let prefix = workflow[..cut].trim_end_matches(['-', '.']);
+    let prefix = mining_api::pow::clip(workflow, room).trim_end_matches(['-', '.']);
     format!("{prefix}{suffix}")
 }
 

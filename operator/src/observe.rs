@@ -3,11 +3,7 @@
 //! finished ones from their Pods.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Mutex;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,6 +14,7 @@ use kube::{Client, ResourceExt};
 use mining_api::{MiningWorkflow, annotations, labels};
 use tracing::warn;
 
+use crate::memory::Memory;
 use crate::naming::workflow_label;
 use crate::provenance::{controlled_by, job_mismatch, pod_mismatch};
 use crate::{Error, Result};
@@ -55,7 +52,8 @@ pub struct JobSources<'a> {
     pub client: &'a Client,
     pub jobs: &'a Store<Job>,
     pub pods: &'a Store<Pod>,
-    pub expected: &'a Mutex<HashMap<String, ExpectedJob>>,
+    /// Jobs created and not seen yet.
+    pub memory: &'a Memory,
     /// The Job the operator builds for a block (and nonce range), when it
     /// can say: a stored Job is read only when its Pod template is that one.
     pub built: &'a (dyn Fn(u32, Option<(u64, u64)>) -> Option<Job> + Sync),
@@ -63,16 +61,6 @@ pub struct JobSources<'a> {
 
 /// Longest Pod message carried into a workflow's status.
 const MAX_POD_MESSAGE: usize = 512;
-
-/// A Job created and not yet seen in the Job store.
-#[derive(Clone, Debug)]
-pub struct ExpectedJob {
-    pub workflow_uid: String,
-    pub block: u32,
-    /// The nonce range, for a Job that mines one.
-    pub range: Option<(u64, u64)>,
-    pub created: Instant,
-}
 
 /// This workflow's Jobs by block, each classified, from the Job store; only
 /// a finished Job whose block is not verified yet has its Pods read, live
@@ -130,18 +118,13 @@ pub async fn observe_jobs(
         }
     }
     // Created but not yet seen: running, as far as planning goes.
-    let mut expected = sources.expected.lock().expect("no panics while holding the lock");
-    expected.retain(|job, e| !seen.contains(job) && e.created.elapsed() < EXPECTATION_TIMEOUT);
-    for (job, e) in expected.iter() {
-        if e.workflow_uid != uid || e.block <= verified {
-            continue;
-        }
+    for (job, e) in sources.memory.expected_jobs(uid, verified, &seen) {
         match e.range {
             None => {
                 observed.entry(e.block).or_insert(BlockJob::Running);
             }
             Some((start, count)) => ranges.entry(e.block).or_default().push(RangeJob {
-                name: job.clone(),
+                name: job,
                 start,
                 count,
                 state: BlockJob::Running,
@@ -161,11 +144,6 @@ fn job_range(job: &Job) -> std::result::Result<Option<(u64, u64)>, String> {
         _ => Err("only one of the range annotations is set".into()),
     }
 }
-
-/// How long a created Job counts as existing without its watch event: far
-/// longer than any watch delay, short enough that a Job deleted before it was
-/// ever seen is noticed.
-const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
     let status = job.status.clone().unwrap_or_default();
@@ -201,11 +179,7 @@ async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
             .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
             .and_then(terminated_message)
             .unwrap_or_else(|| failed.message.clone().unwrap_or_default());
-        let mut message: String = last_message.trim().to_string();
-        if message.len() > MAX_POD_MESSAGE {
-            let cut = (0..=MAX_POD_MESSAGE).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
-            message.truncate(cut);
-        }
+        let message = mining_api::pow::clip(last_message.trim(), MAX_POD_MESSAGE).to_string();
         return Ok(BlockJob::Failed { reason: failed.reason.unwrap_or_else(|| "Failed".into()), message });
     }
     Ok(BlockJob::Running)

@@ -2,6 +2,7 @@
 //! and that its nonce is the smallest (pure: no client).
 
 use mining_api::bounds::MAX_STORED_INTEGER;
+pub use mining_api::pow::clip;
 use mining_api::{BlockResult, reasons};
 
 /// Parses and verifies a block's termination message, and — when the nonce
@@ -63,9 +64,4 @@ pub fn check_minimality(
         ));
     }
     Ok(true)
-}
-
-pub fn clip(text: &str, max: usize) -> &str {
-    let end = (0..=max.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    &text[..end]
 }

@@ -1,6 +1,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mining_api::testing::{self, WorkflowExt};
-use mining_api::{Condition, ConditionStatus, MinedBlock, MiningWorkflowStatus, WorkflowPhase, reasons};
+use mining_api::{
+    Condition, ConditionStatus, GENESIS, MinedBlock, MiningWorkflowStatus, WorkflowPhase, reasons,
+};
 use proptest::prelude::*;
 
 use super::*;

@@ -33,7 +33,8 @@ impl Core {
             return Ok(CancelOutcome::AlreadyRequested(workflow));
         }
         let name = workflow.metadata.name.as_deref().unwrap_or(id_text);
-        match self.api_call("patch", workflows::request_cancel(&self.api, name)).await {
+        let reproof = self.keys.reproof(&workflow);
+        match self.api_call("patch", workflows::request_cancel(&self.api, name, reproof)).await {
             Ok(patched) => {
                 tracing::info!(workflow = name, caller = %caller.name, "cancel requested");
                 Ok(CancelOutcome::Requested(Box::new(patched)))

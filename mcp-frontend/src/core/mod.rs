@@ -9,6 +9,7 @@
 mod answer;
 mod cancel;
 mod list;
+mod reprove;
 mod start;
 mod wait;
 
@@ -31,7 +32,7 @@ use crate::workflows;
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use list::Listed;
-pub use start::{Started, same_work};
+pub use start::Started;
 pub use wait::{WaitCap, WaitListener, WaitSlots};
 
 /// Shared by every request of every protocol face.

@@ -1,7 +1,7 @@
 //! Starting a workflow: the argument check, the per-caller limit, the create,
 //! and the idempotent retry that finds the workflow a key already started.
 
-use mining_api::{MiningWorkflow, MiningWorkflowSpec};
+use mining_api::MiningWorkflow;
 use rmcp::model::JsonObject;
 
 use super::{Answer, Core};
@@ -21,14 +21,6 @@ pub struct Started {
     pub id: WorkflowId,
     pub workflow: Box<MiningWorkflow>,
     pub request: StartRequest,
-}
-
-/// Whether an existing workflow does the work `request` asks for: every
-/// argument that shapes the work must match, or a retry with the same key
-/// would silently get other work than it asked for.
-pub fn same_work(spec: &MiningWorkflowSpec, request: &StartRequest) -> bool {
-    (spec.difficulty, spec.blocks, spec.parallelism)
-        == (request.difficulty, request.blocks, request.parallelism)
 }
 
 impl Core {
@@ -59,7 +51,7 @@ impl Core {
             }
         };
         if let Some(key) = &request.idempotency_key
-            && !same_work(&workflow.spec, &request)
+            && !workflow.spec.same_work(&request.spec)
         {
             let spec = &workflow.spec;
             return Err(Answer::InvalidArguments(format!(
@@ -146,9 +138,9 @@ impl Core {
                     tracing::info!(
                         workflow = %id,
                         caller = %caller.name,
-                        difficulty = request.difficulty,
-                        blocks = request.blocks,
-                        parallelism = request.parallelism,
+                        difficulty = request.spec.difficulty,
+                        blocks = request.spec.blocks,
+                        parallelism = request.spec.parallelism,
                         "mining started"
                     );
                 }
@@ -160,41 +152,5 @@ impl Core {
                 Err(Answer::Refused(format!("could not start mining: {err}; nothing was created, try again")))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(difficulty: u32, blocks: u32, parallelism: u32) -> StartRequest {
-        StartRequest { difficulty, blocks, parallelism, wait_seconds: 5, idempotency_key: Some("k".into()) }
-    }
-
-    fn spec() -> MiningWorkflowSpec {
-        MiningWorkflowSpec { blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(10) }
-    }
-
-    #[test]
-    fn the_same_arguments_are_the_same_work_whatever_the_wait() {
-        let mut asked = request(10, 3, 2);
-        assert!(same_work(&spec(), &asked));
-        asked.wait_seconds = 0;
-        assert!(same_work(&spec(), &asked), "how long to wait does not shape the work");
-    }
-
-    #[test]
-    fn another_difficulty_is_other_work() {
-        assert!(!same_work(&spec(), &request(11, 3, 2)));
-    }
-
-    #[test]
-    fn another_chain_length_is_other_work() {
-        assert!(!same_work(&spec(), &request(10, 4, 2)));
-    }
-
-    #[test]
-    fn another_parallelism_is_other_work() {
-        assert!(!same_work(&spec(), &request(10, 3, 1)));
     }
 }

@@ -1,14 +1,12 @@
 //! A Job that is not the operator's, standing where a block's Job should.
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use kube::runtime::controller::Action as Requeue;
 use mining_api::{MiningWorkflow, reasons};
-use std::time::Duration;
 use tracing::warn;
 
-use super::Context;
-use crate::apply::{publish_events, write_status};
+use super::{Context, REPLAN_AFTER};
+use crate::apply::{Target, publish_events, record_status};
 use crate::metrics::ErrorLabels;
 use crate::plan::{PlannedEvent, status_foreign_job};
 use crate::{Error, Result};
@@ -30,14 +28,19 @@ pub(super) async fn fail_for_foreign_job(
     }
     warn!(workflow = %name, %job, %why, "a Job the operator did not build stands for a block; failing the workflow");
     let status = status_foreign_job(workflow, job, why, Timestamp::now());
-    let api: Api<MiningWorkflow> = Api::namespaced(ctx.client.clone(), &namespace);
-    let version = workflow.metadata.resource_version.as_deref();
-    match write_status(&api, &name, &status, version).await {
-        Ok(version) => ctx.remember(workflow, &status, version),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            ctx.forget(workflow);
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
-        }
+    let settings = ctx.miner_settings();
+    let target = Target {
+        client: &ctx.client,
+        instance: &ctx.instance,
+        memory: &ctx.memory,
+        settings: &settings,
+        workflow,
+        name: &name,
+        namespace: &namespace,
+    };
+    match record_status(&target, &status).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(Requeue::requeue(REPLAN_AFTER)),
         Err(source) => return Err(Error::WriteStatus { workflow: name, source }),
     }
     let note = status.message.clone().unwrap_or_default();

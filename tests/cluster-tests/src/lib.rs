@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -43,10 +43,32 @@ pub fn is_local_cluster() -> bool {
     std::env::var("MINING_CLUSTER_LOCAL").is_ok_and(|v| v == "1")
 }
 
-/// A namespace of its own for one test.
+/// A namespace of its own for one test, deleted when it is dropped — also
+/// when the test panics, after what was in it is printed for the reader.
 pub struct TestNamespace {
     pub client: Client,
     pub name: String,
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let kubectl = |args: &[&str]| std::process::Command::new("kubectl").args(args).output();
+        if std::thread::panicking()
+            && let Ok(dump) =
+                kubectl(&["get", "miningworkflows,jobs,pods,events", "-n", &self.name, "-o", "wide"])
+        {
+            eprintln!(
+                "--- namespace {} as the test left it ---\n{}{}",
+                self.name,
+                String::from_utf8_lossy(&dump.stdout),
+                String::from_utf8_lossy(&dump.stderr)
+            );
+        }
+        // Drop cannot await, and may run on a runtime's thread or none: a
+        // subprocess works in both. Not waiting: the namespace controller
+        // removes what is left.
+        let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"]);
+    }
 }
 
 impl TestNamespace {
@@ -72,12 +94,6 @@ impl TestNamespace {
         <K as Resource>::DynamicType: Default,
     {
         Api::namespaced(self.client.clone(), &self.name)
-    }
-
-    /// Deletes the namespace (and with it everything the test made).
-    pub async fn delete(self) {
-        let namespaces: Api<Namespace> = Api::all(self.client);
-        let _ = namespaces.delete(&self.name, &DeleteParams::default()).await;
     }
 }
 
@@ -354,6 +370,35 @@ pub fn reference_chain(blocks: u32, difficulty: u32) -> Vec<serde_json::Value> {
         .expect("python3 runs the reference miner");
     assert!(output.status.success(), "reference miner: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A completed tool result (or task result) whose chain is exactly the
+/// Python reference miner's: every block's index, prev, nonce, hash and
+/// attempts, the difficulty, and progress at its end.
+pub fn assert_reference_chain(outcome: &serde_json::Value, blocks: u32, difficulty: u32) {
+    assert_eq!(outcome["status"], "completed", "{outcome:#}");
+    let mined = outcome["result"]["blocks"].as_array().expect("a mined chain");
+    let reference = reference_chain(blocks, difficulty);
+    assert_eq!(mined.len(), reference.len(), "{outcome:#}");
+    for (got, want) in mined.iter().zip(&reference) {
+        for field in ["index", "prev", "nonce", "hash", "attempts"] {
+            assert_eq!(got[field], want[field], "block {} field {field}", want["index"]);
+        }
+    }
+    assert_eq!(outcome["result"]["difficulty"], difficulty, "{outcome:#}");
+    assert_eq!(
+        outcome["progress"],
+        serde_json::json!({"blocks_done": blocks, "blocks_total": blocks}),
+        "{outcome:#}"
+    );
+}
+
+/// Asserts that a workflow's recorded chain verifies (hash, zero bits,
+/// linkage, attempts) at `difficulty`.
+pub fn assert_chain_verifies(workflow: &mining_api::MiningWorkflow, difficulty: u32) {
+    if let Err(why) = mining_api::verify_chain(workflow.mined_blocks(), difficulty) {
+        panic!("{}: {why}", workflow.metadata.name.as_deref().unwrap_or_default());
+    }
 }
 
 /// What a benchmark's watches saw: a Job or a workflow, as applied.

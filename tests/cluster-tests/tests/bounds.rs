@@ -64,7 +64,6 @@ async fn concurrent_starts_on_two_replicas_never_exceed_the_callers_limit() {
         assert!(text.contains("the limit is 5") || text.contains("quota could not be checked"), "{text}");
         assert!(!text.contains("alice"), "{text}");
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -91,7 +90,6 @@ async fn a_finished_workflow_frees_its_place_and_a_lost_ledger_is_rebuilt() {
     let (_, body) = call_tool(&frontend, "", "start_mining", mine).await;
     let text = result_of(&body)["content"][0]["text"].as_str().unwrap_or_default().to_string();
     assert!(text.contains("the limit is 1"), "{body}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -113,7 +111,6 @@ async fn starts_per_minute_are_limited_and_the_refusal_says_when_to_retry() {
     assert!(text.contains("the limit is 3 per minute") && text.contains("retry in"), "{text}");
     let api: Api<MiningWorkflow> = ns.api();
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 3);
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -166,7 +163,6 @@ async fn one_callers_many_waits_leave_anothers_wait_its_whole_budget() {
     assert!(waited < Duration::from_secs(10), "bob's wait overran its budget: {waited:?}");
     assert!(answers.iter().all(|(code, _)| *code == 200), "every flooding call is answered, none hangs");
     assert!(frontend.metric(shortened).await <= 500.0 - 8.0 + 1e-9);
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -211,7 +207,6 @@ async fn half_open_connections_are_closed_and_a_real_client_still_mines() {
         .call(&frontend.url(), None, "start_mining", json!({"difficulty": 8, "blocks": 2}))
         .await;
     assert_eq!(structured(&mined)["status"], "completed", "{mined:#}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -262,5 +257,4 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
     // The one slot went to x's oldest first (creation times tie within a
     // second, so that may be any of the first ones), then to y.
     assert!(x_before_y.len() <= 1, "x's backlog went before y (started {y_started}): {x_before_y:?}");
-    ns.delete().await;
 }

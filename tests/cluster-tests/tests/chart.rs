@@ -179,5 +179,4 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
         "policy/v1beta1\n"
     };
     assert!(manifests.contains(&format!("apiVersion: {expected}kind: PodDisruptionBudget")), "{manifests}");
-    ns.delete().await;
 }

@@ -35,5 +35,4 @@ async fn the_api_server_accepts_the_crd_and_rejects_out_of_range_specs() {
         assert_eq!(status.code, 422, "{spec}");
         assert!(status.message.contains(field), "{spec}: {}", status.message);
     }
-    ns.delete().await;
 }

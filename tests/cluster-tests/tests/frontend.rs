@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, collect, ownership_key_file, structured, tool_error_text};
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, reference_chain, wait_for};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, assert_reference_chain, eventually, install_crd, wait_for,
+};
 use kube::api::{Api, ListParams};
 use mcp_frontend::ids::{Caller, WorkflowId};
 use mcp_frontend::ownership::OwnershipKeys;
@@ -52,21 +54,6 @@ impl Stack {
     }
 }
 
-/// The blocks of a completed outcome equal the Python reference's chain.
-fn assert_matches_reference(outcome: &Value, blocks: u32, difficulty: u32) {
-    assert_eq!(outcome["status"], "completed", "{outcome:#}");
-    let mined = outcome["result"]["blocks"].as_array().unwrap();
-    let reference = reference_chain(blocks, difficulty);
-    assert_eq!(mined.len(), reference.len());
-    for (got, want) in mined.iter().zip(&reference) {
-        for field in ["index", "prev", "nonce", "hash", "attempts"] {
-            assert_eq!(got[field], want[field], "block {} field {field}", want["index"]);
-        }
-    }
-    assert_eq!(outcome["result"]["difficulty"], difficulty);
-    assert_eq!(outcome["progress"], json!({"blocks_done": blocks, "blocks_total": blocks}));
-}
-
 #[tokio::test]
 async fn both_sdks_mine_inline_within_the_budget_with_ordered_progress() {
     let stack = stack("mcp-inline", &[]).await;
@@ -84,7 +71,7 @@ async fn both_sdks_mine_inline_within_the_budget_with_ordered_progress() {
             )
             .await;
         let outcome = structured(&document);
-        assert_matches_reference(outcome, 3, difficulty);
+        assert_reference_chain(outcome, 3, difficulty);
         assert_eq!(document["result"]["isError"], false);
         // Progress arrives in order, ends at the total, and carries the status message.
         let progress = document["progress"].as_array().unwrap();
@@ -99,9 +86,8 @@ async fn both_sdks_mine_inline_within_the_budget_with_ordered_progress() {
     let document = Sdk::TypeScript
         .call(&stack.frontend.url(), None, "start_mining", json!({"difficulty": 12, "blocks": 3}))
         .await;
-    assert_matches_reference(structured(&document), 3, 12);
+    assert_reference_chain(structured(&document), 3, 12);
     assert!(document["progress"].as_array().unwrap().is_empty());
-    stack.ns.delete().await;
 }
 
 #[tokio::test]
@@ -132,7 +118,7 @@ async fn budget_expiry_answers_running_and_polling_completes() {
     assert_eq!(workflow.spec.parallelism, 2, "parallelism reaches the workflow");
 
     let finished = stack.poll_until_final(Sdk::TypeScript, None, &id).await;
-    assert_matches_reference(&finished, 4, 14);
+    assert_reference_chain(&finished, 4, 14);
 
     // A budget that runs out: a harder chain, one second of waiting.
     let document = Sdk::TypeScript
@@ -143,7 +129,6 @@ async fn budget_expiry_answers_running_and_polling_completes() {
     let id = outcome["workflow_id"].as_str().unwrap().to_string();
     let finished = stack.poll_until_final(Sdk::Python, None, &id).await;
     assert_eq!(finished["status"], "completed", "{finished:#}");
-    stack.ns.delete().await;
 }
 
 #[tokio::test]
@@ -215,7 +200,6 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
     let found = structured(&Sdk::Python.call(&url, None, "start_mining", same).await).clone();
     assert_eq!(found["workflow_id"], id.as_str());
     assert_eq!(stack.workflows().await.len(), 1, "still one workflow for one idempotency key");
-    stack.ns.delete().await;
 }
 
 #[tokio::test]
@@ -276,7 +260,6 @@ async fn cancel_stops_mining_and_list_finds_the_callers_workflows() {
     .clone();
     assert_eq!(only_cancelled["workflows"].as_array().unwrap().len(), 1);
     assert_eq!(only_cancelled["workflows"][0]["workflow_id"], id.as_str());
-    stack.ns.delete().await;
 }
 
 #[tokio::test]
@@ -328,7 +311,6 @@ async fn bad_input_gets_clear_errors_and_creates_nothing() {
     let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     assert_eq!(stack.frontend.post_mcp("evil.example", &[], list).await.0, 403);
     assert_eq!(stack.frontend.post_mcp("localhost", &[], list).await.0, 200);
-    stack.ns.delete().await;
 }
 
 #[tokio::test]
@@ -390,5 +372,4 @@ async fn two_replicas_racing_on_one_idempotency_key_make_one_workflow() {
     }
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "{ids:?}");
     assert_eq!(stack.workflows().await.len(), 1);
-    stack.ns.delete().await;
 }

@@ -100,7 +100,6 @@ async fn tokens_authenticate_callers_and_each_caller_sees_only_its_own_workflows
         frontend.post_mcp("localhost", &["Authorization: Bearer dave-secret"], TOOLS_LIST).await.0,
         200
     );
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -121,7 +120,6 @@ async fn a_callers_running_workflows_are_limited() {
     assert!(refused["result"]["content"][0]["text"].as_str().unwrap().contains("the limit is 2"));
     let api: Api<MiningWorkflow> = ns.api();
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 2);
-    ns.delete().await;
 }
 
 /// The chart's `-mcp-caller` ClusterRole rule (`templates/operator-rbac.yaml`).
@@ -239,5 +237,4 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
         401
     );
     assert_eq!(frontend.post_mcp("localhost", &[], TOOLS_LIST).await.0, 401);
-    ns.delete().await;
 }

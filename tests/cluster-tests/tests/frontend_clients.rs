@@ -48,7 +48,6 @@ async fn the_inspector_cli_lists_the_tools_and_mines_a_chain() {
     )
     .await;
     assert_eq!(refused["isError"], true, "{output}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -61,5 +60,4 @@ async fn the_conformance_suite_passes_every_scenario_that_applies() {
         assert!(ok, "conformance suite at {version}: failures outside the baseline\n{output}");
         assert!(output.contains("Baseline check passed"), "{output}");
     }
-    ns.delete().await;
 }

@@ -162,7 +162,6 @@ async fn the_typescript_sdk_signs_in_through_our_metadata_and_mines() {
     .await;
     assert_eq!(structured(&after)["workflows"][0]["workflow_id"], id, "the same caller after the rotation");
     rotated.stop().await;
-    ns.delete().await;
 }
 
 const TS: &str = "ts-oauth.mjs";

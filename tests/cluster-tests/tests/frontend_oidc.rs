@@ -208,5 +208,4 @@ async fn the_api_server_as_issuer_admits_its_tokens_for_our_audience_and_refuses
     let document: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(document["resource"], "https://mcp.example.com/mcp");
     assert_eq!(document["scopes_supported"], json!(["mining"]));
-    ns.delete().await;
 }

@@ -5,19 +5,8 @@
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
 use cluster_tests::tasks::{Mcpdo, TaskClient, conformance_checks};
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd, is_local_cluster, reference_chain};
+use cluster_tests::{OperatorProcess, TestNamespace, assert_reference_chain, install_crd};
 use serde_json::{Value, json};
-
-/// The chain in a tool result equals the Python reference miner's.
-fn assert_reference_chain(outcome: &Value, blocks: u32, difficulty: u32) {
-    assert_eq!(outcome["status"], "completed", "{outcome:#}");
-    let mined = outcome["result"]["blocks"].as_array().expect("a mined chain");
-    let reference = reference_chain(blocks, difficulty);
-    assert_eq!(mined.len(), reference.len());
-    for (got, want) in mined.iter().zip(&reference) {
-        assert_eq!((&got["nonce"], &got["hash"]), (&want["nonce"], &want["hash"]));
-    }
-}
 
 /// A JSON-RPC error code in a client's document.
 fn error_code(document: &Value) -> Option<i64> {
@@ -93,7 +82,6 @@ async fn core_2025_tasks_run_to_the_reference_chain_in_both_sdks() {
     let ids: Vec<&str> =
         listed["tasks"].as_array().unwrap().iter().map(|t| t["taskId"].as_str().unwrap()).collect();
     assert!(ids.contains(&task_id), "{listed:#}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -167,7 +155,6 @@ async fn core_2025_cancel_list_pages_and_caller_scoping() {
         "{refused:#}"
     );
     let _ = TaskClient::TypeScript2025.run(&url, alice, false, &["cancel", &started[2]]).await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -230,15 +217,11 @@ async fn extension_2026_tasks_complete_cancel_and_stay_private() {
         .run(&url, alice, false, &["raw", "tasks/get", &json!({"taskId": finished}).to_string(), "no-tasks"])
         .await;
     assert_eq!(undeclared["message"]["error"]["code"], -32021, "{undeclared:#}");
-    ns.delete().await;
 }
 
+#[ignore = "needs the local cluster's local/failing-miner image; tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_mining_failure_is_failed_in_2025_and_a_completed_tool_error_in_2026() {
-    if !is_local_cluster() {
-        eprintln!("skipped: needs the local cluster's local/failing-miner image");
-        return;
-    }
     let ns = TestNamespace::new("tasks-failure").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(
@@ -268,7 +251,6 @@ async fn a_mining_failure_is_failed_in_2025_and_a_completed_tool_error_in_2026()
     assert_eq!(extension["outcome"]["status"], "completed", "{extension:#}");
     assert_eq!(extension["outcome"]["result"]["isError"], true, "{extension:#}");
     assert_eq!(extension["outcome"]["result"]["structuredContent"]["reason"], "JobFailed", "{extension:#}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -296,7 +278,6 @@ async fn the_inspector_session_cli_gets_and_cancels_tasks() {
     // A tool call through the Inspector on 2026-07-28 runs as a task and settles.
     let called = inspector.run(&["tools/call", "start_mining", "difficulty:=11", "blocks:=2"]).await;
     assert_reference_chain(&called["structuredContent"], 2, 11);
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -317,7 +298,6 @@ async fn a_task_outlives_a_frontend_killed_mid_task_in_both_generations() {
     let settled = TaskClient::Extension2026.run(&url, None, false, &["settle", &extension]).await;
     assert_eq!(settled["outcome"]["status"], "completed", "{settled:#}");
     assert_reference_chain(&settled["outcome"]["result"]["structuredContent"], 3, 20);
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -356,7 +336,6 @@ async fn clients_that_declare_no_tasks_get_the_synchronous_tool() {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
     .to_string();
     assert_eq!(frontend.post_mcp_version("evil.example.com", "2025-11-25", &[], &init).await.0, 403);
-    ns.delete().await;
 }
 
 /// The suite's task scenarios call fixture tools (`greet`, `slow_compute`,
@@ -417,5 +396,4 @@ async fn conformance_task_scenarios_fail_only_for_missing_fixture_tools() {
     ] {
         assert!(passed.iter().any(|id| id == must_pass), "{must_pass} did not pass; passed: {passed:?}");
     }
-    ns.delete().await;
 }

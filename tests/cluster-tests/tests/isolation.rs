@@ -68,7 +68,6 @@ async fn a_squatted_idempotent_id_is_never_adopted_and_the_retry_gets_fresh_work
     )
     .clone();
     assert_eq!(seen["status"], "not_found", "{seen:#}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -123,7 +122,6 @@ async fn objects_made_directly_appear_in_no_list_and_fill_no_limit() {
     // And alice sees none of it.
     let alices = structured(&Sdk::Python.call(&url, ALICE, "list_mining_workflows", json!({})).await).clone();
     assert_eq!(alices["total"], 0, "{alices:#}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -159,7 +157,6 @@ async fn a_status_claiming_an_easier_chain_than_asked_for_reads_failed() {
     assert_eq!(outcome["status"], "failed", "{outcome:#}");
     assert_eq!(outcome["reason"], "InvalidResult", "{outcome:#}");
     assert!(outcome.get("result").is_none(), "{outcome:#}");
-    ns.delete().await;
 }
 
 /// One `get_mining_result` through raw HTTP; its latency.
@@ -218,5 +215,4 @@ async fn another_callers_id_and_an_unknown_id_cost_no_api_call_and_the_same_time
         gap <= (noise * 3).max(Duration::from_micros(500)),
         "p50 foreign {foreign:?} vs unknown {missing:?} (the same request twice differs by {noise:?})"
     );
-    ns.delete().await;
 }

@@ -62,12 +62,7 @@ async fn wait_succeeded(workflows: &Api<MiningWorkflow>, name: &str) -> MiningWo
 /// The chain is valid, and each block had exactly one Job.
 async fn assert_one_valid_job_per_block(ns: &TestNamespace, done: &MiningWorkflow, difficulty: u32) {
     let status = done.status.as_ref().unwrap();
-    let mut prev = mining_api::GENESIS.to_string();
-    for block in &status.blocks {
-        prev = miner::verify_block(u64::from(block.index), &prev, block.nonce, difficulty)
-            .expect("a valid block");
-        assert_eq!(block.hash, prev);
-    }
+    cluster_tests::assert_chain_verifies(done, difficulty);
     let jobs: Api<Job> = ns.api();
     let selector = format!("{}={}", labels::WORKFLOW, done.metadata.name.as_deref().unwrap());
     let mut blocks: Vec<String> = (jobs.list(&ListParams::default().labels(&selector)).await.unwrap().items)
@@ -108,7 +103,6 @@ async fn a_standby_takes_over_within_the_lease_when_the_leader_is_killed() {
     assert_eq!(done.status.as_ref().unwrap().blocks.len(), 5);
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert!(replicas[standby].metric(JOBS_CREATED).await >= 1.0, "the new leader mined the rest");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -140,7 +134,6 @@ async fn a_frozen_leader_is_deposed_and_writes_nothing_when_it_wakes() {
     let done = wait_succeeded(&workflows, "frozen").await;
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert_eq!(replicas[leader].metric(writes).await, frozen_writes, "the deposed leader wrote no status");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -172,5 +165,4 @@ async fn a_status_write_based_on_an_older_version_is_refused() {
     );
     let now = workflows.get("contested").await.unwrap();
     assert_eq!(now.status.unwrap().message.as_deref(), Some("written by the new leader"));
-    ns.delete().await;
 }

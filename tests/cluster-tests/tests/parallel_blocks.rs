@@ -117,7 +117,6 @@ async fn parallel_blocks_find_the_python_references_nonces_wherever_the_winner_f
         notes.iter().any(|n| n.contains("in 3 Pods, ranges of 2000 nonces")).then_some(())
     })
     .await;
-    ns.delete().await;
 }
 
 /// With the operator's own range size (the block's expected work cut into
@@ -132,7 +131,6 @@ async fn default_ranges_mine_the_reference_chain_with_two_pods() {
     let done = succeeded(&ns, "default-ranges").await;
     assert_matches_reference(&done, 16, 1 << 22);
     assert_one_job_per_block_remains(&ns, "default-ranges", 2, 1 << 22).await;
-    ns.delete().await;
 }
 
 /// A hard block in ranges survives what a single block Job does: a range
@@ -191,5 +189,4 @@ async fn range_jobs_are_recreated_adopted_after_a_restart_and_stopped_by_cancel(
     };
     wait_for(&workflows, "hard", cancelled, TIMEOUT).await.unwrap();
     eventually("every range Job gone", TIMEOUT, || async { live_names().await.filter(Vec::is_empty) }).await;
-    ns.delete().await;
 }

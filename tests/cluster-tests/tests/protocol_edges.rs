@@ -55,7 +55,7 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn an_unsupported_or_malformed_protocol_version_is_refused_on_every_path() {
-    let (ns, frontend) = frontend("edges-version").await;
+    let (_ns, frontend) = frontend("edges-version").await;
     let task_id = format!("mw-{}", "a".repeat(26));
     let calls = [
         request("tools/list", json!({})),
@@ -82,12 +82,11 @@ async fn an_unsupported_or_malformed_protocol_version_is_refused_on_every_path()
     assert_eq!(code, 200, "{answer}");
     let (code, _, answer) = request_2026(&frontend, "tools/list", json!({})).await;
     assert_eq!(code, 200, "{answer}");
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn a_json_rpc_batch_gets_a_clear_error() {
-    let (ns, frontend) = frontend("edges-batch").await;
+    let (_ns, frontend) = frontend("edges-batch").await;
     let batch = format!("[{},{}]", request("tools/list", json!({})), request("tools/list", json!({})));
     for version in ["2025-06-18", "2025-11-25", "2026-07-28"] {
         let (code, _, body) = frontend.post_mcp_version("localhost", version, &[], &batch).await;
@@ -97,24 +96,22 @@ async fn a_json_rpc_batch_gets_a_clear_error() {
         assert!(!error["message"].as_str().unwrap_or_default().is_empty(), "{version}: it says why: {body}");
         assert!(message(&body).get("result").is_none(), "{version}: nothing in the batch ran: {body}");
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn get_and_delete_on_mcp_are_405_with_allow_post() {
-    let (ns, frontend) = frontend("edges-methods").await;
+    let (_ns, frontend) = frontend("edges-methods").await;
     for method in ["GET", "DELETE"] {
         let headers = ["Accept: text/event-stream", "MCP-Protocol-Version: 2025-11-25"];
         let (code, head, body) = frontend.request(method, "/mcp", &headers, "").await;
         assert_eq!(code, 405, "{method}: {head}\n{body}");
         assert_eq!(header(&head, "allow"), Some("POST"), "{method}: {head}");
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn sse_responses_are_never_buffered_by_proxies() {
-    let (ns, frontend) = frontend("edges-sse").await;
+    let (_ns, frontend) = frontend("edges-sse").await;
     let sse_only = "Accept: text/event-stream, application/json";
     // rmcp's own streams: a tool call answered as SSE.
     let call = request("tools/call", json!({"name": "list_mining_workflows", "arguments": {}}));
@@ -139,12 +136,11 @@ async fn sse_responses_are_never_buffered_by_proxies() {
     assert_eq!(code, 200, "{body}");
     assert!(header(&head, "content-type").is_some_and(|t| t.starts_with("text/event-stream")), "{head}");
     assert_eq!(header(&head, "x-accel-buffering"), Some("no"), "{head}");
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn the_2025_task_methods_do_not_exist_under_2026_07_28() {
-    let (ns, frontend) = frontend("edges-2026").await;
+    let (_ns, frontend) = frontend("edges-2026").await;
     let task_id = format!("mw-{}", "b".repeat(26));
     for (method, params) in [("tasks/result", json!({"taskId": task_id})), ("tasks/list", json!({}))] {
         let (code, _, answer) = request_2026(&frontend, method, params).await;
@@ -159,7 +155,6 @@ async fn the_2025_task_methods_do_not_exist_under_2026_07_28() {
     let (code, _, answer) = request_2026(&frontend, "tasks/get", json!({"taskId": task_id})).await;
     assert_eq!(code, 200, "{answer}");
     assert_eq!(message(&answer)["error"]["code"], -32602, "{answer}");
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -189,5 +184,4 @@ async fn an_oversized_progress_token_is_refused_and_nothing_is_created() {
     );
     let (_, _, body) = frontend.post_mcp_version("localhost", "2025-11-25", &[], &create).await;
     assert!(message(&body)["result"]["task"]["taskId"].is_string(), "{body}");
-    ns.delete().await;
 }

@@ -130,7 +130,6 @@ async fn pods_planted_with_a_jobs_label_or_a_forged_owner_are_never_read() {
     .unwrap();
     assert_eq!(done.status.unwrap().blocks[0].nonce, minimal, "the chain's block, not a planted one");
     drop(operator);
-    ns.delete().await;
 }
 
 /// A Job of the name the operator would give block 1, printing `result`.
@@ -202,5 +201,4 @@ async fn a_foreign_job_where_a_blocks_job_should_be_fails_the_block_as_foreign_j
         })
         .await;
     }
-    ns.delete().await;
 }

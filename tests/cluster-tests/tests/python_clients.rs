@@ -6,22 +6,10 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, reference_chain};
+use cluster_tests::{OperatorProcess, TestNamespace, assert_reference_chain, eventually, install_crd};
 use kube::api::{Api, ListParams};
 use mining_api::MiningWorkflow;
-use serde_json::{Value, json};
-
-fn assert_reference_chain(outcome: &Value, blocks: u32, difficulty: u32) {
-    assert_eq!(outcome["status"], "completed", "{outcome:#}");
-    let mined = outcome["result"]["blocks"].as_array().expect("a mined chain");
-    let reference = reference_chain(blocks, difficulty);
-    assert_eq!(mined.len(), reference.len(), "{outcome:#}");
-    for (got, want) in mined.iter().zip(&reference) {
-        for field in ["index", "prev", "nonce", "hash", "attempts"] {
-            assert_eq!(got[field], want[field], "block {} field {field}", want["index"]);
-        }
-    }
-}
+use serde_json::json;
 
 async fn stack(prefix: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {
     let ns = TestNamespace::new(prefix).await;
@@ -33,7 +21,7 @@ async fn stack(prefix: &str) -> (TestNamespace, OperatorProcess, FrontendProcess
 
 #[tokio::test]
 async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake() {
-    let (ns, _operator, frontend) = stack("py2-tools").await;
+    let (_ns, _operator, frontend) = stack("py2-tools").await;
     let url = frontend.url();
     let listed = Sdk::Python2.run(&url, None, false, &["tools"]).await;
     assert_eq!(listed["protocolVersion"], "2026-07-28", "discover picks the newest: {listed:#}");
@@ -67,7 +55,6 @@ async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake()
     })
     .await;
     assert_reference_chain(&finished, 2, 13);
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -99,5 +86,4 @@ async fn fastmcp_mines_through_tasks_and_through_its_task_handle() {
         .filter_map(|w| w.metadata.name)
         .collect();
     assert!(names.iter().any(|n| n == task_id), "the task is the workflow: {names:?}");
-    ns.delete().await;
 }

@@ -71,5 +71,4 @@ async fn main() {
     println!("{:<40} {:.2}x at p50", "tokens / none", p50s[1] / p50s[0]);
     println!("{:<40} {:.2}x at p50", "oidc / none", p50s[2] / p50s[0]);
     println!("{:<40} {:.2}x at p50", "oidc / tokens", p50s[2] / p50s[1]);
-    ns.delete().await;
 }

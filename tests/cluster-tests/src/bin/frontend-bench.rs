@@ -221,7 +221,6 @@ async fn main() {
         };
         waiting_calls(&frontend, &api, &id, kind, &wait, waiters).await;
     }
-    ns.delete().await;
 }
 
 /// Opens `waiters` concurrent `request`s that wait on workflow `id`, reports

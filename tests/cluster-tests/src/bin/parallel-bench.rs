@@ -74,7 +74,6 @@ async fn run(difficulty: u32, blocks: u32, parallelism: u32, operator_args: &[St
     }
     assert_eq!(finished, Some(WorkflowPhase::Succeeded), "parallelism {parallelism}");
     drop(operator);
-    ns.delete().await;
     let seconds = (1..=blocks).map(|b| recorded[&b].0.duration_since(first_job[&b]).as_secs_f64()).collect();
     Run { seconds, nonces: recorded.values().map(|(_, n)| *n).collect(), jobs: job_names.len() }
 }

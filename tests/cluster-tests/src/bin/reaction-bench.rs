@@ -125,7 +125,6 @@ async fn run(label: &str, binary: &std::path::Path, workflows: usize, blocks: u3
         }
     }
     drop(operator);
-    ns.delete().await;
     Run {
         label: label.into(),
         wall,

@@ -153,5 +153,4 @@ async fn main() {
     );
     drop(frontend);
     drop(operator);
-    ns.delete().await;
 }

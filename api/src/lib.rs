@@ -3,6 +3,7 @@
 //! (so the miner's writer and the operator's parser cannot drift apart).
 
 pub mod bounds;
+pub mod pow;
 mod result;
 pub use result::{BlockResult, NoWinner, RangeReport};
 
@@ -10,6 +11,14 @@ pub use result::{BlockResult, NoWinner, RangeReport};
 mod accessors;
 #[cfg(feature = "kubernetes")]
 pub use accessors::{is_our_key, trim_for_cache};
+#[cfg(feature = "kubernetes")]
+mod chain;
+#[cfg(feature = "kubernetes")]
+pub use chain::verify_chain;
+#[cfg(feature = "kubernetes")]
+mod work;
+#[cfg(feature = "kubernetes")]
+pub use work::{ProofVersion, ProvenSpec, ProvenWorkflow};
 #[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]

@@ -300,7 +300,7 @@ mod tests {
     fn repo_root() -> std::path::PathBuf {
         std::env::var_os("CARGO_MANIFEST_DIR")
             .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
-            .join("../..")
+            .join("..")
     }
 
     #[test]

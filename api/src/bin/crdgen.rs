@@ -9,7 +9,7 @@ fn main() -> std::io::Result<()> {
     }
     let root = std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
-        .join("../..");
+        .join("..");
     for relative in [mining_api::CRD_PATH, mining_api::CHART_CRD_PATH] {
         std::fs::write(root.join(relative), &yaml)?;
         eprintln!("wrote {relative}");

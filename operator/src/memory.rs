@@ -1,0 +1,272 @@
+//! What the reconciler remembers between reconciles, and the only place that
+//! locks it: Jobs created but not seen yet, the status last written per
+//! workflow, admissions decided but not written, and when a workflow was
+//! last told about a missing RBAC rule.
+//!
+//! Every lock is held for a few map operations and never across an await; a
+//! panic while one is held cannot leave a map half-updated, so a poisoned
+//! lock is taken over rather than propagated.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::Store;
+use mining_api::{MiningWorkflow, MiningWorkflowStatus};
+
+use crate::admission::Standing;
+
+/// How long a created Job counts as existing without its watch event: far
+/// longer than any watch delay, short enough that a Job deleted before it was
+/// ever seen is noticed.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a workflow stuck on a missing RBAC rule is told so again.
+pub const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
+/// Entries kept beyond the number of live workflows before the maps are swept.
+const SWEEP_SLACK: usize = 64;
+
+/// A Job created and not yet seen in the Job store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectedJob {
+    pub workflow_uid: String,
+    pub block: u32,
+    /// The nonce range, for a Job that mines one.
+    pub range: Option<(u64, u64)>,
+    pub created: Instant,
+}
+
+/// A status this operator wrote and the resourceVersion the write produced.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub status: MiningWorkflowStatus,
+    pub resource_version: Option<String>,
+}
+
+#[derive(Default)]
+pub struct Memory {
+    /// Jobs this operator created that its Job store has not shown yet (by
+    /// name): without these a reconcile that runs before the creation's
+    /// watch event would create the Job again.
+    expected_jobs: Mutex<HashMap<String, ExpectedJob>>,
+    /// The status last written per workflow uid. This operator is the only
+    /// writer of `status`, so what it wrote is at least as new as the cache,
+    /// which may not have caught up when a Job event triggers the next
+    /// reconcile; planning on a stale status would verify a block twice.
+    /// With it, the resourceVersion that write produced: the next write's
+    /// precondition, so a deposed leader's late write fails instead of
+    /// putting an older status over a newer one.
+    written: Mutex<HashMap<String, Written>>,
+    /// Admissions decided but not yet written: counted as mining by every
+    /// other admission, so the limit holds exactly while admissions run in
+    /// parallel (a lock held across the status write made 200 new workflows
+    /// wait on each other's writes).
+    admissions_in_flight: Mutex<usize>,
+    /// When each workflow (by uid) last got a `Forbidden` Event.
+    forbidden_told: Mutex<HashMap<String, Instant>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn uid_of(workflow: &MiningWorkflow) -> String {
+    workflow.metadata.uid.clone().unwrap_or_default()
+}
+
+impl Memory {
+    /// The workflow as of this operator's last status write.
+    pub fn freshest(&self, workflow: &MiningWorkflow, live: &Store<MiningWorkflow>) -> MiningWorkflow {
+        let mut workflow = workflow.clone();
+        let mut written = lock(&self.written);
+        // Forget workflows that are gone (bounded by the number that exist).
+        if written.len() > live.state().len() + SWEEP_SLACK {
+            let live: HashSet<String> = live.state().iter().filter_map(|w| w.metadata.uid.clone()).collect();
+            written.retain(|uid, _| live.contains(uid));
+        }
+        if let Some(written) = written.get(&uid_of(&workflow)) {
+            workflow.status = Some(written.status.clone());
+            workflow.metadata.resource_version =
+                newer_version(workflow.metadata.resource_version.take(), written.resource_version.clone());
+        }
+        workflow
+    }
+
+    /// Records the status written for `workflow` and the version it produced.
+    pub fn remember(
+        &self,
+        workflow: &MiningWorkflow,
+        status: &MiningWorkflowStatus,
+        version: Option<String>,
+    ) {
+        let written = Written { status: status.clone(), resource_version: version };
+        lock(&self.written).insert(uid_of(workflow), written);
+    }
+
+    /// Someone else wrote since: plan from the cache next time.
+    pub fn forget(&self, workflow: &MiningWorkflow) {
+        lock(&self.written).remove(&uid_of(workflow));
+    }
+
+    /// A new leadership term starts from the API's state, not from what this
+    /// replica wrote or created in an earlier one.
+    pub fn clear(&self) {
+        lock(&self.written).clear();
+        lock(&self.expected_jobs).clear();
+    }
+
+    /// The phase and start of every workflow this operator wrote a status for.
+    pub fn written_standings(&self) -> HashMap<String, Standing> {
+        lock(&self.written)
+            .iter()
+            .filter_map(|(uid, written)| {
+                let started = written.status.started_at.as_ref().map(|t| t.0);
+                Some((uid.clone(), Standing { phase: written.status.phase?, started }))
+            })
+            .collect()
+    }
+
+    /// Computes a waiting workflow's standing with `standing` (how many mine,
+    /// how many are ahead) while no other admission can, counts the
+    /// admissions in flight as mining, and reserves a slot until the
+    /// returned reservation is dropped.
+    pub fn reserve_admission(
+        &self,
+        standing: impl FnOnce() -> (usize, usize),
+    ) -> (usize, usize, Reservation<'_>) {
+        let mut in_flight = lock(&self.admissions_in_flight);
+        let (mining, ahead) = standing();
+        let counted = mining.saturating_add(*in_flight);
+        *in_flight = in_flight.saturating_add(1);
+        (counted, ahead, Reservation(self))
+    }
+
+    /// Records a Job just created (or adopted) for a block.
+    pub fn expect_job(&self, name: String, expected: ExpectedJob) {
+        lock(&self.expected_jobs).insert(name, expected);
+    }
+
+    /// The Jobs of workflow `uid` after block `verified` that were created
+    /// and not yet seen; expectations met (`seen`) or too old are dropped.
+    pub fn expected_jobs(&self, uid: &str, verified: u32, seen: &[String]) -> Vec<(String, ExpectedJob)> {
+        let mut expected = lock(&self.expected_jobs);
+        expected.retain(|job, e| !seen.contains(job) && e.created.elapsed() < EXPECTATION_TIMEOUT);
+        expected
+            .iter()
+            .filter(|(_, e)| e.workflow_uid == uid && e.block > verified)
+            .map(|(job, e)| (job.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Whether workflow `uid` should be told of a missing RBAC rule now: at
+    /// most once per [`FORBIDDEN_EVENT_INTERVAL`], not once per retry.
+    pub fn should_tell_forbidden(&self, uid: &str, live_workflows: usize) -> bool {
+        let mut told = lock(&self.forbidden_told);
+        if told.get(uid).is_some_and(|at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL) {
+            return false;
+        }
+        if told.len() > live_workflows + SWEEP_SLACK {
+            told.retain(|_, at| at.elapsed() < FORBIDDEN_EVENT_INTERVAL);
+        }
+        told.insert(uid.to_string(), Instant::now());
+        true
+    }
+
+    #[cfg(test)]
+    fn admissions_in_flight(&self) -> usize {
+        *lock(&self.admissions_in_flight)
+    }
+}
+
+/// A slot reserved by an admission in flight; freed when dropped (after the
+/// status write, or on any early return).
+pub struct Reservation<'a>(&'a Memory);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = lock(&self.0.admissions_in_flight);
+        *in_flight = in_flight.saturating_sub(1);
+    }
+}
+
+/// The newer of the cache's and this operator's last resourceVersion.
+/// resourceVersions are opaque: when both read as numbers the larger wins,
+/// else this operator's own. A wrong guess costs one refused write (409) and
+/// a retry from the cache, never a lost status.
+pub fn newer_version(cached: Option<String>, written: Option<String>) -> Option<String> {
+    match (cached.as_deref().map(str::parse::<u64>), written.as_deref().map(str::parse::<u64>)) {
+        (Some(Ok(c)), Some(Ok(w))) if c > w => cached,
+        _ => written.or(cached),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mining_api::WorkflowPhase;
+    use mining_api::testing::workflow;
+
+    use super::*;
+
+    fn store_of(workflows: &[MiningWorkflow]) -> Store<MiningWorkflow> {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        for w in workflows {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w.clone()));
+        }
+        store
+    }
+
+    #[test]
+    fn the_last_written_status_wins_over_a_stale_cache_until_forgotten() {
+        let cached = workflow("w", 8, 2);
+        let live = store_of(std::slice::from_ref(&cached));
+        let status = MiningWorkflowStatus { phase: Some(WorkflowPhase::Mining), ..Default::default() };
+        let memory = Memory::default();
+        memory.remember(&cached, &status, Some("42".into()));
+        let fresh = memory.freshest(&cached, &live);
+        assert_eq!(fresh.phase(), WorkflowPhase::Mining);
+        assert_eq!(fresh.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(memory.written_standings()["uid-w"].phase, WorkflowPhase::Mining);
+        memory.forget(&cached);
+        assert_eq!(memory.freshest(&cached, &live).phase(), WorkflowPhase::Pending);
+    }
+
+    #[test]
+    fn a_reservation_counts_until_dropped() {
+        let memory = Memory::default();
+        let (counted, ahead, first) = memory.reserve_admission(|| (3, 1));
+        assert_eq!((counted, ahead), (3, 1));
+        let (counted, _, second) = memory.reserve_admission(|| (3, 0));
+        assert_eq!(counted, 4, "the first admission in flight counts as mining");
+        drop(first);
+        drop(second);
+        assert_eq!(memory.admissions_in_flight(), 0);
+    }
+
+    #[test]
+    fn expected_jobs_are_dropped_once_seen() {
+        let memory = Memory::default();
+        let expected =
+            ExpectedJob { workflow_uid: "u".into(), block: 2, range: None, created: Instant::now() };
+        memory.expect_job("j2".into(), expected.clone());
+        assert_eq!(memory.expected_jobs("u", 1, &[]), [("j2".to_string(), expected.clone())]);
+        assert!(memory.expected_jobs("other", 1, &[]).is_empty(), "another workflow's");
+        assert!(memory.expected_jobs("u", 2, &[]).is_empty(), "its block is verified");
+        assert!(memory.expected_jobs("u", 1, &["j2".into()]).is_empty(), "seen in the store");
+        assert!(memory.expected_jobs("u", 1, &[]).is_empty(), "and forgotten");
+    }
+
+    #[test]
+    fn forbidden_is_told_once_per_interval() {
+        let memory = Memory::default();
+        assert!(memory.should_tell_forbidden("u", 1));
+        assert!(!memory.should_tell_forbidden("u", 1));
+        assert!(memory.should_tell_forbidden("v", 1));
+    }
+
+    #[test]
+    fn the_newer_version_is_the_larger_number_else_ours() {
+        assert_eq!(newer_version(Some("9".into()), Some("10".into())).as_deref(), Some("10"));
+        assert_eq!(newer_version(Some("11".into()), Some("10".into())).as_deref(), Some("11"));
+        assert_eq!(newer_version(Some("x".into()), Some("y".into())).as_deref(), Some("y"));
+        assert_eq!(newer_version(Some("x".into()), None).as_deref(), Some("x"));
+    }
+}
