@@ -331,3 +331,6 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
+
+#[cfg(test)]
+mod tests;

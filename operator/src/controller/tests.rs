@@ -1,0 +1,305 @@
+//! The order and count of the API calls a reconcile makes, on its main paths,
+//! against a scripted API server: a `tower` service that records every
+//! request and answers as the API server would. The stores are filled by
+//! hand, as the watches would fill them.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::client::Body;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::job::job_for_block;
+use crate::testing::workflow;
+
+const WORKFLOWS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/miningworkflows";
+const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
+
+/// One request the scripted API server received.
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    path: String,
+    body: Value,
+}
+
+type Log = Arc<Mutex<Vec<Call>>>;
+
+/// What the API server answers: the written object back, with a new
+/// resourceVersion; 404 for anything a reconcile has no business asking.
+fn answer(method: &str, path: &str, body: &Value) -> (u16, Value) {
+    match method {
+        "PATCH" if path.starts_with(WORKFLOWS) && path.ends_with("/status") => {
+            let name = path.trim_start_matches(WORKFLOWS).trim_matches('/').trim_end_matches("/status");
+            let written = json!({
+                "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": "2"},
+                "spec": {"difficulty": 8}, "status": body["status"],
+            });
+            (200, written)
+        }
+        "POST" if path == JOBS || path == EVENTS => (201, body.clone()),
+        "DELETE" if path.starts_with(JOBS) => {
+            (200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))
+        }
+        _ => (
+            404,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound"}),
+        ),
+    }
+}
+
+fn scripted_client(log: Log) -> Client {
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let log = log.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
+            let (code, reply) = answer(&method, &path, &body);
+            log.lock().unwrap().push(Call { method, path, body });
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    Client::new(service, "ns")
+}
+
+fn store_of<K>(objects: Vec<K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, mut writer) = reflector::store();
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::Apply(object));
+    }
+    store
+}
+
+/// A reconcile of `workflow` with these Jobs and Pods in the caches, and what it asked of the API server.
+struct Scenario {
+    log: Log,
+    ctx: Arc<Context>,
+    _woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<MiningWorkflow>>,
+}
+
+impl Scenario {
+    fn new(workflow: &MiningWorkflow, jobs: Vec<Job>, pods: Vec<Pod>) -> Self {
+        let log = Log::default();
+        let caches = CacheSync::new(Default::default());
+        caches.saw(Watched::Jobs, &watcher::Event::<Job>::InitDone);
+        let (wake, woken) = futures::channel::mpsc::unbounded();
+        let ctx = Arc::new(Context {
+            client: scripted_client(log.clone()),
+            instance: "operator-0".into(),
+            metrics: Arc::new(Metrics::default()),
+            config: config(),
+            store: store_of(vec![workflow.clone()]),
+            jobs: store_of(jobs),
+            pods: store_of(pods),
+            caches: Arc::new(caches),
+            memory: Memory::default(),
+            wake,
+            leadership: Leadership::alone(),
+        });
+        Self { log, ctx, _woken: woken }
+    }
+
+    async fn reconcile(&self, workflow: &MiningWorkflow) -> Requeue {
+        reconcile(Arc::new(workflow.clone()), self.ctx.clone()).await.expect("the reconcile succeeds")
+    }
+
+    /// The calls made on the reconcile's own path, in order: every call but Events.
+    fn calls(&self) -> Vec<(String, String)> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|c| c.path != EVENTS).map(|c| (c.method.clone(), c.path.clone())).collect()
+    }
+
+    fn bodies(&self, method: &str, path: &str) -> Vec<Value> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|c| c.method == method && c.path == path).map(|c| c.body.clone()).collect()
+    }
+
+    /// Waits for the Events (they go out off the reconcile's path) until
+    /// `reasons` were all recorded; returns every reason recorded.
+    async fn events(&self, reasons: &[&str]) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen: Vec<String> = (self.bodies("POST", EVENTS).iter())
+                .map(|event| event["reason"].as_str().unwrap_or_default().to_string())
+                .collect();
+            if reasons.iter().all(|r| seen.iter().any(|s| s == r)) {
+                return seen;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "Events {reasons:?} never came; saw {seen:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn config() -> Config {
+    <Config as clap::Parser>::parse_from(["operator", "--miner-image", "miner:test"])
+}
+
+fn settings(config: &Config) -> MinerSettings<'_> {
+    MinerSettings {
+        image: &config.miner_image,
+        image_pull_policy: &config.miner_image_pull_policy,
+        threads: config.miner_threads,
+        job: &config.job,
+    }
+}
+
+/// `workflow` as it is once the operator admitted it (its first plan's status written).
+fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
+    let config = config();
+    let observed = Observed {
+        workflow: &workflow,
+        jobs: Default::default(),
+        ranges: Default::default(),
+        others_mining: 0,
+        queued_ahead: 0,
+        now: Timestamp::now(),
+    };
+    let status = plan(&observed, &config.limits).status;
+    MiningWorkflow { status: Some(status), ..workflow }
+}
+
+/// The Job the operator builds for `block`, as the API server stores it.
+fn stored_job(workflow: &MiningWorkflow, block: u32) -> Job {
+    let config = config();
+    let mut job = job_for_block(workflow, block, None, &settings(&config)).expect("a block Job");
+    job.metadata.namespace = Some("ns".into());
+    job.metadata.uid = Some(format!("job-uid-{block}"));
+    job
+}
+
+fn completed(mut job: Job) -> Job {
+    let condition = JobCondition { type_: "Complete".into(), status: "True".into(), ..Default::default() };
+    job.status = Some(JobStatus { conditions: Some(vec![condition]), ..Default::default() });
+    job
+}
+
+/// The Job's Pod, succeeded with `message` as its termination message.
+fn succeeded_pod(job: &Job, message: String) -> Pod {
+    let mut pod = Pod { spec: job.spec.clone().unwrap().template.spec, ..Default::default() };
+    pod.metadata.name = Some(format!("{}-pod", job.metadata.name.clone().unwrap()));
+    pod.metadata.namespace = Some("ns".into());
+    pod.metadata.labels = Some([("job-name".to_string(), job.metadata.name.clone().unwrap())].into());
+    pod.metadata.owner_references = Some(vec![OwnerReference {
+        controller: Some(true),
+        uid: job.metadata.uid.clone().unwrap(),
+        ..Default::default()
+    }]);
+    let terminated = ContainerStateTerminated { exit_code: 0, message: Some(message), ..Default::default() };
+    pod.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "miner".into(),
+            state: Some(ContainerState { terminated: Some(terminated), ..Default::default() }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    pod
+}
+
+/// Block 1 mined for real, as the miner reports it.
+fn block_one_result(difficulty: u32) -> String {
+    let found = miner::mine_block(1, mining_api::GENESIS, difficulty, 1).unwrap();
+    miner::block_result(1, mining_api::GENESIS, difficulty, &found, 1).to_json_line()
+}
+
+fn call(method: &str, path: impl Into<String>) -> (String, String) {
+    (method.to_string(), path.into())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admitting_writes_the_status_before_creating_the_first_blocks_job() {
+    let new = workflow("w", 8, 2);
+    let scenario = Scenario::new(&new, vec![], vec![]);
+    scenario.reconcile(&new).await;
+    assert_eq!(scenario.calls(), [call("PATCH", format!("{WORKFLOWS}/w/status")), call("POST", JOBS)]);
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!((status["phase"].as_str(), status["currentBlock"].as_u64()), (Some("Mining"), Some(1)));
+    let job = &scenario.bodies("POST", JOBS)[0];
+    assert_eq!(job["metadata"]["labels"][mining_api::labels::BLOCK], "1");
+    scenario.events(&[reasons::BLOCK_STARTED]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mined_block_is_recorded_before_the_next_blocks_job_is_created() {
+    let mining = admitted(workflow("w", 8, 2));
+    let job = completed(stored_job(&mining, 1));
+    let pod = succeeded_pod(&job, block_one_result(8));
+    let scenario = Scenario::new(&mining, vec![job], vec![pod]);
+    scenario.reconcile(&mining).await;
+    // The result came from the Pod cache: no list of Pods, one write, one create.
+    assert_eq!(scenario.calls(), [call("PATCH", format!("{WORKFLOWS}/w/status")), call("POST", JOBS)]);
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!(status["blocks"].as_array().map(Vec::len), Some(1), "{status:#}");
+    let next = &scenario.bodies("POST", JOBS)[0];
+    assert_eq!(next["metadata"]["labels"][mining_api::labels::BLOCK], "2");
+    scenario.events(&[reasons::BLOCK_MINED, reasons::BLOCK_STARTED]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_block_finishes_with_one_status_write_and_no_job() {
+    let mining = admitted(workflow("w", 8, 1));
+    let job = completed(stored_job(&mining, 1));
+    let pod = succeeded_pod(&job, block_one_result(8));
+    let scenario = Scenario::new(&mining, vec![job], vec![pod]);
+    scenario.reconcile(&mining).await;
+    assert_eq!(scenario.calls(), [call("PATCH", format!("{WORKFLOWS}/w/status"))]);
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!(status["phase"], "Succeeded");
+    scenario.events(&[reasons::BLOCK_MINED, reasons::SUCCEEDED]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_deletes_the_running_job_before_saying_cancelled() {
+    let mut mining = admitted(workflow("w", 8, 2));
+    let running = stored_job(&mining, 1);
+    let job_name = running.metadata.name.clone().unwrap();
+    mining.spec.cancel = true;
+    let scenario = Scenario::new(&mining, vec![running], vec![]);
+    scenario.reconcile(&mining).await;
+    assert_eq!(
+        scenario.calls(),
+        [call("DELETE", format!("{JOBS}/{job_name}")), call("PATCH", format!("{WORKFLOWS}/w/status"))]
+    );
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!(status["phase"], "Cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_job_fails_the_workflow_and_nothing_of_it_is_read() {
+    let mining = admitted(workflow("w", 8, 2));
+    let mut planted = completed(stored_job(&mining, 1));
+    let template = planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    template.containers[0].image = Some("evil:1".into());
+    let pod = succeeded_pod(&planted, block_one_result(8));
+    let scenario = Scenario::new(&mining, vec![planted], vec![pod]);
+    scenario.reconcile(&mining).await;
+    // No Pod list, no Job created: one status write.
+    assert_eq!(scenario.calls(), [call("PATCH", format!("{WORKFLOWS}/w/status"))]);
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert!(status["blocks"].as_array().is_none_or(Vec::is_empty), "nothing of it was recorded: {status:#}");
+    scenario.events(&[reasons::FOREIGN_JOB]).await;
+}
