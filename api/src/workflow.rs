@@ -76,6 +76,7 @@ fn default_parallelism() -> u32 {
 
 /// Where a workflow is in its life.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+#[cfg_attr(feature = "metrics", derive(prometheus_client::encoding::EncodeLabelValue))]
 pub enum WorkflowPhase {
     /// Accepted, not mining yet (possibly queued behind a concurrency limit).
     #[default]

@@ -1,6 +1,6 @@
 //! Prometheus metrics, with label values from fixed sets only.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,30 +16,9 @@ pub struct ErrorLabels {
     pub error: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Phase {
-    Pending,
-    Mining,
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl From<WorkflowPhase> for Phase {
-    fn from(phase: WorkflowPhase) -> Self {
-        match phase {
-            WorkflowPhase::Pending => Self::Pending,
-            WorkflowPhase::Mining => Self::Mining,
-            WorkflowPhase::Succeeded => Self::Succeeded,
-            WorkflowPhase::Failed => Self::Failed,
-            WorkflowPhase::Cancelled => Self::Cancelled,
-        }
-    }
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
-    pub phase: Phase,
+    pub phase: WorkflowPhase,
 }
 
 pub struct Metrics {
@@ -112,7 +91,7 @@ impl Metrics {
             counts[phase as usize] += 1;
         }
         for phase in WorkflowPhase::ALL {
-            self.workflows.get_or_create(&PhaseLabels { phase: phase.into() }).set(counts[phase as usize]);
+            self.workflows.get_or_create(&PhaseLabels { phase }).set(counts[phase as usize]);
         }
     }
 

@@ -354,7 +354,13 @@ impl Planner<'_> {
                         }
                         // Mining is deterministic: a result whose Pod is gone is mined again.
                         Err((reasons::MISSING_RESULT, why)) if self.results_lost() < MAX_RESULTS_LOST => {
-                            return self.mine_again(block, total, &why);
+                            let job = block_job_name(&self.name, self.uid(), block);
+                            return self.mine_again(
+                                job,
+                                block,
+                                total,
+                                &format!("block {block}/{total}: {why}"),
+                            );
                         }
                         Err((reason, why)) => {
                             let message = format!("block {block}: {why}");
@@ -376,15 +382,14 @@ impl Planner<'_> {
         self.plan.status.results_lost.unwrap_or(0)
     }
 
-    /// Deletes the finished Job whose result is gone; the next pass (the Job
-    /// gone) creates it again.
-    fn mine_again(&mut self, block: u32, total: u32, why: &str) {
+    /// Deletes `job`, finished with its result gone; the next pass (the Job
+    /// gone) creates it again. The one re-mine path, for whole blocks and ranges.
+    fn mine_again(&mut self, job: String, block: u32, total: u32, why: &str) {
         let lost = self.results_lost().saturating_add(1);
         self.plan.status.results_lost = Some(lost);
-        let name = block_job_name(&self.name, self.uid(), block);
-        self.plan.actions.push(Action::DeleteJob { name });
+        self.plan.actions.push(Action::DeleteJob { name: job });
         let note = format!(
-            "block {block}/{total}: {why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
+            "{why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
         );
         self.event(true, reasons::RESULT_LOST, note);
         self.mining(block, total);

@@ -90,14 +90,7 @@ impl Planner<'_> {
                 false
             }
             RangeStep::Lost { job, why } if self.results_lost() < MAX_RESULTS_LOST => {
-                let lost = self.results_lost().saturating_add(1);
-                self.plan.status.results_lost = Some(lost);
-                self.plan.actions.push(Action::DeleteJob { name: job });
-                let note = format!(
-                    "{why} (its Pod is gone); mining it again ({lost} of at most {MAX_RESULTS_LOST} re-minings)"
-                );
-                self.event(true, reasons::RESULT_LOST, note);
-                self.mining(block, total);
+                self.mine_again(job, block, total, &why);
                 false
             }
             RangeStep::Lost { why, .. } => {
