@@ -156,14 +156,28 @@ async fn reject_unparseable_json(State(limit): State<usize>, request: Request, n
         return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], error.to_string())
             .into_response();
     }
-    if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        let error = serde_json::json!({
+    let message = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(message) => message,
+        Err(err) => {
+            let error = serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
             "error": {"code": ErrorCode::PARSE_ERROR.0, "message": format!("Parse error: the body is not JSON ({err})")},
-        });
-        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], error.to_string())
-            .into_response();
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+            });
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                error.to_string(),
+            )
+                .into_response();
+        }
+    };
+    let mut request = Request::from_parts(parts, Body::from(bytes));
+    request.extensions_mut().insert(JsonBody(Arc::new(message)));
+    next.run(request).await
 }
+
+/// A POST body as [`reject_unparseable_json`] parsed it, handed on to the
+/// layers behind it so none of them buffers or parses it again.
+#[derive(Clone, Debug)]
+pub struct JsonBody(pub Arc<serde_json::Value>);

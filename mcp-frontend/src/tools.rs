@@ -16,10 +16,48 @@ use crate::ids::{MAX_IDEMPOTENCY_KEY_LEN, check_idempotency_key};
 use mining_api::MiningWorkflowSpec;
 use mining_api::bounds::{BLOCKS, Bound, DEFAULT_PARALLELISM, DIFFICULTY, PARALLELISM};
 
-pub const START_MINING: &str = "start_mining";
-pub const GET_MINING_RESULT: &str = "get_mining_result";
-pub const CANCEL_MINING: &str = "cancel_mining";
-pub const LIST_MINING_WORKFLOWS: &str = "list_mining_workflows";
+/// The tools, each named once: dispatch, listings and messages read these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MiningTool {
+    StartMining,
+    GetMiningResult,
+    CancelMining,
+    ListMiningWorkflows,
+}
+
+impl MiningTool {
+    /// Every tool, in the order clients list them.
+    pub const ALL: [Self; 4] =
+        [Self::StartMining, Self::GetMiningResult, Self::CancelMining, Self::ListMiningWorkflows];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::StartMining => "start_mining",
+            Self::GetMiningResult => "get_mining_result",
+            Self::CancelMining => "cancel_mining",
+            Self::ListMiningWorkflows => "list_mining_workflows",
+        }
+    }
+
+    /// The tool called `name`, if this server has one.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// Every tool's name, for messages: `a, b, c and d`.
+    pub fn names_in_words() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|tool| tool.name()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => names.join(""),
+        }
+    }
+}
+
+pub const START_MINING: &str = MiningTool::StartMining.name();
+pub const GET_MINING_RESULT: &str = MiningTool::GetMiningResult.name();
+pub const CANCEL_MINING: &str = MiningTool::CancelMining.name();
+pub const LIST_MINING_WORKFLOWS: &str = MiningTool::ListMiningWorkflows.name();
 
 /// Workflows one list answer holds.
 pub const LIST_LIMIT: Bound = Bound::new("limit", 1, 100);
@@ -422,7 +460,13 @@ mod tests {
     fn tool_schemas_carry_the_configured_bounds() {
         let tools = limits().tools();
         let names: Vec<_> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, [START_MINING, GET_MINING_RESULT, CANCEL_MINING, LIST_MINING_WORKFLOWS]);
+        assert_eq!(names, MiningTool::ALL.map(MiningTool::name));
+        assert_eq!(
+            MiningTool::names_in_words(),
+            "start_mining, get_mining_result, cancel_mining and list_mining_workflows"
+        );
+        assert_eq!(MiningTool::named("cancel_mining"), Some(MiningTool::CancelMining));
+        assert_eq!(MiningTool::named("rm"), None);
         let start = Value::Object(tools[0].input_schema.as_ref().clone());
         assert_eq!(start["type"], "object");
         assert_eq!(start["properties"]["difficulty"]["maximum"], 32);

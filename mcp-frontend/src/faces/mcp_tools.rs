@@ -22,7 +22,7 @@ use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS,
-    ListMiningWorkflowsArgs, ListedWorkflow, START_MINING, WorkflowList, parse_args,
+    ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, WorkflowList, parse_args,
 };
 
 /// How long `cancel_mining` waits for the operator to confirm the cancel.
@@ -218,34 +218,27 @@ impl ServerHandler for MiningServer {
     ) -> Result<CallToolResponse, McpError> {
         let caller = caller_of(&ctx)?;
         let started = Instant::now();
-        let tool: &'static str = match request.name.as_ref() {
-            START_MINING => START_MINING,
-            GET_MINING_RESULT => GET_MINING_RESULT,
-            CANCEL_MINING => CANCEL_MINING,
-            LIST_MINING_WORKFLOWS => LIST_MINING_WORKFLOWS,
-            other => {
-                self.core.record_call("unknown", "error", None);
-                return Err(McpError::invalid_params(
-                    format!(
-                        "unknown tool {other:?}; this server has {START_MINING}, {GET_MINING_RESULT}, {CANCEL_MINING} and {LIST_MINING_WORKFLOWS}"
-                    ),
-                    None,
-                ));
-            }
+        let Some(tool) = MiningTool::named(&request.name) else {
+            self.core.record_call("unknown", "error", None);
+            return Err(McpError::invalid_params(
+                format!("unknown tool {:?}; this server has {}", request.name, MiningTool::names_in_words()),
+                None,
+            ));
         };
         let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
-        if tool == START_MINING && declares_tasks {
+        if tool == MiningTool::StartMining && declares_tasks {
             let (response, outcome) =
                 tasks_2026::start_mining_task(&self.core, &caller, request.arguments).await;
-            self.core.record_call(tool, outcome, None);
+            self.core.record_call(tool.name(), outcome, None);
             return Ok(response);
         }
         let answer = match tool {
-            START_MINING => self.start_mining(&caller, request.arguments, &ctx).await,
-            GET_MINING_RESULT => self.get_mining_result(&caller, request.arguments, &ctx).await,
-            CANCEL_MINING => self.cancel_mining(&caller, request.arguments, &ctx).await,
-            _ => self.list_mining_workflows(&caller, request.arguments),
+            MiningTool::StartMining => self.start_mining(&caller, request.arguments, &ctx).await,
+            MiningTool::GetMiningResult => self.get_mining_result(&caller, request.arguments, &ctx).await,
+            MiningTool::CancelMining => self.cancel_mining(&caller, request.arguments, &ctx).await,
+            MiningTool::ListMiningWorkflows => self.list_mining_workflows(&caller, request.arguments),
         };
+        let tool = tool.name();
         let outcome = answer.metric_outcome();
         self.core.record_call(tool, outcome, Some(started.elapsed()));
         tracing::debug!(tool, caller = %caller.name, outcome, "tool answered");

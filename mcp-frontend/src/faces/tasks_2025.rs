@@ -26,6 +26,8 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use mining_api::{MiningWorkflow, annotations};
+
+use crate::http::JsonBody;
 use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler;
 use rmcp::model::ErrorCode;
@@ -151,31 +153,27 @@ fn json_response(message: Value) -> Response {
 }
 
 /// The middleware. Runs after authentication and after the body was checked
-/// to be JSON (and buffered), so reading it again is cheap.
+/// to be JSON, and reads what that check parsed.
 pub async fn answer_core_tasks(State(core): State<Arc<Core>>, request: Request, next: Next) -> Response {
-    if request.method() != axum::http::Method::POST {
+    // Parsed once, by the layer that checked the body was JSON.
+    let Some(JsonBody(message)) = request.extensions().get::<JsonBody>().cloned() else {
         return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return StatusCode::BAD_REQUEST.into_response();
     };
-    let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
     let params = message.get("params").cloned().unwrap_or(Value::Null);
-    let header = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    let header = request.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
     let id = message.get("id").cloned();
     let route = match id {
         Some(_) => route(method, header, &params),
         None => Route::PassThrough,
     };
     if route != Route::PassThrough
-        && let (Some(id), Some(caller)) = (id, parts.extensions.get::<Caller>().cloned())
+        && let (Some(id), Some(caller)) = (id, request.extensions().get::<Caller>().cloned())
     {
         let layer = CoreTasks { core, caller };
-        return layer.answer(route, id, params, &parts.headers).await;
+        return layer.answer(route, id, params, request.headers()).await;
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+    next.run(request).await
 }
 
 struct CoreTasks {

@@ -13,6 +13,7 @@ use rmcp::model::{
 
 use super::unknown_task;
 use crate::core::{Answer, CancelOutcome, Core, View};
+use crate::http::JsonBody;
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot};
 
@@ -137,23 +138,19 @@ pub async fn mirror_task_id_header(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if request.method() != axum::http::Method::POST {
+    let mut request = request;
+    // Parsed once, by the layer that checked the body was JSON (POSTs only).
+    let Some(JsonBody(message)) = request.extensions().get::<JsonBody>().cloned() else {
         return next.run(request).await;
-    }
-    let (mut parts, body) = request.into_parts();
-    // Buffered and size-checked by the layer before this one.
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return axum::response::IntoResponse::into_response(axum::http::StatusCode::BAD_REQUEST);
     };
-    let protocol = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-    let has_name = parts.headers.contains_key("mcp-name");
-    let message: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let protocol = request.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    let has_name = request.headers().contains_key("mcp-name");
     if let Some(name) = missing_task_name(protocol, has_name, &message)
         && let Ok(value) = axum::http::HeaderValue::from_str(&name)
     {
-        parts.headers.insert("mcp-name", value);
+        request.headers_mut().insert("mcp-name", value);
     }
-    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+    next.run(request).await
 }
 
 #[cfg(test)]
