@@ -8,6 +8,7 @@ use std::time::Duration;
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, reference_chain, wait_for};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, labels};
 use serde_json::{Value, json};
@@ -122,8 +123,12 @@ async fn a_finished_workflow_is_deleted_with_its_jobs_after_its_ttl() {
     let ns = setup("mwf-ttl").await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
     let workflows =
-        create_workflow(&ns, "brief", json!({"difficulty": 8, "blocks": 2, "ttlSecondsAfterFinished": 1}))
+        create_workflow(&ns, "brief", json!({"difficulty": 8, "blocks": 2, "ttlSecondsAfterFinished": 3}))
             .await;
+    // Both blocks' Jobs exist once it succeeded, so "none left" below is the TTL's doing.
+    wait_phase(&workflows, "brief", WorkflowPhase::Succeeded).await;
+    let jobs: Vec<String> = workflow_jobs(&ns, "brief").await.iter().map(|j| j.name_any()).collect();
+    assert_eq!(jobs.len(), 2, "one Job per block before the TTL: {jobs:?}");
     wait_for(&workflows, "brief", |w: Option<&MiningWorkflow>| w.is_none(), TIMEOUT).await;
     eventually("the workflow's Jobs to be collected", TIMEOUT, || async {
         workflow_jobs(&ns, "brief").await.is_empty().then_some(())

@@ -1,7 +1,7 @@
 //! Bounded by design: what one hostile caller, or an anonymous client, can
 //! hold of the frontend and the operator. Each test is one finding of the
 //! "bounded by design" issue, attacked as it was found. (The oversized
-//! progress token is `protocol_edges::an_oversized_progress_token_…`.)
+//! progress token is `frontend_protocol_edges::an_oversized_progress_token_…`.)
 
 use std::time::{Duration, Instant};
 
