@@ -12,6 +12,8 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 pub mod bench;
+mod fixtures;
+pub use fixtures::*;
 pub mod helm;
 pub mod mcp;
 pub mod tasks;
@@ -423,20 +425,6 @@ pub fn jobs_and_workflows(
         .applied_objects()
         .map_ok(|w| Seen::Workflow(Box::new(w)));
     futures::stream::select(jobs.boxed(), workflows.boxed()).boxed()
-}
-
-/// A MiningWorkflow named `name` with `spec`, as a user would create it.
-pub fn workflow(name: &str, spec: serde_json::Value) -> mining_api::MiningWorkflow {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .expect("a MiningWorkflow")
-}
-
-/// The phase of a workflow as `wait_for` sees it (None while absent or unset).
-pub fn phase(workflow: Option<&mining_api::MiningWorkflow>) -> Option<mining_api::WorkflowPhase> {
-    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
 }
 
 /// The audience the frontend requires of Kubernetes tokens by default.

@@ -5,10 +5,8 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, collect, ownership_key_file, structured, tool_error_text};
-use cluster_tests::{
-    OperatorProcess, TestNamespace, assert_reference_chain, eventually, install_crd, wait_for,
-};
-use kube::api::{Api, ListParams};
+use cluster_tests::{Stack, assert_reference_chain, eventually, wait_for};
+use kube::api::Api;
 use mcp_frontend::ids::{Caller, WorkflowId};
 use mcp_frontend::ownership::OwnershipKeys;
 use mining_api::{MiningWorkflow, WorkflowPhase};
@@ -16,47 +14,9 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-struct Stack {
-    ns: TestNamespace,
-    _operator: OperatorProcess,
-    frontend: FrontendProcess,
-}
-
-async fn stack(prefix: &str, frontend_args: &[&str]) -> Stack {
-    let ns = TestNamespace::new(prefix).await;
-    install_crd(&ns.client).await;
-    let operator = OperatorProcess::start(&ns.name, &[]);
-    let frontend = FrontendProcess::start(&ns.name, frontend_args).await;
-    Stack { ns, _operator: operator, frontend }
-}
-
-impl Stack {
-    async fn workflows(&self) -> Vec<MiningWorkflow> {
-        let api: Api<MiningWorkflow> = self.ns.api();
-        api.list(&ListParams::default()).await.unwrap().items
-    }
-
-    /// Polls get_mining_result (with server-side waits) until a final status.
-    async fn poll_until_final(&self, sdk: Sdk, token: Option<&str>, id: &str) -> Value {
-        eventually(&format!("{id} to finish"), TIMEOUT, || async {
-            let document = sdk
-                .call(
-                    &self.frontend.url(),
-                    token,
-                    "get_mining_result",
-                    json!({"workflow_id": id, "wait_seconds": 10}),
-                )
-                .await;
-            let outcome = structured(&document).clone();
-            (outcome["status"] != "running").then_some(outcome)
-        })
-        .await
-    }
-}
-
 #[tokio::test]
 async fn both_sdks_mine_inline_within_the_budget_with_ordered_progress() {
-    let stack = stack("mcp-inline", &[]).await;
+    let stack = Stack::start("mcp-inline", &[]).await;
     for (sdk, difficulty) in [(Sdk::TypeScript, 12), (Sdk::Python, 13)] {
         let document = sdk
             .run(
@@ -92,7 +52,7 @@ async fn both_sdks_mine_inline_within_the_budget_with_ordered_progress() {
 
 #[tokio::test]
 async fn budget_expiry_answers_running_and_polling_completes() {
-    let stack = stack("mcp-poll", &[]).await;
+    let stack = Stack::start("mcp-poll", &[]).await;
     let url = stack.frontend.url();
     // wait_seconds 0 answers at once, before any Pod ran.
     let document = Sdk::Python
@@ -133,7 +93,7 @@ async fn budget_expiry_answers_running_and_polling_completes() {
 
 #[tokio::test]
 async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same_workflow() {
-    let mut stack = stack("mcp-restart", &[]).await;
+    let mut stack = Stack::start("mcp-restart", &[]).await;
     let url = stack.frontend.url();
     // Hard enough (seconds a block) that the kill below lands during the wait.
     let start = json!({"difficulty": 26, "blocks": 3, "wait_seconds": 0, "idempotency_key": "agent-run-1"});
@@ -204,7 +164,7 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
 
 #[tokio::test]
 async fn cancel_stops_mining_and_list_finds_the_callers_workflows() {
-    let stack = stack("mcp-cancel", &[]).await;
+    let stack = Stack::start("mcp-cancel", &[]).await;
     let url = stack.frontend.url();
     let started = structured(
         &Sdk::TypeScript
@@ -264,7 +224,7 @@ async fn cancel_stops_mining_and_list_finds_the_callers_workflows() {
 
 #[tokio::test]
 async fn bad_input_gets_clear_errors_and_creates_nothing() {
-    let stack = stack("mcp-bad", &["--max-difficulty", "24"]).await;
+    let stack = Stack::start("mcp-bad", &["--max-difficulty", "24"]).await;
     let url = stack.frontend.url();
     let cases = [
         (json!({"difficulty": 0}), "difficulty must be an integer from 1 to 24"),
@@ -350,7 +310,7 @@ async fn an_unreachable_api_server_gets_a_tool_error_within_the_budget() {
 
 #[tokio::test]
 async fn two_replicas_racing_on_one_idempotency_key_make_one_workflow() {
-    let stack = stack("mcp-race", &[]).await;
+    let stack = Stack::start("mcp-race", &[]).await;
     let second = FrontendProcess::start(&stack.ns.name, &[]).await;
     let start =
         json!({"difficulty": 10, "blocks": 2, "wait_seconds": 20, "idempotency_key": "raced"}).to_string();

@@ -5,23 +5,15 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
-use cluster_tests::{OperatorProcess, TestNamespace, assert_reference_chain, eventually, install_crd};
+use cluster_tests::mcp::{Sdk, structured};
+use cluster_tests::{Stack, assert_reference_chain, eventually};
 use kube::api::{Api, ListParams};
 use mining_api::MiningWorkflow;
 use serde_json::json;
 
-async fn stack(prefix: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {
-    let ns = TestNamespace::new(prefix).await;
-    install_crd(&ns.client).await;
-    let operator = OperatorProcess::start(&ns.name, &[]);
-    let frontend = FrontendProcess::start(&ns.name, &[]).await;
-    (ns, operator, frontend)
-}
-
 #[tokio::test]
 async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake() {
-    let (_ns, _operator, frontend) = stack("py2-tools").await;
+    let Stack { frontend, .. } = Stack::start("py2-tools", &[]).await;
     let url = frontend.url();
     let listed = Sdk::Python2.run(&url, None, false, &["tools"]).await;
     assert_eq!(listed["protocolVersion"], "2026-07-28", "discover picks the newest: {listed:#}");
@@ -59,7 +51,7 @@ async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake()
 
 #[tokio::test]
 async fn fastmcp_mines_through_tasks_and_through_its_task_handle() {
-    let (ns, _operator, frontend) = stack("fastmcp").await;
+    let Stack { ns, frontend, .. } = Stack::start("fastmcp", &[]).await;
     let url = frontend.url();
     let listed = Sdk::FastMcp.run(&url, None, false, &["tools"]).await;
     assert_eq!(listed["tools"].as_array().map(Vec::len), Some(4), "{listed:#}");

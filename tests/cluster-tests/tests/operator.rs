@@ -5,40 +5,18 @@
 use std::process::Command;
 use std::time::Duration;
 
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, reference_chain, wait_for};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, create_workflow, eventually, namespace_with_crd, reference_chain,
+    wait_for, wait_phase,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, labels};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-async fn setup(prefix: &str) -> TestNamespace {
-    let ns = TestNamespace::new(prefix).await;
-    install_crd(&ns.client).await;
-    ns
-}
-
-async fn create_workflow(ns: &TestNamespace, name: &str, spec: Value) -> Api<MiningWorkflow> {
-    let workflows: Api<MiningWorkflow> = ns.api();
-    let workflow: MiningWorkflow = serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap();
-    workflows.create(&PostParams::default(), &workflow).await.expect("create workflow");
-    workflows
-}
-
-fn phase(workflow: Option<&MiningWorkflow>) -> Option<WorkflowPhase> {
-    workflow.and_then(|w| w.status.as_ref()).and_then(|s| s.phase)
-}
-
-async fn wait_phase(api: &Api<MiningWorkflow>, name: &str, want: WorkflowPhase) -> MiningWorkflow {
-    wait_for(api, name, move |w: Option<&MiningWorkflow>| phase(w) == Some(want), TIMEOUT).await.unwrap()
-}
 
 async fn workflow_jobs(ns: &TestNamespace, workflow: &str) -> Vec<Job> {
     let jobs: Api<Job> = ns.api();
@@ -56,7 +34,7 @@ fn ready_reason(workflow: &MiningWorkflow) -> String {
 
 #[tokio::test]
 async fn a_four_block_workflow_succeeds_with_the_hashes_of_an_independent_implementation() {
-    let ns = setup("mwf-success").await;
+    let ns = namespace_with_crd("mwf-success").await;
     let operator = OperatorProcess::start(&ns.name, &[]);
     let workflows = create_workflow(&ns, "chain", json!({"difficulty": 16, "blocks": 4})).await;
     let done = wait_phase(&workflows, "chain", WorkflowPhase::Succeeded).await;
@@ -120,7 +98,7 @@ async fn a_four_block_workflow_succeeds_with_the_hashes_of_an_independent_implem
 
 #[tokio::test]
 async fn a_finished_workflow_is_deleted_with_its_jobs_after_its_ttl() {
-    let ns = setup("mwf-ttl").await;
+    let ns = namespace_with_crd("mwf-ttl").await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
     let workflows =
         create_workflow(&ns, "brief", json!({"difficulty": 8, "blocks": 2, "ttlSecondsAfterFinished": 3}))
@@ -139,7 +117,7 @@ async fn a_finished_workflow_is_deleted_with_its_jobs_after_its_ttl() {
 #[ignore = "needs the local cluster's local/forger image; tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_forged_termination_message_is_rejected_and_fails_the_workflow() {
-    let ns = setup("mwf-forged").await;
+    let ns = namespace_with_crd("mwf-forged").await;
     let _operator = OperatorProcess::start(&ns.name, &["--miner-image", "local/forger"]);
     let workflows = create_workflow(&ns, "forged", json!({"difficulty": 16, "blocks": 2})).await;
     let failed = wait_phase(&workflows, "forged", WorkflowPhase::Failed).await;
@@ -153,7 +131,7 @@ async fn a_forged_termination_message_is_rejected_and_fails_the_workflow() {
 #[ignore = "needs the local cluster's local/failing-miner image; tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_failing_miner_ends_the_workflow_failed_with_the_reason_and_its_message() {
-    let ns = setup("mwf-failing").await;
+    let ns = namespace_with_crd("mwf-failing").await;
     let _operator = OperatorProcess::start(
         &ns.name,
         &["--miner-image", "local/failing-miner", "--job-backoff-limit", "0"],
@@ -189,7 +167,7 @@ async fn long_running_workflow(ns: &TestNamespace, name: &str) -> (Api<MiningWor
 
 #[tokio::test]
 async fn cancel_ends_the_workflow_cancelled_and_removes_its_job_and_pods() {
-    let ns = setup("mwf-cancel").await;
+    let ns = namespace_with_crd("mwf-cancel").await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
     let (workflows, job) = long_running_workflow(&ns, "slow").await;
 
@@ -210,7 +188,7 @@ async fn cancel_ends_the_workflow_cancelled_and_removes_its_job_and_pods() {
 
 #[tokio::test]
 async fn deleting_a_workflow_removes_its_jobs() {
-    let ns = setup("mwf-delete").await;
+    let ns = namespace_with_crd("mwf-delete").await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
     let (workflows, job) = long_running_workflow(&ns, "doomed").await;
     workflows.delete("doomed", &DeleteParams::background()).await.unwrap();
@@ -221,7 +199,7 @@ async fn deleting_a_workflow_removes_its_jobs() {
 
 #[tokio::test]
 async fn an_operator_killed_mid_workflow_resumes_and_succeeds_with_exactly_one_job_per_block() {
-    let ns = setup("mwf-sigkill").await;
+    let ns = namespace_with_crd("mwf-sigkill").await;
     let mut operator = OperatorProcess::start(&ns.name, &[]);
     // ~16 M attempts per block: long enough to be caught in the middle.
     let workflows = create_workflow(&ns, "survivor", json!({"difficulty": 24, "blocks": 4})).await;
@@ -254,7 +232,7 @@ async fn an_operator_killed_mid_workflow_resumes_and_succeeds_with_exactly_one_j
 
 #[tokio::test]
 async fn a_workflow_above_the_operators_difficulty_limit_is_rejected_with_a_condition() {
-    let ns = setup("mwf-limit").await;
+    let ns = namespace_with_crd("mwf-limit").await;
     let _operator = OperatorProcess::start(&ns.name, &["--max-difficulty", "20"]);
     let workflows = create_workflow(&ns, "greedy", json!({"difficulty": 30, "blocks": 1})).await;
     let failed = wait_phase(&workflows, "greedy", WorkflowPhase::Failed).await;

@@ -3,9 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, wait_for};
+use cluster_tests::{
+    OperatorProcess, TestNamespace, create_workflow, eventually, install_crd, wait_for, wait_phase,
+};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
 
@@ -32,31 +34,8 @@ async fn the_leader(replicas: &[&OperatorProcess]) -> usize {
     .await
 }
 
-async fn create_workflow(
-    ns: &TestNamespace,
-    name: &str,
-    difficulty: u32,
-    blocks: u32,
-) -> Api<MiningWorkflow> {
-    let workflows: Api<MiningWorkflow> = ns.api();
-    let workflow: MiningWorkflow = serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name}, "spec": {"difficulty": difficulty, "blocks": blocks},
-    }))
-    .unwrap();
-    workflows.create(&PostParams::default(), &workflow).await.unwrap();
-    workflows
-}
-
 fn blocks_of(workflow: Option<&MiningWorkflow>) -> usize {
     workflow.and_then(|w| w.status.as_ref()).map_or(0, |s| s.blocks.len())
-}
-
-async fn wait_succeeded(workflows: &Api<MiningWorkflow>, name: &str) -> MiningWorkflow {
-    let succeeded = |w: Option<&MiningWorkflow>| {
-        w.and_then(|w| w.status.as_ref()?.phase) == Some(WorkflowPhase::Succeeded)
-    };
-    wait_for(workflows, name, succeeded, TIMEOUT).await.expect("the workflow")
 }
 
 /// The chain is valid, and each block had exactly one Job.
@@ -83,7 +62,7 @@ async fn a_standby_takes_over_within_the_lease_when_the_leader_is_killed() {
     let standby = 1 - leader;
 
     // ~4 M attempts per block: each block takes a moment, the chain several.
-    let workflows = create_workflow(&ns, "relay", 22, 5).await;
+    let workflows = create_workflow(&ns, "relay", json!({"difficulty": 22, "blocks": 5})).await;
     wait_for(&workflows, "relay", |w: Option<&MiningWorkflow>| blocks_of(w) >= 1, TIMEOUT).await;
     assert_eq!(replicas[standby].metric(JOBS_CREATED).await, 0.0, "a standby creates nothing");
 
@@ -99,7 +78,7 @@ async fn a_standby_takes_over_within_the_lease_when_the_leader_is_killed() {
     // standby checks it at least that often, plus a little for the watch.
     assert!(took_over < Duration::from_secs(LEASE_SECONDS + 3), "took over after {took_over:?}");
 
-    let done = wait_succeeded(&workflows, "relay").await;
+    let done = wait_phase(&workflows, "relay", WorkflowPhase::Succeeded).await;
     assert_eq!(done.status.as_ref().unwrap().blocks.len(), 5);
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert!(replicas[standby].metric(JOBS_CREATED).await >= 1.0, "the new leader mined the rest");
@@ -112,7 +91,7 @@ async fn a_frozen_leader_is_deposed_and_writes_nothing_when_it_wakes() {
     let replicas = [replica(&ns.name, "a"), replica(&ns.name, "b")];
     let leader = the_leader(&[&replicas[0], &replicas[1]]).await;
     let standby = 1 - leader;
-    let workflows = create_workflow(&ns, "frozen", 22, 6).await;
+    let workflows = create_workflow(&ns, "frozen", json!({"difficulty": 22, "blocks": 6})).await;
     wait_for(&workflows, "frozen", |w: Option<&MiningWorkflow>| blocks_of(w) >= 1, TIMEOUT).await;
 
     // A stopped process renews nothing: the lease runs out and the standby leads.
@@ -131,7 +110,7 @@ async fn a_frozen_leader_is_deposed_and_writes_nothing_when_it_wakes() {
     })
     .await;
 
-    let done = wait_succeeded(&workflows, "frozen").await;
+    let done = wait_phase(&workflows, "frozen", WorkflowPhase::Succeeded).await;
     assert_one_valid_job_per_block(&ns, &done, 22).await;
     assert_eq!(replicas[leader].metric(writes).await, frozen_writes, "the deposed leader wrote no status");
 }
@@ -141,7 +120,7 @@ async fn a_status_write_based_on_an_older_version_is_refused() {
     let ns = TestNamespace::new("stale-write").await;
     install_crd(&ns.client).await;
     // No operator: this test plays two leaders with the operator's own write.
-    let workflows = create_workflow(&ns, "contested", 8, 2).await;
+    let workflows = create_workflow(&ns, "contested", json!({"difficulty": 8, "blocks": 2})).await;
     let old = workflows.get("contested").await.unwrap();
     let old_version = old.metadata.resource_version.clone();
     let newer: mining_api::MiningWorkflowStatus = serde_json::from_value(json!({
