@@ -1,11 +1,11 @@
 //! What a workflow's spec means to the components that compare and prove it,
 //! declared once next to the type.
 //!
-//! Both functions below take the spec apart without `..`: a new field is a
-//! compile error here until someone decided whether it shapes the work (a
-//! retry with the same idempotency key must ask for it too) and whether an
-//! ownership proof binds it (else whoever may patch the object may change
-//! it under its owner).
+//! [`MiningWorkflowSpec::proven`] takes the spec apart without `..`: a new
+//! field is a compile error here until someone decided whether an ownership
+//! proof binds it (else whoever may patch the object may change it under
+//! its owner) — and with that, whether a retry with the same idempotency
+//! key must ask for it too ([`MiningWorkflowSpec::same_work`]).
 
 use serde::Serialize;
 
@@ -13,25 +13,12 @@ use crate::annotations;
 use crate::workflow::{MiningWorkflow, MiningWorkflowSpec};
 
 impl MiningWorkflowSpec {
-    /// Whether `other` asks for the same work: every field of the request,
-    /// but not `cancel`, which is a later write and no part of any request.
+    /// Whether `other` asks for the same work: every field a proof binds is
+    /// equal, which is every field of the request (`cancel` is a later write,
+    /// no part of any request). A retry with the same idempotency key must
+    /// ask for all of it, or it would silently get other work.
     pub fn same_work(&self, other: &Self) -> bool {
-        let Self {
-            difficulty,
-            blocks,
-            ttl_seconds_after_finished,
-            active_deadline_seconds,
-            cancel: _,
-            parallelism,
-        } = self;
-        (*difficulty, *blocks, *ttl_seconds_after_finished, *active_deadline_seconds, *parallelism)
-            == (
-                other.difficulty,
-                other.blocks,
-                other.ttl_seconds_after_finished,
-                other.active_deadline_seconds,
-                other.parallelism,
-            )
+        self.proven() == other.proven()
     }
 
     /// The fields an ownership proof binds, in their canonical form: all but
@@ -117,8 +104,16 @@ impl ProofVersion {
     }
 }
 
-/// The spec fields a proof binds (see [`MiningWorkflowSpec::proven`]).
-/// Serialised in declaration order: adding a field here is a new proof version.
+/// The spec fields a proof binds (see [`MiningWorkflowSpec::proven`]),
+/// serialised in declaration order.
+///
+/// A field added later is appended with `#[serde(skip_serializing_if = …)]`
+/// at its default (e.g. `Option::is_none`): every proof made before it then
+/// still verifies (its document is unchanged while the field is at its
+/// default), and anyone who sets the field on an old workflow changes the
+/// document, so the proof no longer verifies. Only a change to what is
+/// already here (a rename, another encoding, a field dropped) needs a new
+/// [`ProofVersion`].
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvenSpec {

@@ -88,6 +88,25 @@ impl Context {
         }
     }
 
+    /// What applying a plan to `workflow` needs.
+    fn target<'a>(
+        &'a self,
+        workflow: &'a MiningWorkflow,
+        name: &'a str,
+        namespace: &'a str,
+        settings: &'a MinerSettings<'a>,
+    ) -> Target<'a> {
+        Target {
+            client: &self.client,
+            instance: &self.instance,
+            memory: &self.memory,
+            settings,
+            workflow,
+            name,
+            namespace,
+        }
+    }
+
     /// Every workflow with its freshest phase.
     fn phases(&self) -> Vec<Seen> {
         freshest_phases(self.store.state(), &self.memory.written_standings())
@@ -312,15 +331,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         }
     }
     // Apply and write the status.
-    let target = Target {
-        client: &ctx.client,
-        instance: &ctx.instance,
-        memory: &ctx.memory,
-        settings: &settings,
-        workflow,
-        name: &name,
-        namespace: &namespace,
-    };
+    let target = ctx.target(workflow, &name, &namespace, &settings);
     match apply::run(&target, &plan, admission).await? {
         Applied::Done => {}
         Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),

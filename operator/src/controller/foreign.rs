@@ -6,7 +6,7 @@ use mining_api::{MiningWorkflow, reasons};
 use tracing::warn;
 
 use super::{Context, REPLAN_AFTER};
-use crate::apply::{Target, publish_events, record_status};
+use crate::apply::{publish_events, record_status};
 use crate::metrics::ErrorLabels;
 use crate::plan::{PlannedEvent, status_foreign_job};
 use crate::{Error, Result};
@@ -29,15 +29,7 @@ pub(super) async fn fail_for_foreign_job(
     warn!(workflow = %name, %job, %why, "a Job the operator did not build stands for a block; failing the workflow");
     let status = status_foreign_job(workflow, job, why, Timestamp::now());
     let settings = ctx.miner_settings();
-    let target = Target {
-        client: &ctx.client,
-        instance: &ctx.instance,
-        memory: &ctx.memory,
-        settings: &settings,
-        workflow,
-        name: &name,
-        namespace: &namespace,
-    };
+    let target = ctx.target(workflow, &name, &namespace, &settings);
     match record_status(&target, &status).await {
         Ok(true) => {}
         Ok(false) => return Ok(Requeue::requeue(REPLAN_AFTER)),
