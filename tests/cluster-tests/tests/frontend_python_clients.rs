@@ -13,8 +13,9 @@ use serde_json::json;
 
 #[tokio::test]
 async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake() {
-    let Stack { frontend, .. } = Stack::start("py2-tools", &[]).await;
-    let url = frontend.url();
+    // Held whole: its namespace and processes live until the test ends.
+    let stack = Stack::start("py2-tools", &[]).await;
+    let url = stack.frontend.url();
     let listed = Sdk::Python2.run(&url, None, false, &["tools"]).await;
     assert_eq!(listed["protocolVersion"], "2026-07-28", "discover picks the newest: {listed:#}");
     let names: Vec<&str> =
@@ -51,8 +52,8 @@ async fn the_python_sdk_2_mines_through_the_tools_on_2026_and_on_the_handshake()
 
 #[tokio::test]
 async fn fastmcp_mines_through_tasks_and_through_its_task_handle() {
-    let Stack { ns, frontend, .. } = Stack::start("fastmcp", &[]).await;
-    let url = frontend.url();
+    let stack = Stack::start("fastmcp", &[]).await;
+    let url = stack.frontend.url();
     let listed = Sdk::FastMcp.run(&url, None, false, &["tools"]).await;
     assert_eq!(listed["tools"].as_array().map(Vec::len), Some(4), "{listed:#}");
 
@@ -68,7 +69,7 @@ async fn fastmcp_mines_through_tasks_and_through_its_task_handle() {
     let task_id = document["task_id"].as_str().unwrap_or_else(|| panic!("no task: {document:#}"));
     assert!(task_id.starts_with("mw-"), "{document:#}");
     assert_reference_chain(&document["result"]["structuredContent"], 2, 13);
-    let api: Api<MiningWorkflow> = ns.api();
+    let api: Api<MiningWorkflow> = stack.ns.api();
     let names: Vec<String> = api
         .list(&ListParams::default())
         .await
