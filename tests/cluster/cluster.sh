@@ -106,14 +106,32 @@ start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' 
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers
 # outlive a crashed kubelet) and starts it again.
+# The old process is gone (its ports with it) before the new one starts, and
+# a new one that dies at once (a port still held, say) is started again, up to
+# three times, or the restart fails saying so.
 cmd_restart_agent() {
   pid_alive node-agent || die "the node agent is not running"
-  kill -KILL "$(cat "$STATE/node-agent.pid")"
+  local old; old=$(cat "$STATE/node-agent.pid")
+  kill -KILL "$old"
+  wait_for "the killed node agent to exit" 10 exited "$old" || die "the killed node agent (pid $old) did not exit"
   log "killed node-agent"
-  local release; release=$(cat "$STATE/node-agent.args")
+  local release attempt; release=$(cat "$STATE/node-agent.args")
   mv "$STATE/logs/node-agent.log" "$STATE/logs/node-agent.previous.log"
-  start_agent "$release"
+  for attempt in 1 2 3; do
+    start_agent "$release"
+    if wait_for "the node agent's kubelet port" 15 agent_serving; then return 0; fi
+    log "the node agent did not come up (attempt $attempt); its log:"
+    tail -n 5 "$STATE/logs/node-agent.log" >&2 || true
+    stop_pid "$(cat "$STATE/node-agent.pid")"
+  done
+  die "the node agent did not come up after 3 attempts"
 }
+
+# exited PID: the process is gone, or a zombie (its sockets already closed).
+exited() { [ ! -d "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
+# agent_serving: the node agent runs and its kubelet endpoint accepts connections.
+agent_serving() { pid_alive node-agent && (exec 3<>"/dev/tcp/127.0.0.1/$KUBELET_PORT") 2>/dev/null; }
 
 cmd_down() {
   [ -d "$STATE" ] || { log "nothing to stop"; return 0; }

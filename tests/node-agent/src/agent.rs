@@ -364,8 +364,16 @@ pub async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &
             ..Default::default()
         })
         .collect();
+    // Not ready, as a kubelet says of a Pod whose containers are gone: the
+    // Endpoints controller must stop routing to its (reusable) IP.
+    let condition =
+        |type_: &str, status: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
     let patch = json!({"status": {
         "phase": "Failed", "reason": reason, "message": message, "containerStatuses": statuses,
+        "conditions": [
+            condition("PodScheduled", "True"), condition("Initialized", "True"),
+            condition("ContainersReady", "False"), condition("Ready", "False"),
+        ],
     }});
     patch_status(client, pod, patch).await;
 }
