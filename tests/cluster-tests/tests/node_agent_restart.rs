@@ -10,20 +10,27 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
+/// A Pod of the local shell image running `script`, never restarted.
+fn shell_pod(name: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false, "containers": [
+            {"name": "main", "image": "local/shell", "command": ["sh", "-c", script]}
+        ]},
+    }))
+    .expect("a Pod")
+}
+
+fn phase(pod: Option<&Pod>) -> Option<String> {
+    pod.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone())
+}
+
 #[ignore = "needs the local cluster's node agent; tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_pod_running_when_the_agent_is_killed_ends_failed_after_the_agent_restarts() {
     let ns = TestNamespace::new("agent-restart").await;
     let pods: Api<Pod> = ns.api();
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "long"},
-        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false, "containers": [
-            {"name": "main", "image": "local/shell", "command": ["sh", "-c", "sleep 300"]}
-        ]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let phase = |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone());
+    pods.create(&PostParams::default(), &shell_pod("long", "sleep 300")).await.unwrap();
     wait_for(
         &pods,
         "long",
@@ -72,15 +79,7 @@ async fn restarting_the_agent_back_to_back_never_leaves_it_dead() {
     }
     // And it still runs Pods.
     let pods: Api<Pod> = ns.api();
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after"},
-        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false, "containers": [
-            {"name": "main", "image": "local/shell", "command": ["sh", "-c", "exit 0"]}
-        ]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let phase = |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone());
+    pods.create(&PostParams::default(), &shell_pod("after", "exit 0")).await.unwrap();
     wait_for(
         &pods,
         "after",
