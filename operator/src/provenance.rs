@@ -8,7 +8,9 @@
 //! its Job's template. A copy that passes both checks computes the honest
 //! answer, which the operator verifies anyway.
 
-use k8s_openapi::api::batch::v1::Job;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -23,12 +25,126 @@ pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
 }
 
 /// How a stored Job differs from the one the operator builds for its block
-/// (`None`: it is the operator's).
+/// (`None`: it is the operator's): in what its Pod runs, and in every field
+/// that changes when or whether it runs (a planted suspended Job with the
+/// right template would otherwise be adopted and hold a slot forever).
 pub fn job_mismatch(job: &Job, built: &Job) -> Option<String> {
     let (Some(stored), Some(expected)) = (template_spec(job), template_spec(built)) else {
         return Some("it has no Pod template".into());
     };
-    pod_spec_mismatch(stored, expected)
+    let (Some(stored_job), Some(expected_job)) = (job.spec.as_ref(), built.spec.as_ref()) else {
+        return Some("it has no spec".into());
+    };
+    job_spec_mismatch(stored_job, expected_job)
+        .or_else(|| scheduling_mismatch(stored, expected))
+        .or_else(|| pod_spec_mismatch(stored, expected))
+}
+
+/// The Job-level fields that decide whether, how often and how long its Pods
+/// run, with the API server's defaults for the ones the operator leaves unset.
+fn job_spec_mismatch(stored: &JobSpec, expected: &JobSpec) -> Option<String> {
+    let differs = |what: &str| Some(format!("its {what} differs"));
+    if stored.suspend.unwrap_or(false) != expected.suspend.unwrap_or(false) {
+        return Some("it is suspended".into());
+    }
+    // The API server's defaults (batch/v1): backoffLimit 6, completions and parallelism 1.
+    if stored.backoff_limit.unwrap_or(6) != expected.backoff_limit.unwrap_or(6) {
+        return differs("backoffLimit");
+    }
+    if stored.active_deadline_seconds != expected.active_deadline_seconds {
+        return differs("activeDeadlineSeconds");
+    }
+    if stored.completions.unwrap_or(1) != expected.completions.unwrap_or(1) {
+        return differs("completions");
+    }
+    if stored.parallelism.unwrap_or(1) != expected.parallelism.unwrap_or(1) {
+        return differs("parallelism");
+    }
+    if stored.ttl_seconds_after_finished != expected.ttl_seconds_after_finished {
+        return differs("ttlSecondsAfterFinished");
+    }
+    let mode = |s: &JobSpec| s.completion_mode.clone().unwrap_or_else(|| "NonIndexed".into());
+    if mode(stored) != mode(expected) {
+        return differs("completionMode");
+    }
+    None
+}
+
+/// What decides where and whether a Job's Pods are scheduled: compared for
+/// Job templates only (a scheduled Pod has a node name the template has not).
+fn scheduling_mismatch(stored: &PodSpec, expected: &PodSpec) -> Option<String> {
+    let differs = |what: &str| Some(format!("its Pod {what} differs"));
+    let empty_as_none = |m: &Option<BTreeMap<String, String>>| m.clone().filter(|m| !m.is_empty());
+    if stored.node_name != expected.node_name {
+        return differs("node name");
+    }
+    if empty_as_none(&stored.node_selector) != empty_as_none(&expected.node_selector) {
+        return differs("node selector");
+    }
+    if stored.affinity != expected.affinity {
+        return differs("affinity");
+    }
+    let tolerations = |s: &PodSpec| s.tolerations.clone().unwrap_or_default();
+    if tolerations(stored) != tolerations(expected) {
+        return differs("tolerations");
+    }
+    if stored.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        return Some("its Pods are gated from scheduling".into());
+    }
+    if stored.priority_class_name != expected.priority_class_name
+        || stored.runtime_class_name != expected.runtime_class_name
+    {
+        return differs("priority or runtime class");
+    }
+    if stored.active_deadline_seconds != expected.active_deadline_seconds {
+        return differs("activeDeadlineSeconds");
+    }
+    let resources = |s: &PodSpec| s.containers.iter().map(|c| resource_values(c)).collect::<Vec<_>>();
+    if resources(stored) != resources(expected) {
+        return differs("resources");
+    }
+    None
+}
+
+/// A container's requests and limits by value (`0.5` and `500m` are equal).
+fn resource_values(container: &Container) -> Vec<(bool, String, Option<u128>)> {
+    let Some(resources) = container.resources.as_ref() else { return vec![] };
+    [(false, &resources.requests), (true, &resources.limits)]
+        .into_iter()
+        .flat_map(|(limit, map)| {
+            map.iter().flatten().map(move |(k, q)| (limit, k.clone(), quantity_micros(&q.0)))
+        })
+        .collect()
+}
+
+/// A Kubernetes quantity in millionths of its unit (`None` when it is not one):
+/// enough precision for CPU millis and memory bytes, saturating above.
+fn quantity_micros(text: &str) -> Option<u128> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.len() > 6 {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    let fraction: u128 = format!("{fraction:0<6}").parse().ok()?;
+    let micros = whole.checked_mul(1_000_000)?.checked_add(fraction)?;
+    let (multiplier, divisor): (u128, u128) = match suffix {
+        "" => (1, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
+        "m" => (1, 1_000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        _ => return None,
+    };
+    Some(micros.saturating_mul(multiplier) / divisor)
 }
 
 /// How a Pod differs from what its Job's template runs (`None`: it runs the template).
@@ -128,6 +244,7 @@ fn container_mismatch(got: &Container, want: &Container) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::EnvVar;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
@@ -208,6 +325,48 @@ mod tests {
     }
 
     #[test]
+    fn a_planted_job_that_would_run_later_or_differently_is_never_adopted() {
+        type Plant = fn(&mut JobSpec);
+        let cases: [(&str, Plant); 10] = [
+            ("suspended", |s| s.suspend = Some(true)),
+            ("backoffLimit", |s| s.backoff_limit = Some(0)),
+            ("activeDeadlineSeconds", |s| s.active_deadline_seconds = Some(1)),
+            ("completions", |s| s.completions = Some(0)),
+            ("parallelism", |s| s.parallelism = Some(0)),
+            ("ttlSecondsAfterFinished", |s| s.ttl_seconds_after_finished = Some(0)),
+            ("node name", |s| s.template.spec.as_mut().unwrap().node_name = Some("nowhere".into())),
+            ("node selector", |s| {
+                s.template.spec.as_mut().unwrap().node_selector = Some([("x".into(), "y".into())].into())
+            }),
+            ("priority class", |s| {
+                s.template.spec.as_mut().unwrap().priority_class_name = Some("low".into())
+            }),
+            ("resources", |s| {
+                let container = &mut s.template.spec.as_mut().unwrap().containers[0];
+                container.resources.get_or_insert_default().requests =
+                    Some([("cpu".into(), Quantity("64".into()))].into())
+            }),
+        ];
+        for (what, plant) in cases {
+            let mut planted = built();
+            plant(planted.spec.as_mut().unwrap());
+            assert!(job_mismatch(&planted, &built()).is_some(), "a Job with another {what} was adopted");
+        }
+    }
+
+    #[test]
+    fn quantities_compare_by_value() {
+        assert_eq!(quantity_micros("0.5"), quantity_micros("500m"));
+        assert_eq!(quantity_micros("1Ki"), quantity_micros("1024"));
+        assert_eq!(quantity_micros("1k"), Some(1_000_000_000));
+        assert_ne!(quantity_micros("100m"), quantity_micros("1"));
+        for garbage in ["", ".", "1x", "1.0000001", "--1"] {
+            assert_eq!(quantity_micros(garbage), None, "{garbage}");
+        }
+        assert!(quantity_micros(&"9".repeat(60)).is_none(), "an overflow is not a value");
+    }
+
+    #[test]
     fn defaults_the_api_server_adds_do_not_make_a_job_foreign() {
         let mut stored = built();
         let spec = stored.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
@@ -215,6 +374,11 @@ mod tests {
         spec.scheduler_name = Some("default-scheduler".into());
         spec.termination_grace_period_seconds = Some(30);
         spec.containers[0].termination_message_policy = Some("FallbackToLogsOnError".into());
+        let job_spec = stored.spec.as_mut().unwrap();
+        job_spec.completions = Some(1);
+        job_spec.parallelism = Some(1);
+        job_spec.suspend = Some(false);
+        job_spec.completion_mode = Some("NonIndexed".into());
         assert_eq!(job_mismatch(&stored, &built()), None);
     }
 }
