@@ -42,4 +42,11 @@ pub enum Error {
     Conflict { name: String },
 }
 
+impl Error {
+    /// The API server refused a write made on a version that is no longer current.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Api { source: kube::Error::Api(status), .. } if status.code == 409)
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

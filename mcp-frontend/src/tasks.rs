@@ -79,8 +79,15 @@ pub fn snapshot(
     let answer = outcome(workflow, now);
     let result_ready = answer.status != OutcomeStatus::Running;
     let state = match (generation, answer.status) {
-        // The cancel's answer said `cancelled`; no later read may say otherwise.
-        (Generation::Core2025, _) if workflow.spec.cancel => TaskState::Cancelled,
+        // The cancel's answer said `cancelled`; no later read may say
+        // otherwise. A recorded cancel ends in Cancelled (the cancel and the
+        // operator's status write are both made on a read version, so one
+        // of them conflicts): a success or failure beside `spec.cancel` was
+        // there first, and someone's later edit does not undo it.
+        (
+            Generation::Core2025,
+            OutcomeStatus::Running | OutcomeStatus::NotFound | OutcomeStatus::Cancelled,
+        ) if workflow.spec.cancel => TaskState::Cancelled,
         (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
         (_, OutcomeStatus::Completed) => TaskState::Completed,
         (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
@@ -196,6 +203,30 @@ mod tests {
             snapshot(&workflow(WorkflowPhase::Cancelled, true), at(1_010), Generation::Extension2026, 60);
         assert_eq!(stopped.state, TaskState::Cancelled);
         assert!(stopped.result_ready);
+    }
+
+    #[test]
+    fn a_cancel_set_after_the_work_finished_changes_no_outcome() {
+        // An editor (or a cancel that lost the race) sets `spec.cancel` on a
+        // finished workflow: what the caller reads stays what happened.
+        for (phase, state) in
+            [(WorkflowPhase::Succeeded, TaskState::Completed), (WorkflowPhase::Failed, TaskState::Failed)]
+        {
+            let mut finished = workflow(phase, true);
+            if phase == WorkflowPhase::Succeeded {
+                let mut prev = mining_api::GENESIS.to_string();
+                for index in 1..=2 {
+                    let found = miner::mine_block(u64::from(index), &prev, 1, 1).unwrap();
+                    let hash = miner::hex_upper(&found.digest);
+                    let block = testing::mined_block(index, found.nonce, &hash, at(1_001), at(1_002));
+                    finished.status.as_mut().unwrap().blocks.push(block);
+                    prev = hash;
+                }
+            }
+            let task = snapshot(&finished, at(1_100), Generation::Core2025, 60);
+            assert_eq!(task.state, state, "{phase:?}");
+            assert!(task.result_ready);
+        }
     }
 
     #[test]

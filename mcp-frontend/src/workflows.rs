@@ -87,12 +87,19 @@ pub async fn get(api: &Api<MiningWorkflow>, name: &str) -> Result<Option<MiningW
 /// proof when the workflow carries an older version's (`reproof`).
 pub async fn request_cancel(
     api: &Api<MiningWorkflow>,
-    name: &str,
+    workflow: &MiningWorkflow,
     reproof: Option<String>,
 ) -> Result<MiningWorkflow> {
-    let mut patch = json!({"spec": {"cancel": true}});
+    let name = workflow.metadata.name.as_deref().unwrap_or_default();
+    // Only on the version the decision was made on (409 otherwise): a
+    // cancel never lands on a workflow that finished meanwhile, and the
+    // operator's status write, made on the version before, conflicts.
+    let mut patch = json!({
+        "metadata": {"resourceVersion": workflow.metadata.resource_version},
+        "spec": {"cancel": true},
+    });
     if let Some(proof) = reproof {
-        patch["metadata"] = json!({"annotations": {mining_api::annotations::OWNER_PROOF: proof}});
+        patch["metadata"]["annotations"] = json!({mining_api::annotations::OWNER_PROOF: proof});
     }
     bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
 }
