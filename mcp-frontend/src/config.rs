@@ -146,6 +146,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=600))]
     pub oidc_clock_skew_seconds: u64,
 
+    /// With --auth oidc: which JWTs are access tokens: `access` refuses ID
+    /// tokens (by `typ` and their claims), `at-jwt` requires RFC 9068's
+    /// `typ: at+jwt` where the IdP issues it.
+    #[arg(long, env = "OIDC_TOKEN_TYPE", value_enum, default_value = "access")]
+    pub oidc_token_type: crate::auth::oidc::TokenType,
+
     /// With --auth oidc: a PEM bundle of CAs to trust for the issuer besides
     /// the public roots (a private IdP).
     #[arg(long, env = "OIDC_CA_FILE")]
@@ -258,6 +264,7 @@ impl Config {
             caller_claim: self.oidc_caller_claim.clone(),
             algorithms: self.oidc_algorithms.clone(),
             clock_skew_seconds: self.oidc_clock_skew_seconds,
+            token_type: self.oidc_token_type,
         }))
     }
 

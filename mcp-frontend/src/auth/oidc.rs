@@ -10,7 +10,14 @@
 //!   8707: a token for another server is refused, so tokens cannot be
 //!   replayed across servers), `exp` and `nbf` within the clock skew;
 //! - the required scopes (from `scope` or `scp`), else 403
-//!   `insufficient_scope` so hosts can ask for more.
+//!   `insufficient_scope` so hosts can ask for more;
+//! - that it is an access token, not an ID token meant for a client whose id
+//!   happens to be the audience: never a `typ` other than `at+jwt` or `JWT`,
+//!   nor a claim only ID tokens carry (`nonce`, `at_hash`, `c_hash`,
+//!   Keycloak's `typ: ID`); with [`TokenType::AtJwt`], RFC 9068's `at+jwt`
+//!   header is required;
+//! - with `email` as the caller claim, `email_verified: true` (an address
+//!   anyone could type into a sign-up form names nobody).
 //!
 //! The caller is the issuer and the configured claim (`sub` by default)
 //! together, so two issuers' subjects never meet.
@@ -35,6 +42,43 @@ pub struct TokenPolicy {
     pub caller_claim: String,
     pub algorithms: Vec<Algorithm>,
     pub clock_skew_seconds: u64,
+    pub token_type: TokenType,
+}
+
+/// Which JWTs are taken as access tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TokenType {
+    /// RFC 9068 access tokens (`typ: at+jwt`) and untyped JWTs that carry
+    /// no ID-token claim: what Entra, Okta, Auth0 and Kubernetes issue.
+    Access,
+    /// Only RFC 9068 access tokens (`typ: at+jwt`): for IdPs that type them
+    /// (Keycloak 22+, Duende, Authlete, ...).
+    AtJwt,
+}
+
+/// Claims OpenID Connect defines for ID tokens only.
+const ID_TOKEN_CLAIMS: [&str; 3] = ["nonce", "at_hash", "c_hash"];
+
+/// Why the token is not an access token of `token_type` (`None`: it is).
+pub fn not_an_access_token(
+    token_type: TokenType,
+    header_typ: Option<&str>,
+    claims: &Map<String, Value>,
+) -> Option<&'static str> {
+    let typ = header_typ.map(|t| t.to_ascii_lowercase());
+    let typed_access = matches!(typ.as_deref(), Some("at+jwt" | "application/at+jwt"));
+    match (token_type, typ.as_deref()) {
+        (TokenType::AtJwt, _) if !typed_access => {
+            return Some("the token is not an RFC 9068 access token (typ at+jwt)");
+        }
+        (TokenType::Access, Some(other)) if !typed_access && other != "jwt" => {
+            return Some("the token's typ is not that of an access token");
+        }
+        _ => {}
+    }
+    let keycloak_id = claims.get("typ").and_then(Value::as_str).is_some_and(|t| t.eq_ignore_ascii_case("id"));
+    (keycloak_id || ID_TOKEN_CLAIMS.iter().any(|claim| claims.contains_key(*claim)))
+        .then_some("the token is an ID token; send an access token")
 }
 
 /// Parses an allowed algorithm: asymmetric ones only.
@@ -87,6 +131,9 @@ impl OidcVerifier {
             jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &self.validation(header.alg))
                 .map_err(|e| Refusal::TokenRejected(describe(e.kind()).into()))?
                 .claims;
+        if let Some(why) = not_an_access_token(self.policy.token_type, header.typ.as_deref(), &claims) {
+            return Err(Refusal::TokenRejected(why.into()));
+        }
         caller_of(&self.policy, &claims)
     }
 
@@ -145,6 +192,15 @@ pub fn caller_of(policy: &TokenPolicy, claims: &Map<String, Value>) -> Result<Ca
         }
         _ => return Err(Refusal::TokenRejected("the token has no caller claim (a non-empty string)".into())),
     };
+    // OpenID Connect: `email` is whatever the user typed unless the IdP
+    // says it verified it (a string "true" too: some IdPs send one).
+    let verified = |claim: &str| {
+        matches!(claims.get(claim), Some(Value::Bool(true)))
+            || claims.get(claim).and_then(Value::as_str) == Some("true")
+    };
+    if policy.caller_claim == "email" && !verified("email_verified") {
+        return Err(Refusal::TokenRejected("the token's email is not verified (email_verified)".into()));
+    }
     // The issuer first, and a separator no URL ends with: two issuers'
     // identical subjects are two callers.
     Ok(Caller::new(format!("{}#{name}", policy.issuer)))

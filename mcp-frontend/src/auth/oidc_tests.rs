@@ -23,6 +23,7 @@ fn policy() -> TokenPolicy {
         caller_claim: "sub".into(),
         algorithms: vec![Algorithm::RS256, Algorithm::ES256],
         clock_skew_seconds: 30,
+        token_type: TokenType::Access,
     }
 }
 
@@ -67,6 +68,7 @@ async fn a_valid_token_names_the_issuer_and_subject() {
     let mut body = claims();
     body["aud"] = json!(["other", AUDIENCE]);
     body["email"] = json!("alice@example.com");
+    body["email_verified"] = json!(true);
     let token = encode(&header, &body, &EncodingKey::from_ec_pem(include_bytes!("testdata/ec.pem")).unwrap())
         .unwrap();
     let caller = verifier_for(policy).caller(&token).await.unwrap();
@@ -178,4 +180,54 @@ fn only_asymmetric_algorithms_can_be_allowed() {
     assert_eq!(parse_algorithm("EdDSA"), Ok(Algorithm::EdDSA));
     assert!(parse_algorithm("HS256").unwrap_err().contains("HMAC"));
     assert!(parse_algorithm("none").is_err());
+}
+
+#[tokio::test]
+async fn an_id_token_for_the_same_audience_is_not_an_access_token() {
+    let verifier = verifier_for(policy());
+    // An ID token whose client id is the configured audience: signed by the
+    // same issuer, within its lifetime, with the audience; refused by its claims.
+    for (claim, value) in
+        [("nonce", json!("n-0S6_WzA2Mj")), ("at_hash", json!("77QmUPtjPfzWtF2AnpK9RQ")), ("typ", json!("ID"))]
+    {
+        let mut body = claims();
+        body[claim] = value;
+        assert!(rejected(verifier.caller(&rsa_token("rsa", &body)).await).contains("ID token"), "{claim}");
+    }
+    // A header typ other than an access token's.
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("rsa".into());
+    header.typ = Some("id_token+jwt".into());
+    let signing = EncodingKey::from_rsa_pem(include_bytes!("testdata/rsa.pem")).unwrap();
+    let typed_id = encode(&header, &claims(), &signing).unwrap();
+    assert!(rejected(verifier.caller(&typed_id).await).contains("typ"));
+    // With at+jwt required, an untyped JWT is refused and a typed one passes.
+    let mut strict = policy();
+    strict.token_type = TokenType::AtJwt;
+    let strict = verifier_for(strict);
+    assert!(rejected(strict.caller(&rsa_token("rsa", &claims())).await).contains("at+jwt"));
+    header.typ = Some("at+jwt".into());
+    let typed_access = encode(&header, &claims(), &signing).unwrap();
+    assert!(strict.caller(&typed_access).await.is_ok());
+    assert!(verifier.caller(&typed_access).await.is_ok());
+}
+
+#[tokio::test]
+async fn an_unverified_email_names_nobody() {
+    let mut policy = policy();
+    policy.caller_claim = "email".into();
+    let verifier = verifier_for(policy);
+    let mut body = claims();
+    body["email"] = json!("victim@example.com");
+    for verified in [None, Some(json!(false)), Some(json!("false")), Some(json!(1))] {
+        match verified {
+            Some(value) => body["email_verified"] = value,
+            None => drop(body.as_object_mut().unwrap().remove("email_verified")),
+        }
+        assert!(rejected(verifier.caller(&rsa_token("rsa", &body)).await).contains("email_verified"));
+    }
+    for verified in [json!(true), json!("true")] {
+        body["email_verified"] = verified;
+        assert!(verifier.caller(&rsa_token("rsa", &body)).await.is_ok());
+    }
 }
