@@ -7,10 +7,14 @@ use std::process::Command;
 use cluster_tests::helm::{chart, helm};
 use cluster_tests::{TestNamespace, install_crd};
 
+/// A render that cannot see the cluster makes a key only when told to.
+const THROWAWAY_KEY: [&str; 2] = ["--set", "frontend.ownership.renderWithoutCluster=true"];
+
 /// `helm template` of the chart with `args`; panics with Helm's error.
 fn render(helm: &str, namespace: &str, args: &[&str]) -> String {
     let output = Command::new(helm)
         .args(["template", "release", &chart(), "--namespace", namespace, "--include-crds"])
+        .args(THROWAWAY_KEY)
         .args(args)
         .output()
         .unwrap();
@@ -39,7 +43,8 @@ fn dry_run(manifests: &str) -> (bool, String) {
 #[test]
 fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
     let helm = helm();
-    let output = Command::new(&helm).args(["lint", &chart(), "--strict"]).output().unwrap();
+    let output =
+        Command::new(&helm).args(["lint", &chart(), "--strict"]).args(THROWAWAY_KEY).output().unwrap();
     assert!(
         output.status.success(),
         "{}{}",
@@ -66,7 +71,11 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("frontend.auth.oidc.algorithms={HS256}", "frontend/auth/oidc/algorithms"),
         ("frontend.auth.oidc.scopes={a\"b}", "frontend/auth/oidc/scopes"),
     ] {
-        let output = Command::new(&helm).args(["template", "r", &chart(), "--set", set]).output().unwrap();
+        let output = Command::new(&helm)
+            .args(["template", "r", &chart(), "--set", set])
+            .args(THROWAWAY_KEY)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "--set {set} was accepted");
         assert!(stderr.contains(expected), "--set {set}: {stderr}");
@@ -74,8 +83,28 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
 }
 
 #[test]
-fn the_default_install_is_the_secure_one() {
+fn a_render_that_cannot_see_the_cluster_never_makes_a_new_ownership_key() {
+    // GitOps renders (helm template, Argo CD, Flux): a new key on every
+    // render would hide every workflow signed before.
     let output = Command::new(helm()).args(["template", "release", &chart()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a key was rendered without the cluster");
+    assert!(stderr.contains("frontend.ownership.existingSecret"), "{stderr}");
+    // An existing Secret renders, and no key of the chart's own.
+    let output = Command::new(helm())
+        .args(["template", "release", &chart(), "--set", "frontend.ownership.existingSecret=mine"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let manifests = String::from_utf8_lossy(&output.stdout);
+    assert!(!manifests.contains("current:"), "a key beside the existing Secret");
+    assert!(manifests.contains("secretName: mine"), "the frontend does not mount the existing Secret");
+}
+
+#[test]
+fn the_default_install_is_the_secure_one() {
+    let output =
+        Command::new(helm()).args(["template", "release", &chart()]).args(THROWAWAY_KEY).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let manifests = String::from_utf8_lossy(&output.stdout);
     for expected in [
