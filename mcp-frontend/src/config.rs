@@ -49,6 +49,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_connections: u32,
 
+    /// Most connections open at once from one source address, so one
+    /// client never holds the whole pool. Behind an Ingress or a proxy
+    /// every caller shares its address: raise it to --max-connections there.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_SOURCE", default_value_t = 250,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_connections_per_source: u32,
+
     /// A request head must arrive whole within this, and a keep-alive
     /// connection idle this long is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,

@@ -119,7 +119,7 @@ pub async fn guard_host_and_origin(
     match guard.refusal(request.uri(), request.headers()) {
         Some(reason) => {
             tracing::warn!(host = ?request.headers().get(header::HOST), origin = ?request.headers().get(header::ORIGIN), "refused a request (possible DNS rebinding)");
-            (StatusCode::FORBIDDEN, format!("{reason}\n")).into_response()
+            crate::auth::close_after((StatusCode::FORBIDDEN, format!("{reason}\n")).into_response())
         }
         None => next.run(request).await,
     }

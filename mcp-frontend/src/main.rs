@@ -122,11 +122,12 @@ async fn main() -> anyhow::Result<()> {
         "serving MCP at /mcp");
     let limits = ConnectionLimits {
         max_connections: config.max_connections as usize,
+        max_connections_per_source: config.max_connections_per_source as usize,
         header_read_timeout: std::time::Duration::from_secs(u64::from(config.header_read_timeout_seconds)),
         max_head_bytes: MAX_HEAD_BYTES,
     };
     // Probes and scrapes are few and trusted: a small fixed bound.
-    let ops_limits = ConnectionLimits { max_connections: 64, ..limits };
+    let ops_limits = ConnectionLimits { max_connections: 64, max_connections_per_source: 64, ..limits };
     let ops = serve(ops_listener, ops_router(&core), ops_limits, None, shutdown.clone().cancelled_owned());
     let stopping = shutdown.clone();
     let mcp = serve(listener, mcp_router(core, auth, options), limits, Some(metrics), async move {

@@ -11,12 +11,14 @@
 //!
 //! Verdicts are cached by token digest: admitted ones for `--auth-cache-seconds`
 //! (so a revocation shows within that), refused ones briefly, so a client
-//! retrying a bad token does not cost a review each time. At most
-//! [`MAX_REVIEWS_IN_FLIGHT`] reviews run at once; beyond that a request is
-//! told to retry instead of queueing on the API server.
+//! retrying a bad token does not cost a review each time. The two are kept
+//! apart, so a flood of bad tokens never pushes out a caller's admission.
+//! At most [`MAX_REVIEWS_IN_FLIGHT`] reviews run at once, and at most
+//! [`MAX_REVIEWS_PER_SOURCE`] for one source address; beyond that a request
+//! is told to retry instead of queueing on the API server.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
@@ -27,25 +29,72 @@ use tokio::sync::Semaphore;
 
 use super::{Refusal, digest};
 use crate::ids::Caller;
+use crate::serve::{Source, SourceShares};
 
 /// How long a refusal is remembered (a revoked token stays refused anyway).
 pub const NEGATIVE_CACHE_TTL: Duration = Duration::from_secs(10);
-/// Bound on remembered verdicts; the cache starts over when it is full.
+/// Bound on remembered verdicts of each kind.
 const REVIEW_CACHE_MAX: usize = 10_000;
 /// Reviews sent to the API server at once, over every caller.
 pub const MAX_REVIEWS_IN_FLIGHT: usize = 32;
-
-#[derive(Clone)]
-enum Verdict {
-    Admitted(Caller),
-    Refused(RememberedRefusal),
-}
+/// ... and for one source address, so one client cannot take them all.
+pub const MAX_REVIEWS_PER_SOURCE: usize = 4;
 
 /// A refusal that can be told again without another review.
-#[derive(Clone, Copy)]
-enum RememberedRefusal {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RememberedRefusal {
     InvalidToken,
     Forbidden,
+}
+
+/// Verdicts by token digest, admitted and refused apart: each bounded, and
+/// the refused ones (which anyone can make) never evict an admitted one.
+pub struct VerdictCache {
+    admitted_ttl: Duration,
+    admitted: HashMap<[u8; 32], (Caller, Instant)>,
+    refused: HashMap<[u8; 32], (RememberedRefusal, Instant)>,
+}
+
+impl VerdictCache {
+    pub fn new(admitted_ttl: Duration) -> Self {
+        Self { admitted_ttl, admitted: HashMap::new(), refused: HashMap::new() }
+    }
+
+    pub fn get(&self, key: &[u8; 32]) -> Option<Result<Caller, RememberedRefusal>> {
+        if let Some((caller, at)) = self.admitted.get(key)
+            && at.elapsed() < self.admitted_ttl
+        {
+            return Some(Ok(caller.clone()));
+        }
+        match self.refused.get(key) {
+            Some((refusal, at)) if at.elapsed() < NEGATIVE_CACHE_TTL => Some(Err(*refusal)),
+            _ => None,
+        }
+    }
+
+    pub fn admit(&mut self, key: [u8; 32], caller: Caller) {
+        let ttl = self.admitted_ttl;
+        if self.admitted.len() >= REVIEW_CACHE_MAX {
+            self.admitted.retain(|_, (_, at)| at.elapsed() < ttl);
+        }
+        // Still full of live admissions: this one is reviewed again next
+        // time rather than pushing out another caller's.
+        if self.admitted.len() < REVIEW_CACHE_MAX {
+            self.refused.remove(&key);
+            self.admitted.insert(key, (caller, Instant::now()));
+        }
+    }
+
+    pub fn refuse(&mut self, key: [u8; 32], refusal: RememberedRefusal) {
+        if self.refused.len() >= REVIEW_CACHE_MAX {
+            self.refused.retain(|_, (_, at)| at.elapsed() < NEGATIVE_CACHE_TTL);
+            if self.refused.len() >= REVIEW_CACHE_MAX {
+                self.refused.clear();
+            }
+        }
+        self.admitted.remove(&key);
+        self.refused.insert(key, (refusal, Instant::now()));
+    }
 }
 
 /// Kubernetes TokenReview + SubjectAccessReview, with a short cache.
@@ -53,9 +102,9 @@ pub struct KubernetesReviews {
     client: kube::Client,
     namespace: String,
     audiences: Vec<String>,
-    admitted_ttl: Duration,
-    verdicts: RwLock<HashMap<[u8; 32], (Verdict, Instant)>>,
+    verdicts: RwLock<VerdictCache>,
     in_flight: Semaphore,
+    per_source: Arc<SourceShares>,
 }
 
 /// Whether a TokenReview's answer holds for one of `wanted`: the API server
@@ -76,60 +125,51 @@ impl KubernetesReviews {
             client,
             namespace: namespace.to_string(),
             audiences,
-            admitted_ttl,
-            verdicts: RwLock::new(HashMap::new()),
+            verdicts: RwLock::new(VerdictCache::new(admitted_ttl)),
             in_flight: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+            per_source: SourceShares::new(MAX_REVIEWS_PER_SOURCE),
         }
     }
 
     fn remembered(&self, key: &[u8; 32]) -> Option<Result<Caller, Refusal>> {
-        let verdicts = self.verdicts.read().unwrap_or_else(|p| p.into_inner());
-        let (verdict, at) = verdicts.get(key)?;
-        match verdict {
-            Verdict::Admitted(caller) if at.elapsed() < self.admitted_ttl => Some(Ok(caller.clone())),
-            Verdict::Refused(refusal) if at.elapsed() < NEGATIVE_CACHE_TTL => Some(Err(match refusal {
-                RememberedRefusal::InvalidToken => Refusal::InvalidToken,
-                RememberedRefusal::Forbidden => self.forbidden(),
-            })),
-            _ => None,
-        }
+        let verdict = self.verdicts.read().unwrap_or_else(|p| p.into_inner()).get(key)?;
+        Some(verdict.map_err(|refusal| match refusal {
+            RememberedRefusal::InvalidToken => Refusal::InvalidToken,
+            RememberedRefusal::Forbidden => self.forbidden(),
+        }))
     }
 
-    fn remember(&self, key: [u8; 32], verdict: Verdict) {
-        let mut verdicts = self.verdicts.write().unwrap_or_else(|p| p.into_inner());
-        if verdicts.len() >= REVIEW_CACHE_MAX {
-            verdicts.retain(|_, (verdict, at)| match verdict {
-                Verdict::Admitted(_) => at.elapsed() < self.admitted_ttl,
-                Verdict::Refused(_) => at.elapsed() < NEGATIVE_CACHE_TTL,
-            });
-            if verdicts.len() >= REVIEW_CACHE_MAX {
-                verdicts.clear();
-            }
-        }
-        verdicts.insert(key, (verdict, Instant::now()));
+    fn verdicts(&self) -> std::sync::RwLockWriteGuard<'_, VerdictCache> {
+        self.verdicts.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub async fn caller(&self, token: &str) -> Result<Caller, Refusal> {
+    /// The caller `token` names, from the cache or by review; `source` is
+    /// where the request came from (its budget of reviews in flight).
+    pub async fn caller(&self, token: &str, source: Option<Source>) -> Result<Caller, Refusal> {
         let key = digest(token);
         if let Some(verdict) = self.remembered(&key) {
             return verdict;
         }
+        let _share = match source {
+            Some(Source(address)) => Some(self.per_source.take(address).ok_or(Refusal::Busy)?),
+            None => None,
+        };
         let Ok(_permit) = self.in_flight.try_acquire() else {
             return Err(Refusal::Busy);
         };
         let user = match self.review_token(token).await {
             Err(Refusal::InvalidToken) => {
-                self.remember(key, Verdict::Refused(RememberedRefusal::InvalidToken));
+                self.verdicts().refuse(key, RememberedRefusal::InvalidToken);
                 return Err(Refusal::InvalidToken);
             }
             other => other?,
         };
         if !self.may_use_tools(&user).await? {
-            self.remember(key, Verdict::Refused(RememberedRefusal::Forbidden));
+            self.verdicts().refuse(key, RememberedRefusal::Forbidden);
             return Err(self.forbidden());
         }
         let caller = Caller::new(user.username.clone().unwrap_or_default());
-        self.remember(key, Verdict::Admitted(caller.clone()));
+        self.verdicts().admit(key, caller.clone());
         Ok(caller)
     }
 
@@ -214,6 +254,34 @@ mod tests {
 
     fn strings(values: &[&str]) -> Vec<String> {
         values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn a_flood_of_refused_tokens_never_evicts_an_admission() {
+        let mut cache = VerdictCache::new(Duration::from_secs(60));
+        cache.admit(digest("real"), Caller::new("alice"));
+        for i in 0..(3 * REVIEW_CACHE_MAX) {
+            cache.refuse(digest(&format!("random-{i}")), RememberedRefusal::InvalidToken);
+        }
+        assert_eq!(cache.get(&digest("real")), Some(Ok(Caller::new("alice"))));
+        assert!(cache.refused.len() <= REVIEW_CACHE_MAX, "the refusals stay bounded");
+        assert_eq!(cache.get(&digest("random-1")), None, "cleared when full");
+        let last = digest(&format!("random-{}", 3 * REVIEW_CACHE_MAX - 1));
+        assert_eq!(cache.get(&last), Some(Err(RememberedRefusal::InvalidToken)));
+    }
+
+    #[test]
+    fn a_full_cache_of_live_admissions_keeps_them() {
+        let mut cache = VerdictCache::new(Duration::from_secs(60));
+        for i in 0..REVIEW_CACHE_MAX {
+            cache.admit(digest(&format!("t-{i}")), Caller::new(format!("c{i}")));
+        }
+        cache.admit(digest("one-more"), Caller::new("late"));
+        assert_eq!(cache.get(&digest("t-0")), Some(Ok(Caller::new("c0"))));
+        assert_eq!(cache.get(&digest("one-more")), None, "reviewed again instead");
+        // A token refused later (revoked) is no longer admitted.
+        cache.refuse(digest("t-1"), RememberedRefusal::Forbidden);
+        assert_eq!(cache.get(&digest("t-1")), Some(Err(RememberedRefusal::Forbidden)));
     }
 
     #[test]

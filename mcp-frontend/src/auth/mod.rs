@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::ids::Caller;
 use crate::metrics::{Metrics, ReasonLabels};
+use crate::serve::Source;
 
 pub use kubernetes::KubernetesReviews;
 pub use metadata::ProtectedResource;
@@ -144,11 +145,11 @@ pub enum Authenticator {
 }
 
 impl Authenticator {
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    pub async fn authenticate(&self, headers: &HeaderMap, source: Option<Source>) -> Result<Caller, Refusal> {
         match self {
             Self::None => Ok(Caller::anonymous()),
             Self::Tokens(file) => file.caller(bearer_token(headers)?),
-            Self::Kubernetes(reviews) => reviews.caller(bearer_token(headers)?).await,
+            Self::Kubernetes(reviews) => reviews.caller(bearer_token(headers)?, source).await,
             Self::Oidc(verifier) => verifier.caller(bearer_token(headers)?).await,
         }
     }
@@ -180,7 +181,8 @@ pub async fn require_caller(
     mut request: Request,
     next: Next,
 ) -> Response {
-    match state.authenticator.authenticate(request.headers()).await {
+    let source = request.extensions().get::<Source>().copied();
+    match state.authenticator.authenticate(request.headers(), source).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
@@ -192,9 +194,19 @@ pub async fn require_caller(
                 .get_or_create(&ReasonLabels { reason: refusal.metric_reason() })
                 .inc();
             tracing::info!(reason = refusal.metric_reason(), "request refused");
-            refusal.respond(&state.challenge_context(request.headers()))
+            close_after(refusal.respond(&state.challenge_context(request.headers())))
         }
     }
+}
+
+/// A 401 or 403 ends its connection: a client without a usable credential
+/// must not hold a keep-alive connection (and its place in the pool) by
+/// asking again and again.
+pub fn close_after(mut response: Response) -> Response {
+    if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn bearer_token(headers: &HeaderMap) -> Result<&str, Refusal> {

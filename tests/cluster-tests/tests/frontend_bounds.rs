@@ -258,3 +258,72 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
     // second, so that may be any of the first ones), then to y.
     assert!(x_before_y.len() <= 1, "x's backlog went before y (started {y_started}): {x_before_y:?}");
 }
+
+/// A connection to `frontend` from the loopback address `source`.
+async fn connect_from(source: &str, frontend: &FrontendProcess) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{source}:0").parse().unwrap())?;
+    socket.connect(frontend.addr).await
+}
+
+/// Reads until the server closes the stream or `within` passes: what it
+/// said, and whether it closed.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, within: Duration) -> (String, bool) {
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&answer).into(), true),
+            Ok(Ok(n)) => answer.extend_from_slice(&buffer[..n]),
+            Err(_) => return (String::from_utf8_lossy(&answer).into(), false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_anonymous_client_holding_connections_costs_real_callers_nothing() {
+    let ns = TestNamespace::new("bounds-conns").await;
+    install_crd(&ns.client).await;
+    let path = tokens_file("t-alice alice\n");
+    let args = [
+        "--auth",
+        "tokens",
+        "--tokens-file",
+        path.to_str().unwrap(),
+        "--max-connections",
+        "120",
+        "--max-connections-per-source",
+        "40",
+    ];
+    let frontend = FrontendProcess::start(&ns.name, &args).await;
+    // The attacker, from another address, opens the whole cap's worth and
+    // holds them idle.
+    let mut held = Vec::new();
+    for _ in 0..120 {
+        held.push(connect_from("127.0.0.2", &frontend).await.unwrap());
+    }
+    let answers =
+        join_all(held.iter_mut().map(|stream| read_until_closed(stream, Duration::from_secs(2)))).await;
+    // Those over its address's share are told which limit and closed at once.
+    let over_share: Vec<&String> = answers.iter().filter(|(_, closed)| *closed).map(|(a, _)| a).collect();
+    assert_eq!(over_share.len(), 80, "{:?}", over_share.first());
+    assert!(over_share.iter().all(|a| a.starts_with("HTTP/1.1 503") && a.contains("at most 40 from each")));
+    let mut held: Vec<_> =
+        held.into_iter().zip(answers).filter(|(_, (_, closed))| !closed).map(|(s, _)| s).collect();
+    // Real callers meanwhile: no call fails.
+    let calls = (0..40).map(|_| async {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        frontend.post_mcp("localhost", &["Authorization: Bearer t-alice"], &body).await.0
+    });
+    let codes = join_all(calls).await;
+    assert!(codes.iter().all(|code| *code == 200), "real callers failed: {codes:?}");
+    // A request without a credential is answered 401 and its connection
+    // closed: keeping it alive with refused requests is not possible.
+    let stream = &mut held[0];
+    stream.write_all(b"GET /mcp HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let (answer, closed) = read_until_closed(stream, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+    assert!(closed, "the connection was kept after a 401");
+}
