@@ -173,8 +173,9 @@ fn write_ledger(keys: &OwnershipKeys, namespace: &str, lease: &mut Lease, ledger
 
 /// Where `reserve` learns what became of the workflows a ledger holds.
 pub trait HeldWorkflows {
-    /// From the watch cache: finished, unfinished, or not there.
-    fn cached(&self, name: &str) -> Held;
+    /// From the watch cache: the caller's own and unfinished (by `owned`),
+    /// released, or not there.
+    fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> Held;
 }
 
 /// What `reserve` works with: where the ledgers and the workflows are, the
@@ -218,7 +219,7 @@ pub async fn reserve(
         // directly: a broken watch must not release them.
         let mut asked = std::collections::HashMap::new();
         for (held, at) in &ledger.reserved {
-            if cache.cached(held) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
+            if cache.cached(held, &owned) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
                 let found = timed(workflows.get_opt(held))
                     .await
                     .map_err(|e| unavailable("reading a workflow", &e))?;
@@ -229,7 +230,7 @@ pub async fn reserve(
                 asked.insert(held.clone(), state);
             }
         }
-        let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held));
+        let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held, &owned));
         let next = admit(&ledger, held, name, now, quotas)?;
         let written = match existing {
             Some(mut lease) => {

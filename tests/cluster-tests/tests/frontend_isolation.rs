@@ -216,3 +216,42 @@ async fn another_callers_id_and_an_unknown_id_cost_no_api_call_and_the_same_time
         "p50 foreign {foreign:?} vs unknown {missing:?} (the same request twice differs by {noise:?})"
     );
 }
+
+#[tokio::test]
+async fn copies_of_a_callers_deleted_workflows_stuck_terminating_never_lock_them_out() {
+    let ns = TestNamespace::new("iso-pinned").await;
+    install_crd(&ns.client).await;
+    // No operator: the caller's two workflows stay unfinished, at the limit.
+    let frontend = frontend(&ns, &["--max-running-per-caller", "2"]).await;
+    let start = json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0});
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let started = Sdk::TypeScript.call(&frontend.url(), ALICE, "start_mining", start.clone()).await;
+        ids.push(structured(&started)["workflow_id"].as_str().unwrap().to_string());
+    }
+    // A namespace user deletes them and plants copies with the caller's
+    // label and a finalizer, then deletes those: they stay Terminating.
+    let api: Api<MiningWorkflow> = ns.api();
+    let alice = Caller::new("alice");
+    for id in &ids {
+        api.delete(id, &Default::default()).await.unwrap();
+        cluster_tests::eventually("the caller's workflow to be gone", Duration::from_secs(30), || async {
+            api.get_opt(id).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        let mut copy = planted(id, &alice, json!({"difficulty": 8, "blocks": 1}));
+        copy.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        api.create(&PostParams::default(), &copy).await.unwrap();
+        api.delete(id, &Default::default()).await.unwrap();
+    }
+    let pinned = api.get(&ids[0]).await.unwrap();
+    assert!(pinned.metadata.deletion_timestamp.is_some(), "the copy is Terminating");
+    // The caller is not locked out: the copies hold none of their places.
+    let started = Sdk::TypeScript.call(&frontend.url(), ALICE, "start_mining", start.clone()).await;
+    assert_eq!(structured(&started)["status"], "running", "{started:#}");
+    // Release the copies so the namespace can go.
+    for id in &ids {
+        let release = json!({"metadata": {"finalizers": null}});
+        api.patch(id, &PatchParams::default(), &Patch::Merge(release)).await.unwrap();
+    }
+}
