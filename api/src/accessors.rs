@@ -71,16 +71,31 @@ pub fn is_our_key(key: &str) -> bool {
     key.strip_prefix(crate::GROUP).is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// Trims what a watch cache keeps of an object to what our readers need:
-/// no managedFields, and only our own labels and annotations (anyone who may
-/// edit the object can write others, up to the API server's 256 KiB).
+/// Trims what a watch cache keeps of an object's metadata to what our
+/// readers need, each part bounded whatever was written: no managedFields
+/// or finalizers, only the labels we read (and `also_labels`), only our
+/// annotations within their lengths, and only the controller reference.
+/// Anyone who may edit an object can otherwise write up to the API server's
+/// 256 KiB of annotations, or 1.5 MiB in all, into every replica's memory.
 pub fn trim_for_cache(metadata: &mut ObjectMeta) {
+    trim_for_cache_keeping(metadata, &[]);
+}
+
+/// [`trim_for_cache`], keeping the labels `also_labels` too (bounded by the
+/// API server at 63 bytes a value).
+pub fn trim_for_cache_keeping(metadata: &mut ObjectMeta, also_labels: &[&str]) {
     metadata.managed_fields = None;
+    metadata.finalizers = None;
     if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.retain(|key, _| is_our_key(key));
+        annotations
+            .retain(|key, value| crate::annotations::max_bytes(key).is_some_and(|max| value.len() <= max));
     }
     if let Some(kept) = metadata.labels.as_mut() {
-        kept.retain(|key, _| is_our_key(key) || key == labels::MANAGED_BY);
+        kept.retain(|key, _| labels::ALL.contains(&key.as_str()) || also_labels.contains(&key.as_str()));
+    }
+    if let Some(owners) = metadata.owner_references.as_mut() {
+        owners.retain(|owner| owner.controller == Some(true));
+        owners.truncate(1);
     }
 }
 
@@ -98,27 +113,45 @@ mod tests {
                     (labels::MANAGED_BY, "m"),
                     ("team", "x"),
                     ("mining-operator.dev.evil/a", "y"),
+                    ("mining-operator.dev/padding-1", "z"),
                 ]
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .into(),
             ),
             annotations: Some(
                 [
-                    (crate::annotations::OWNER_PROOF, "p"),
-                    ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                    (crate::annotations::OWNER_PROOF, "p".to_string()),
+                    ("kubectl.kubernetes.io/last-applied-configuration", "{}".into()),
+                    ("mining-operator.dev/padding", "x".repeat(200_000)),
+                    (crate::annotations::PROGRESS_TOKEN, "1".repeat(200_000)),
                 ]
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| (k.to_string(), v))
                 .into(),
             ),
             managed_fields: Some(vec![Default::default()]),
+            finalizers: Some(vec!["f".repeat(300); 100]),
+            owner_references: Some(vec![
+                Default::default(),
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    controller: Some(true),
+                    uid: "u".into(),
+                    ..Default::default()
+                },
+                Default::default(),
+            ]),
             ..Default::default()
         };
         trim_for_cache(&mut metadata);
         assert_eq!(metadata.managed_fields, None);
+        assert_eq!(metadata.finalizers, None);
+        assert_eq!(
+            metadata.owner_references.unwrap().iter().map(|o| o.uid.as_str()).collect::<Vec<_>>(),
+            ["u"]
+        );
         let kept: Vec<_> = metadata.labels.unwrap().into_keys().collect();
         assert_eq!(kept, [labels::MANAGED_BY, labels::CALLER]);
         let annotations: Vec<_> = metadata.annotations.unwrap().into_keys().collect();
-        assert_eq!(annotations, [crate::annotations::OWNER_PROOF]);
+        assert_eq!(annotations, [crate::annotations::OWNER_PROOF], "oversized and unknown ones go");
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub use result::{BlockResult, NoWinner, RangeReport};
 #[cfg(feature = "kubernetes")]
 mod accessors;
 #[cfg(feature = "kubernetes")]
-pub use accessors::{is_our_key, trim_for_cache};
+pub use accessors::{is_our_key, trim_for_cache, trim_for_cache_keeping};
 #[cfg(feature = "kubernetes")]
 mod chain;
 #[cfg(feature = "kubernetes")]
@@ -40,6 +40,9 @@ pub mod labels {
     /// On workflows started through MCP: a hash of the caller that started it
     /// (never the caller's name), so every caller sees only its own.
     pub const CALLER: &str = "mining-operator.dev/caller";
+
+    /// Every label any component reads; caches keep no other.
+    pub const ALL: [&str; 4] = [WORKFLOW, BLOCK, MANAGED_BY, CALLER];
 }
 
 /// Annotation keys on the objects the operator and the frontend create.
@@ -55,6 +58,22 @@ pub mod annotations {
     /// On a workflow started through MCP: the frontend's proof (an HMAC under
     /// its own key) that it made this workflow, as it is, for its caller.
     pub const OWNER_PROOF: &str = "mining-operator.dev/owner-proof";
+
+    /// Longest progress token kept with a task (JSON bytes).
+    pub const MAX_PROGRESS_TOKEN_BYTES: usize = 256;
+
+    /// The longest value each of our annotations may have (`None`: not one
+    /// of ours). Caches keep only these, so whoever may edit an object
+    /// cannot grow a component's memory through its annotations.
+    pub fn max_bytes(key: &str) -> Option<usize> {
+        match key {
+            NONCE_START | NONCE_COUNT => Some(20),
+            PROGRESS_TOKEN => Some(MAX_PROGRESS_TOKEN_BYTES),
+            // "v2." and 64 hex digits, with room for one more version.
+            OWNER_PROOF => Some(160),
+            _ => None,
+        }
+    }
 }
 
 /// The permission the MCP frontend asks RBAC about (`--auth kubernetes`):

@@ -93,7 +93,8 @@ impl WorkflowCache {
             metrics,
         });
         // Only workflows started through MCP carry the caller label.
-        let config = watcher::Config::default().labels(labels::CALLER);
+        // Paged: anyone may pad a workflow's metadata, so no list is held whole.
+        let config = watcher::Config::default().labels(labels::CALLER).page_size(50);
         let runner = cache.clone();
         let run = async move {
             // The cache keeps only what the tools read: one trimmed copy per

@@ -8,11 +8,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels, reasons};
 use tracing::warn;
 
@@ -27,6 +27,7 @@ use crate::memory::Memory;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{JobSources, observe_jobs};
 use crate::plan::{Observed, PlannedEvent, plan};
+use crate::projection;
 use crate::{Error, Result};
 
 mod foreign;
@@ -35,6 +36,14 @@ use foreign::fail_for_foreign_job;
 /// Reconciles run at once. Unbounded, a start with thousands of retained
 /// workflows reconciles them all at once, each holding its own working set.
 const RECONCILE_CONCURRENCY: u16 = 16;
+/// Objects per page of the Pod and Job lists: at most this many of
+/// whatever size anyone made (up to 1.5 MiB each) are held at once before
+/// they are projected. Pods are the ones anyone can create anywhere; Jobs
+/// are many more (one per block), so their pages are larger.
+const POD_PAGE_SIZE: u32 = 5;
+const JOB_PAGE_SIZE: u32 = 20;
+/// The same for workflows, whose size the CRD bounds except in metadata.
+const WORKFLOW_PAGE_SIZE: u32 = 50;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -158,7 +167,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     // Caches keep only what reconciles read (no managedFields, no foreign
     // labels or annotations): anyone who may edit a workflow could otherwise
     // grow every operator replica's memory by 256 KiB per object.
-    let workflow_events = watcher(workflows, watcher::Config::default().any_semantic())
+    let workflow_events = watcher(workflows, watcher::Config::default().page_size(WORKFLOW_PAGE_SIZE))
         .modify(|workflow| mining_api::trim_for_cache(&mut workflow.metadata))
         .reflect(workflow_writer)
         .inspect_ok(move |event| seen.saw(Watched::Workflows, event))
@@ -167,9 +176,16 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
     let (job_store, job_writer) = reflector::store::<Job>();
     let managed = format!("{}={MANAGER}", labels::MANAGED_BY);
     let seen = caches.clone();
-    let job_events = watcher(jobs, watcher::Config::default().labels(&managed).any_semantic())
+    // Paged lists from etcd, not the watch cache's one-piece answer: the
+    // label selects objects anyone may create, so no list may be held whole.
+    let paged = watcher::Config::default().labels(&managed);
+    let (job_metrics, pod_metrics) = (metrics.clone(), metrics.clone());
+    let job_events = watcher(jobs, paged.clone().page_size(JOB_PAGE_SIZE))
         .default_backoff()
-        .modify(|job| job.managed_fields_mut().clear())
+        .modify(move |job| {
+            job_metrics.saw("jobs");
+            projection::project_job(job)
+        })
         .reflect(job_writer)
         .inspect_ok(move |event| seen.saw(Watched::Jobs, event))
         .touched_objects();
@@ -180,9 +196,12 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         None => Api::all(client.clone()),
     };
     let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let pod_events = watcher(pods_api, watcher::Config::default().labels(&managed).any_semantic())
+    let pod_events = watcher(pods_api, paged.page_size(POD_PAGE_SIZE))
         .default_backoff()
-        .modify(|pod| pod.managed_fields_mut().clear())
+        .modify(move |pod| {
+            pod_metrics.saw("pods");
+            projection::project_pod(pod)
+        })
         .reflect(pod_writer);
     tokio::spawn(pod_events.for_each(|_| std::future::ready(())));
     let (wake, woken) = futures::channel::mpsc::unbounded();

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod naming;
 pub mod observe;
 pub mod plan;
+pub mod projection;
 pub mod provenance;
 pub mod ranges;
 #[cfg(test)]

@@ -21,6 +21,12 @@ pub struct PhaseLabels {
     pub phase: WorkflowPhase,
 }
 
+/// The watches whose objects the operator caches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub resource: &'static str,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub reconciles: Counter,
@@ -32,6 +38,8 @@ pub struct Metrics {
     pub api_calls_per_reconcile: Histogram,
     /// 1 while this replica holds the leader lease, else 0.
     pub leader: Gauge,
+    /// Objects each watch delivered (listed or changed), before projection.
+    pub watch_events: Family<WatchLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -69,6 +77,12 @@ impl Default for Metrics {
         );
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica holds the leader lease", leader.clone());
+        let watch_events = Family::<WatchLabels, Counter>::default();
+        registry.register(
+            "watch_events",
+            "Objects a watch delivered (listed or changed), by resource",
+            watch_events.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -79,6 +93,7 @@ impl Default for Metrics {
             api_calls,
             api_calls_per_reconcile,
             leader,
+            watch_events,
         }
     }
 }
@@ -93,6 +108,11 @@ impl Metrics {
         for phase in WorkflowPhase::ALL {
             self.workflows.get_or_create(&PhaseLabels { phase }).set(counts[phase as usize]);
         }
+    }
+
+    /// Counts one object a watch delivered.
+    pub fn saw(&self, resource: &'static str) {
+        self.watch_events.get_or_create(&WatchLabels { resource }).inc();
     }
 
     pub fn encode(&self) -> String {

@@ -99,7 +99,7 @@ fn scheduling_mismatch(stored: &PodSpec, expected: &PodSpec) -> Option<String> {
     if stored.active_deadline_seconds != expected.active_deadline_seconds {
         return differs("activeDeadlineSeconds");
     }
-    let resources = |s: &PodSpec| s.containers.iter().map(|c| resource_values(c)).collect::<Vec<_>>();
+    let resources = |s: &PodSpec| s.containers.iter().map(resource_values).collect::<Vec<_>>();
     if resources(stored) != resources(expected) {
         return differs("resources");
     }

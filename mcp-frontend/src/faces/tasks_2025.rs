@@ -48,7 +48,7 @@ pub const PROTOCOL_VERSION: &str = "2025-11-25";
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// Longest progress token (as JSON) a task keeps on its workflow.
-pub const MAX_PROGRESS_TOKEN_BYTES: usize = 256;
+pub use mining_api::annotations::MAX_PROGRESS_TOKEN_BYTES;
 
 /// The TypeScript SDK's `RequestTimeout` (rmcp has no constant for it): the
 /// wait ran out, call again.
