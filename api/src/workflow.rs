@@ -254,6 +254,9 @@ pub mod condition_types {
 pub mod reasons {
     pub const PENDING: &str = "Pending";
     pub const QUEUED: &str = "Queued";
+    /// Between two blocks, the workflow gave its slot to one that waited,
+    /// and queued again with its mined blocks kept.
+    pub const YIELDED: &str = "Yielded";
     pub const ADMITTED: &str = "Admitted";
     pub const OVER_LIMIT: &str = "OverLimit";
     pub const SPEC_CHANGED: &str = "SpecChanged";

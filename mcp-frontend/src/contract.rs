@@ -228,9 +228,15 @@ fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, t
     match phase {
         WorkflowPhase::Mining => format!("{mined}; mining block {}", done.saturating_add(1).min(total)),
         _ => {
-            let queued =
-                workflow.condition(condition_types::ADMITTED).filter(|c| c.reason == reasons::QUEUED);
+            let queued = workflow
+                .condition(condition_types::ADMITTED)
+                .filter(|c| c.reason == reasons::QUEUED || c.reason == reasons::YIELDED);
             match queued {
+                // After a yield the operator's text says so ("queued:
+                // yielded its slot after block ...") beside what was mined.
+                Some(condition) if !condition.message.is_empty() && done > 0 => {
+                    format!("{mined}; {}", condition.message)
+                }
                 Some(condition) if !condition.message.is_empty() => format!("Queued: {}", condition.message),
                 Some(_) => "Queued: waiting for a free mining slot".into(),
                 None => "Accepted; mining has not started yet".into(),

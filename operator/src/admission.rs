@@ -11,6 +11,13 @@
 //! counts the slots it holds now plus its place in its own queue, so a
 //! namespace (or caller) with a backlog of hundreds delays another's next
 //! workflow by at most one slot turn; equal ranks go oldest first.
+//!
+//! Slots are lent, not kept: when every slot is taken and the head of the
+//! queue belongs to a group (namespace, or party within the namespace)
+//! holding fewer slots than the group of a workflow between two blocks,
+//! that workflow yields its slot ([`should_yield`]) and queues again with
+//! its mined blocks kept. So days of one namespace's work delay another's
+//! short workflow by at most one block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -172,6 +179,31 @@ pub fn standing(all: &[Seen], me: &MiningWorkflow) -> (usize, usize) {
     (mining, ahead)
 }
 
+/// Whether `me`, mining and between two blocks, should give its slot to the
+/// head of the queue: every slot is taken (else the head takes a free one),
+/// and `me`'s group holds more slots than the head's — namespaces first,
+/// then parties within one namespace. Groups an equal number of slots
+/// apart never trade, so shares settle instead of swapping every block.
+pub fn should_yield(all: &[Seen], me: &MiningWorkflow, limit: usize) -> bool {
+    let mining = || all.iter().filter(|s| s.phase == WorkflowPhase::Mining);
+    if mining().count() < limit {
+        return false;
+    }
+    let Some(head) = queue(all).first().map(|s| s.workflow.clone()) else { return false };
+    let (my_namespace, head_namespace) = (namespace_of(me), namespace_of(&head));
+    let held_in = |namespace: &str, party: Option<&str>| {
+        mining()
+            .filter(|s| namespace_of(&s.workflow) == namespace)
+            .filter(|s| party.is_none_or(|p| party_of(&s.workflow) == p))
+            .count()
+    };
+    if my_namespace != head_namespace {
+        return held_in(my_namespace, None) > held_in(head_namespace, None);
+    }
+    let (my_party, head_party) = (party_of(me), party_of(&head));
+    my_party != head_party && held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party))
+}
+
 /// The waiting workflows that should take the slots free now, in queue order.
 pub fn next_in_queue(all: &[Seen], limit: usize) -> Vec<Arc<MiningWorkflow>> {
     let mining = all.iter().filter(|s| s.phase == WorkflowPhase::Mining).count();
@@ -188,6 +220,47 @@ mod tests {
         let mut wf = workflow(name, 8, 1);
         wf.metadata.creation_timestamp = Some(Time(at(created)));
         Seen { workflow: Arc::new(wf), phase, started: None }
+    }
+
+    #[test]
+    fn a_namespace_holding_every_slot_yields_one_to_a_newcomer_and_no_more() {
+        let mut all: Vec<Seen> =
+            (0..4).map(|i| seen_in("busy", None, &format!("long-{i}"), i, WorkflowPhase::Mining)).collect();
+        all.push(seen_in("busy", None, "long-queued", 5, WorkflowPhase::Pending));
+        let me = all[0].workflow.clone();
+        assert!(!should_yield(&all, &me, 4), "nobody else waits");
+        all.push(seen_in("victim", None, "short", 9, WorkflowPhase::Pending));
+        assert!(should_yield(&all, &me, 4), "4 slots against none");
+        assert!(!should_yield(&all, &me, 5), "a free slot serves the newcomer");
+        // Once it has yielded and the newcomer mines: 3 against 1, and the
+        // head of the queue is the busy namespace's own: no more trades.
+        all[0].phase = WorkflowPhase::Pending;
+        all.last_mut().unwrap().phase = WorkflowPhase::Mining;
+        assert!(!should_yield(&all, &all[1].workflow.clone(), 4));
+        // The newcomer never yields back to the busy namespace.
+        let newcomer = all.last().unwrap().workflow.clone();
+        assert!(!should_yield(&all, &newcomer, 4));
+    }
+
+    #[test]
+    fn within_a_namespace_a_party_holding_more_yields_to_another() {
+        let party = |name: &str, created: i64, phase, caller: &str| {
+            seen_in("shared", Some(caller), name, created, phase)
+        };
+        let all = [
+            party("a-1", 0, WorkflowPhase::Mining, "alice"),
+            party("a-2", 1, WorkflowPhase::Mining, "alice"),
+            party("b-1", 2, WorkflowPhase::Pending, "bob"),
+        ];
+        assert!(should_yield(&all, &all[0].workflow, 2));
+        // Equal holdings never trade.
+        let even = [
+            party("a-1", 0, WorkflowPhase::Mining, "alice"),
+            party("b-1", 1, WorkflowPhase::Mining, "bob"),
+            party("a-2", 2, WorkflowPhase::Pending, "alice"),
+        ];
+        assert!(!should_yield(&even, &even[1].workflow, 2));
+        assert!(!should_yield(&even, &even[0].workflow, 2), "the head is alice's own");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels, reasons};
 use tracing::warn;
 
-use crate::admission::{Seen, freshest_phases, next_in_queue, standing};
+use crate::admission::{Seen, freshest_phases, next_in_queue, should_yield, standing};
 use crate::api_calls::counting_calls;
 use crate::apply::{self, Applied, Target, publish_events};
 use crate::caches::{CacheSync, Watched};
@@ -25,7 +25,7 @@ use crate::job::{MANAGER, MinerSettings, job_for_block};
 use crate::leader::{self, Leadership};
 use crate::memory::Memory;
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::observe::{JobSources, observe_jobs};
+use crate::observe::{BlockJob, JobSources, observe_jobs};
 use crate::plan::{Observed, PlannedEvent, plan};
 use crate::projection;
 use crate::{Error, Result};
@@ -329,8 +329,15 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         // every workflow, and at start-up every retained one is reconciled.
         _ => (0, 0, None),
     };
+    // Between two blocks (no Job running), a workflow holding a slot that
+    // a waiting one should have yields it.
+    let between_blocks = ranges.is_empty() && !jobs.values().any(|job| matches!(job, BlockJob::Running));
+    let yield_slot = before == WorkflowPhase::Mining
+        && between_blocks
+        && should_yield(&ctx.phases(), workflow, ctx.config.limits.max_concurrent_workflows);
     // Plan.
-    let observed = Observed { workflow, jobs, ranges, others_mining, queued_ahead, now: Timestamp::now() };
+    let observed =
+        Observed { workflow, jobs, ranges, others_mining, queued_ahead, yield_slot, now: Timestamp::now() };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
@@ -356,7 +363,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),
         Applied::WorkflowDeleted | Applied::StatusRejected => return Ok(Requeue::await_change()),
     }
-    if before == WorkflowPhase::Mining && after.is_finished() {
+    if before == WorkflowPhase::Mining && (after.is_finished() || after == WorkflowPhase::Pending) {
         ctx.wake_queued();
     }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))

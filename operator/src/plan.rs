@@ -42,6 +42,9 @@ pub struct Observed<'a> {
     /// Workflows waiting for a slot that were created before this one: they
     /// are admitted first.
     pub queued_ahead: usize,
+    /// Whether, between two blocks, this workflow should give its slot to
+    /// one that waits (`admission::should_yield`).
+    pub yield_slot: bool,
     pub now: Timestamp,
 }
 
@@ -233,7 +236,8 @@ impl Planner<'_> {
     /// Pending → Mining, unless a limit says no (rejected) or not yet (queued).
     fn admit(&mut self, limits: &Limits) -> bool {
         let (difficulty, blocks) = (self.spec().difficulty, self.spec().blocks);
-        self.plan.status.progress = Some(format!("0/{blocks}"));
+        let mined = self.plan.status.blocks.len();
+        self.plan.status.progress = Some(format!("{mined}/{}", self.total_blocks()));
         if difficulty > limits.max_difficulty || blocks > limits.max_blocks {
             let message = format!(
                 "rejected: difficulty {difficulty} and blocks {blocks} must be at most {} and {} on this operator",
@@ -276,9 +280,11 @@ impl Planner<'_> {
         }
         let status = &mut self.plan.status;
         status.phase = Some(WorkflowPhase::Mining);
-        status.started_at = Some(self.now.clone());
-        status.admitted_difficulty = Some(difficulty);
-        status.admitted_blocks = Some(blocks);
+        // A workflow that yielded its slot resumes what it was admitted to
+        // mine, and its deadline still counts from its first start.
+        status.started_at.get_or_insert_with(|| self.now.clone());
+        status.admitted_difficulty.get_or_insert(difficulty);
+        status.admitted_blocks.get_or_insert(blocks);
         self.condition(condition_types::ADMITTED, ConditionStatus::True, reasons::ADMITTED, "mining started");
         true
     }
@@ -335,6 +341,9 @@ impl Planner<'_> {
                     let recreated = self.observed.workflow.status.as_ref().and_then(|s| s.current_block)
                         == Some(block)
                         && self.phase() == WorkflowPhase::Mining;
+                    if self.observed.yield_slot && block > 1 && !recreated {
+                        return self.yield_slot(block, total);
+                    }
                     self.plan.actions.push(Action::CreateJob { block, prev, difficulty });
                     if recreated {
                         let note = format!("the Job of block {block}/{total} is gone; creating it again");
@@ -376,6 +385,24 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+
+    /// Gives the slot to a workflow that waits, before block `block`: back
+    /// in the queue, every mined block kept.
+    fn yield_slot(&mut self, block: u32, total: u32) {
+        let message = format!(
+            "queued: yielded its slot after block {}/{total} to a workflow that waited; it resumes with the \
+             blocks mined so far when a slot frees",
+            block - 1
+        );
+        self.plan.status.phase = Some(WorkflowPhase::Pending);
+        self.plan.status.current_block = None;
+        self.plan.status.message = Some(message.clone());
+        self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::YIELDED, &message);
+        self.condition(condition_types::MINING, ConditionStatus::False, reasons::YIELDED, &message);
+        self.condition(condition_types::READY, ConditionStatus::False, reasons::QUEUED, "waiting to resume");
+        self.event(false, reasons::YIELDED, message);
+        self.requeue(QUEUED_RECHECK);
     }
 
     fn results_lost(&self) -> u32 {

@@ -173,6 +173,19 @@ fn queued_workflow_says_so() {
 }
 
 #[test]
+fn a_workflow_that_yielded_its_slot_says_what_it_mined_and_that_it_waits() {
+    let mut yielded = with_status(workflow(8, 3), WorkflowPhase::Pending, mined_blocks(8, 1));
+    let text = "queued: yielded its slot after block 1/3 to a workflow that waited";
+    let mut condition = ready(reasons::YIELDED, text);
+    condition.type_ = condition_types::ADMITTED.into();
+    yielded.status.as_mut().unwrap().conditions.push(condition);
+    let answer = outcome(&yielded, at(30));
+    assert_eq!(answer.status, OutcomeStatus::Running);
+    assert_eq!(answer.status_message, format!("Mined 1 of 3 blocks; {text}"));
+    assert_eq!(answer.progress, Some(Progress { blocks_done: 1, blocks_total: 3 }));
+}
+
+#[test]
 fn poll_after_estimates_the_remaining_work_from_mined_blocks() {
     // Blocks took 1 and 2 s (mean 1.5 → 1); 3 remain; the last finished at t=13.
     let workflow = with_status(workflow(8, 5), WorkflowPhase::Mining, mined_blocks(8, 2));

@@ -174,6 +174,7 @@ fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
         ranges: Default::default(),
         others_mining: 0,
         queued_ahead: 0,
+        yield_slot: false,
         now: Timestamp::now(),
     };
     let status = plan(&observed, &config.limits).status;

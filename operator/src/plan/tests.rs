@@ -22,6 +22,7 @@ fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Pla
         ranges: BTreeMap::new(),
         others_mining: 0,
         queued_ahead: 0,
+        yield_slot: false,
         now,
     };
     plan(&observed, &limits())
@@ -218,6 +219,7 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
         ranges: BTreeMap::new(),
         others_mining: 2,
         queued_ahead: 0,
+        yield_slot: false,
         now: at(0),
     };
     let plan = plan(&observed, &limits());
@@ -237,6 +239,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         ranges: BTreeMap::new(),
         others_mining: 1,
         queued_ahead: 1,
+        yield_slot: false,
         now: at(0),
     };
     let queued = plan(&observed, &limits());
@@ -254,6 +257,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         ranges: BTreeMap::new(),
         others_mining: 2,
         queued_ahead: 3,
+        yield_slot: false,
         now: at(1),
     };
     let later = plan(&observed, &limits());
@@ -266,6 +270,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         ranges: BTreeMap::new(),
         others_mining: 1,
         queued_ahead: 0,
+        yield_slot: false,
         now: at(2),
     };
     assert_eq!(plan(&observed, &limits()).status.phase, Some(WorkflowPhase::Mining));
@@ -445,6 +450,7 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
             ranges: ranges.clone(),
             others_mining: 0,
             queued_ahead: 0,
+            yield_slot: false,
             now: at(1),
         };
         let plan = plan(&observed, &limits);
@@ -512,6 +518,7 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
         ranges: BTreeMap::new(),
         others_mining: 0,
         queued_ahead: 0,
+        yield_slot: false,
         now: at(0),
     };
     let plan = plan(&observed, &limits);
@@ -547,4 +554,55 @@ fn a_block_begun_in_ranges_stays_in_ranges_when_parallelism_drops_to_one() {
         "no whole-block Job from nonce 0, and no second BlockStarted"
     );
     assert!(plan.events.iter().all(|e| e.reason != reasons::BLOCK_STARTED), "{:?}", plan.events);
+}
+
+#[test]
+fn between_blocks_a_workflow_told_to_yield_queues_again_and_resumes_where_it_stopped() {
+    let wf = workflow("w", 8, 3);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let first = mined(1, GENESIS, 8);
+    let observed = Observed {
+        workflow: &wf,
+        jobs: [(1, succeeded(&first))].into(),
+        ranges: BTreeMap::new(),
+        others_mining: 1,
+        queued_ahead: 0,
+        yield_slot: true,
+        now: at(20),
+    };
+    let yielded = plan(&observed, &limits());
+    // The block is recorded, its slot given back, no next Job created.
+    assert_eq!(yielded.status.phase, Some(WorkflowPhase::Pending));
+    assert_eq!(yielded.status.blocks.len(), 1);
+    assert!(yielded.actions.is_empty(), "{:?}", yielded.actions);
+    assert_eq!(condition(&yielded, condition_types::ADMITTED).reason, reasons::YIELDED);
+    assert!(yielded.events.iter().any(|e| e.reason == reasons::YIELDED));
+    assert!(yielded.status.message.as_deref().unwrap().contains("after block 1/3"));
+    // Re-admitted later: the next block on top of the mined one, the
+    // admission and the first start kept.
+    let mut wf = with_status(wf, &yielded);
+    wf.spec.difficulty = 9; // a spec edit the API server let through changes nothing
+    let resumed = observe(&wf, &[(1, succeeded(&first))], at(90));
+    assert_eq!(resumed.status.phase, Some(WorkflowPhase::Mining));
+    assert_eq!(resumed.status.progress.as_deref(), Some("1/3"));
+    assert_eq!(resumed.status.started_at, Some(Time(at(0))));
+    assert_eq!(resumed.status.admitted_difficulty, Some(8));
+    assert_eq!(resumed.actions, [Action::CreateJob { block: 2, prev: first.hash.clone(), difficulty: 8 }]);
+}
+
+#[test]
+fn the_first_block_never_yields() {
+    let wf = workflow("w", 8, 3);
+    let observed = Observed {
+        workflow: &wf,
+        jobs: BTreeMap::new(),
+        ranges: BTreeMap::new(),
+        others_mining: 0,
+        queued_ahead: 0,
+        yield_slot: true,
+        now: at(0),
+    };
+    let admitted = plan(&observed, &limits());
+    assert_eq!(admitted.status.phase, Some(WorkflowPhase::Mining), "just admitted: it mines its first block");
+    assert_eq!(admitted.actions.len(), 1);
 }

@@ -117,13 +117,21 @@ async fn starts_per_minute_are_limited_and_the_refusal_says_when_to_retry() {
 async fn one_callers_many_waits_leave_anothers_wait_its_whole_budget() {
     let ns = TestNamespace::new("bounds-waits").await;
     install_crd(&ns.client).await;
-    // No operator: every wait runs to its budget.
+    // No operator: every wait runs to its budget. All 500 calls come from
+    // one address: the connection share per source is lifted, since the
+    // bound under test here is the waits'.
     let path = tokens_file("t-mallory mallory\nt-bob bob\n");
-    let frontend = FrontendProcess::start(
-        &ns.name,
-        &["--auth", "tokens", "--tokens-file", path.to_str().unwrap(), "--max-waits-per-caller", "8"],
-    )
-    .await;
+    let args = [
+        "--auth",
+        "tokens",
+        "--tokens-file",
+        path.to_str().unwrap(),
+        "--max-waits-per-caller",
+        "8",
+        "--max-connections-per-source",
+        "1000",
+    ];
+    let frontend = FrontendProcess::start(&ns.name, &args).await;
     let start = |token: &'static str| {
         let frontend = &frontend;
         async move {

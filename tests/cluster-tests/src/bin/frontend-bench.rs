@@ -24,6 +24,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// Every call of the bench comes from this one address: its share of the
+/// connection pool is lifted to the pool's size.
+const ONE_SOURCE: &[&str] = &["--max-connections-per-source", "100000"];
+
 use cluster_tests::bench::summary;
 use cluster_tests::mcp::FrontendProcess;
 use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
@@ -124,7 +128,7 @@ async fn main() {
     let waiters: usize = args.next().map_or(1000, |a| a.parse().expect("WAITERS"));
     let ns = TestNamespace::new("frontend-bench").await;
     install_crd(&ns.client).await;
-    let frontend = FrontendProcess::start(&ns.name, &[]).await;
+    let frontend = FrontendProcess::start(&ns.name, ONE_SOURCE).await;
     let addr = frontend.addr;
 
     // 3 first, while an operator runs: end-to-end start_mining.
@@ -205,7 +209,7 @@ async fn main() {
     let api: Api<MiningWorkflow> = ns.api();
     drop(frontend);
     for kind in ["tasks/result", "get_mining_result"] {
-        let frontend = FrontendProcess::start(&ns.name, &[]).await;
+        let frontend = FrontendProcess::start(&ns.name, ONE_SOURCE).await;
         let addr = frontend.addr;
         let started = exchange(
             addr,

@@ -1,0 +1,74 @@
+//! Slots are lent, not kept: with every slot held by one party's long
+//! workflows, another party's short workflow starts at the next block
+//! boundary, and the workflow that yielded resumes with its blocks kept.
+//! (The "trust boundary" issue's finding 4, attacked as it was found.)
+
+use std::time::Duration;
+
+use cluster_tests::{
+    OperatorProcess, WORKFLOW_TIMEOUT, assert_chain_verifies, create_workflow, eventually,
+    namespace_with_crd, wait_phase, workflow,
+};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use mining_api::{MiningWorkflow, WorkflowPhase, labels};
+use serde_json::json;
+
+const LONG_DIFFICULTY: u32 = 12;
+
+#[tokio::test]
+async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and_the_yielder_resumes() {
+    let ns = namespace_with_crd("fair-share").await;
+    let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", "2"]);
+    // One party (direct creators) takes both slots with days' worth of
+    // blocks, as far as this test is concerned.
+    let long = json!({"difficulty": LONG_DIFFICULTY, "blocks": 64});
+    let api = create_workflow(&ns, "long-0", long.clone()).await;
+    create_workflow(&ns, "long-1", long).await;
+    for name in ["long-0", "long-1"] {
+        eventually("both long workflows to have mined a block", WORKFLOW_TIMEOUT, || async {
+            let workflow = api.get(name).await.ok()?;
+            (workflow.phase() == WorkflowPhase::Mining && !workflow.mined_blocks().is_empty()).then_some(())
+        })
+        .await;
+    }
+    // Another party's one small block.
+    let mut short = workflow("short", json!({"difficulty": 4, "blocks": 1}));
+    short.metadata.labels = Some([(labels::CALLER.to_string(), "0".repeat(32))].into());
+    api.create(&PostParams::default(), &short).await.unwrap();
+    wait_phase(&api, "short", WorkflowPhase::Succeeded).await;
+    let finished_first: Vec<MiningWorkflow> =
+        futures::future::join_all(["long-0", "long-1"].map(|name| async { api.get(name).await.unwrap() }))
+            .await;
+    assert!(
+        finished_first.iter().all(|w| !w.is_finished()),
+        "the short workflow waited for a long one to finish"
+    );
+    // One long workflow gave its slot between two blocks, and said so.
+    let events: Api<Event> = ns.api();
+    let yielded: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED))
+        .collect();
+    assert!(!yielded.is_empty(), "no workflow yielded its slot");
+    let yielder = yielded[0].regarding.as_ref().and_then(|r| r.name.clone()).unwrap();
+    assert!(yielder.starts_with("long-"), "{yielder}");
+    let note = yielded[0].note.clone().unwrap_or_default();
+    assert!(note.contains("yielded its slot after block"), "{note}");
+    // It resumes on top of the blocks it had mined: more blocks, one chain.
+    let mined_then = finished_first.iter().find(|w| w.metadata.name.as_deref() == Some(&yielder)).unwrap();
+    let before = mined_then.mined_blocks().len();
+    let resumed = eventually("the yielder to resume and mine on", Duration::from_secs(120), || async {
+        let workflow = api.get(&yielder).await.ok()?;
+        (workflow.phase() == WorkflowPhase::Mining && workflow.mined_blocks().len() > before)
+            .then_some(workflow)
+    })
+    .await;
+    assert_chain_verifies(&resumed, LONG_DIFFICULTY);
+    let indices: Vec<u32> = resumed.mined_blocks().iter().map(|b| b.index).collect();
+    assert_eq!(indices, (1..=indices.len() as u32).collect::<Vec<_>>(), "no block lost or repeated");
+}
