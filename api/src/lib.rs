@@ -23,7 +23,9 @@ pub use work::{ProofVersion, ProvenSpec, ProvenWorkflow};
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;
-#[cfg(feature = "testing")]
+#[cfg(feature = "proofs")]
+pub mod ownership;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 /// The API group: a domain this project owns.

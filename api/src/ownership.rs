@@ -1,0 +1,307 @@
+//! Ownership only the frontend can assert (feature `proofs`).
+//!
+//! The frontend makes proofs with these keys; the operator, given the same
+//! key read-only, verifies them to tell a caller's workflows (one party of
+//! its fair queue each) from objects anyone created with a caller label.
+//!
+//! Anyone allowed to create MiningWorkflows can write any label, so a label
+//! cannot say whose a workflow is. Every workflow the frontend creates
+//! carries a proof instead: an HMAC, under a key only the frontend holds,
+//! over its name, namespace, caller and spec. Without the key no one can
+//! make a proof, and a proof moved to another object, caller or spec no
+//! longer verifies. Workflow ids carry a MAC of their owner as well, so an id
+//! is checked against its caller before any lookup: another caller's id, an
+//! unknown id and a guessed one all cost nothing and look the same.
+//!
+//! Rotation: new proofs and ids use the current key; those made with the
+//! previous key (when one is configured) still verify, for a grace window
+//! that ends when the previous key is removed.
+
+use std::path::Path;
+
+use hmac::{Hmac, KeyInit, Mac};
+use crate::{MiningWorkflow, ProofVersion, annotations};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Shortest key accepted: 256 bits.
+pub const MIN_KEY_BYTES: usize = 32;
+
+/// The frontend's keys: the current one, and the previous one during a rotation.
+pub struct OwnershipKeys {
+    current: Vec<u8>,
+    previous: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for OwnershipKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnershipKeys").field("previous", &self.previous.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl OwnershipKeys {
+    pub fn new(current: Vec<u8>, previous: Option<Vec<u8>>) -> Result<Self, String> {
+        for (which, key) in [("current", Some(&current)), ("previous", previous.as_ref())] {
+            if let Some(key) = key
+                && key.len() < MIN_KEY_BYTES
+            {
+                return Err(format!(
+                    "the {which} ownership key has {} bytes; it needs at least {MIN_KEY_BYTES} \
+                     (e.g. `head -c 32 /dev/urandom | base64`)",
+                    key.len()
+                ));
+            }
+        }
+        Ok(Self { current, previous })
+    }
+
+    /// Reads the keys from files (a mounted Secret); surrounding whitespace is not part of a key.
+    pub fn from_files(current: &Path, previous: Option<&Path>) -> Result<Self, String> {
+        let read = |path: &Path| {
+            std::fs::read(path)
+                .map(|bytes| bytes.trim_ascii().to_vec())
+                .map_err(|err| format!("reading the ownership key {}: {err}", path.display()))
+        };
+        let previous = match previous {
+            Some(path) if path.exists() => Some(read(path)?).filter(|key| !key.is_empty()),
+            _ => None,
+        };
+        Self::new(read(current)?, previous)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.current.as_slice()).chain(self.previous.as_deref())
+    }
+
+    /// The proof that the frontend made `workflow` as it is now: the
+    /// current version under the current key.
+    pub fn proof(&self, workflow: &MiningWorkflow) -> String {
+        self.proof_in(ProofVersion::CURRENT, workflow)
+    }
+
+    /// The proof of `version` under the current key: what a release that
+    /// made `version` wrote (upgrade tests make yesterday's proofs with it).
+    pub fn proof_in(&self, version: ProofVersion, workflow: &MiningWorkflow) -> String {
+        version.encode(&hex(&mac(&self.current, version.domain(), &version.bound_parts(workflow))))
+    }
+
+    /// Whether `workflow` carries a proof made by this frontend (either key,
+    /// an accepted version) for exactly its name, namespace, caller and spec.
+    pub fn proves(&self, workflow: &MiningWorkflow) -> bool {
+        self.proven_version(workflow).is_some()
+    }
+
+    /// The version of the valid proof `workflow` carries, if any.
+    pub fn proven_version(&self, workflow: &MiningWorkflow) -> Option<ProofVersion> {
+        let (version, text) = ProofVersion::decode(workflow.annotation(annotations::OWNER_PROOF)?)?;
+        if !ProofVersion::ACCEPTED.contains(&version) {
+            return None;
+        }
+        let claimed = unhex(text)?;
+        let parts = version.bound_parts(workflow);
+        self.keys()
+            .any(|key| mac_of(key, version.domain(), &parts).verify_slice(&claimed).is_ok())
+            .then_some(version)
+    }
+
+    /// The current proof for `workflow` when it carries a valid proof of an
+    /// older version: the frontend writes it back, so the next release, which
+    /// accepts one version fewer, still sees every workflow.
+    pub fn reproof(&self, workflow: &MiningWorkflow) -> Option<String> {
+        let version = self.proven_version(workflow)?;
+        (version != ProofVersion::CURRENT).then(|| self.proof(workflow))
+    }
+
+    /// The proof on a quota ledger: `text` as the frontend wrote it to the
+    /// Lease `name` in `namespace`.
+    pub fn ledger_proof(&self, namespace: &str, name: &str, text: &str) -> String {
+        hex(&mac(&self.current, "quota-ledger", &[namespace, name, text]))
+    }
+
+    /// Whether `proof` is the frontend's (either key) for this ledger.
+    pub fn proves_ledger(&self, namespace: &str, name: &str, text: &str, proof: &str) -> bool {
+        let Some(claimed) = unhex(proof) else { return false };
+        self.keys()
+            .any(|key| mac_of(key, "quota-ledger", &[namespace, name, text]).verify_slice(&claimed).is_ok())
+    }
+
+    /// The MAC an id of `caller_label` with body `nonce` carries, under the current key.
+    pub fn id_tag(&self, caller_label: &str, nonce: &str) -> [u8; 32] {
+        mac(&self.current, "id", &[caller_label.as_bytes(), nonce.as_bytes()])
+    }
+
+    /// Every key's MAC for an id (current first), for checking a tag.
+    pub fn id_tags(&self, caller_label: &str, nonce: &str) -> impl Iterator<Item = [u8; 32]> {
+        self.keys().map(move |key| mac(key, "id", &[caller_label.as_bytes(), nonce.as_bytes()]))
+    }
+
+    /// The bytes an idempotency key stands for under each key (current first):
+    /// only the frontend can compute them, so no one can predict another
+    /// caller's id.
+    pub fn idempotency_nonces(
+        &self,
+        caller_label: &str,
+        key: &str,
+        attempt: u8,
+    ) -> impl Iterator<Item = [u8; 32]> {
+        self.keys().map(move |secret| {
+            mac(secret, "idempotency", &[caller_label.as_bytes(), key.as_bytes(), &[attempt]])
+        })
+    }
+}
+
+fn mac_of(key: &[u8], domain: &str, parts: &[impl AsRef<[u8]>]) -> HmacSha256 {
+    // HMAC takes keys of any length, so this cannot fail.
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
+    mac.update(b"mining-operator.dev/");
+    mac.update(domain.as_bytes());
+    for part in parts {
+        // Length-prefixed, so no two field lists share an encoding.
+        let part = part.as_ref();
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    mac
+}
+
+fn mac(key: &[u8], domain: &str, parts: &[impl AsRef<[u8]>]) -> [u8; 32] {
+    mac_of(key, domain, parts).finalize().into_bytes().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
+}
+
+/// Compares two byte strings in time that depends on their length only.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::labels;
+    use crate::testing::{self, WorkflowExt};
+
+    use super::*;
+
+    fn keys() -> OwnershipKeys {
+        OwnershipKeys::new(vec![7; 32], None).unwrap()
+    }
+
+    fn signed(keys: &OwnershipKeys) -> MiningWorkflow {
+        let mut workflow = testing::workflow("mw-x", 8, 2).with_caller("alice-label");
+        let proof = keys.proof(&workflow);
+        workflow.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
+        workflow
+    }
+
+    #[test]
+    fn a_proof_verifies_only_for_what_it_was_made_for() {
+        let keys = keys();
+        let workflow = signed(&keys);
+        assert!(keys.proves(&workflow));
+        type Forgery = fn(&mut MiningWorkflow);
+        let forgeries: [(&str, Forgery); 6] = [
+            ("another caller", |w| {
+                w.metadata.labels.as_mut().unwrap().insert(labels::CALLER.into(), "bob-label".into());
+            }),
+            ("another name", |w| w.metadata.name = Some("mw-y".into())),
+            ("another namespace", |w| w.metadata.namespace = Some("other".into())),
+            ("another difficulty", |w| w.spec.difficulty = 1),
+            ("another length", |w| w.spec.blocks = 1),
+            ("another parallelism", |w| w.spec.parallelism = 64),
+        ];
+        for (what, forge) in forgeries {
+            let mut moved = workflow.clone();
+            forge(&mut moved);
+            assert!(!keys.proves(&moved), "a proof moved to {what} still verified");
+        }
+        let mut cancelled = workflow.clone();
+        cancelled.spec.cancel = true;
+        assert!(keys.proves(&cancelled), "a cancel is the frontend's own later write");
+    }
+
+    #[test]
+    fn no_proof_a_garbled_one_or_another_keys_is_no_proof() {
+        let keys = keys();
+        let mut workflow = signed(&keys);
+        assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves(&workflow), "another frontend's key");
+        for garbage in ["", "zz", &"0".repeat(64), &"é".repeat(32)] {
+            workflow.metadata.annotations =
+                Some([(annotations::OWNER_PROOF.to_string(), garbage.into())].into());
+            assert!(!keys.proves(&workflow), "{garbage:?}");
+        }
+        workflow.metadata.annotations = None;
+        assert!(!keys.proves(&workflow));
+    }
+
+    #[test]
+    fn proofs_of_the_previous_key_verify_during_a_rotation() {
+        let old = keys();
+        let workflow = signed(&old);
+        let rotated = OwnershipKeys::new(vec![9; 32], Some(vec![7; 32])).unwrap();
+        assert!(rotated.proves(&workflow));
+        assert_ne!(rotated.proof(&workflow), old.proof(&workflow), "new proofs use the new key");
+        let done = OwnershipKeys::new(vec![9; 32], None).unwrap();
+        assert!(!done.proves(&workflow), "the grace window ends with the previous key");
+    }
+
+    /// What the release before versioned proofs wrote for `signed(&keys())`,
+    /// computed independently (Python's hmac over the length-prefixed fields).
+    const PROOF_BEFORE_VERSIONS: &str = "bbb0e2e0a72b35fd407843c72275a634f53adb7470e543a408e4565c4785e82d";
+
+    fn with_proof(mut workflow: MiningWorkflow, proof: &str) -> MiningWorkflow {
+        workflow.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof.into())].into());
+        workflow
+    }
+
+    #[test]
+    fn an_upgrade_keeps_proofs_made_before_versions_and_makes_them_current_on_write() {
+        let keys = keys();
+        let old = with_proof(signed(&keys), PROOF_BEFORE_VERSIONS);
+        assert_eq!(keys.proven_version(&old), Some(ProofVersion::V1), "yesterday's workflows stay visible");
+        let reproof = keys.reproof(&old).expect("an old version is made again");
+        assert!(reproof.starts_with("v2."), "{reproof}");
+        let upgraded = with_proof(old.clone(), &reproof);
+        assert_eq!(keys.proven_version(&upgraded), Some(ProofVersion::CURRENT));
+        assert_eq!(keys.reproof(&upgraded), None, "a current proof is left as it is");
+        let mut moved = old;
+        moved.spec.difficulty = 1;
+        assert!(!keys.proves(&moved), "an old proof still binds what it bound");
+        assert_eq!(keys.reproof(&moved), None, "nothing unproven is ever proven anew");
+    }
+
+    #[test]
+    fn a_proof_verifies_only_under_the_version_it_names() {
+        let keys = keys();
+        let current = signed(&keys);
+        let proof = current.annotation(annotations::OWNER_PROOF).unwrap().to_string();
+        let bare = proof.strip_prefix("v2.").expect("new proofs name their version");
+        assert!(!keys.proves(&with_proof(current.clone(), bare)), "a v2 MAC read as v1");
+        assert!(!keys.proves(&with_proof(current.clone(), &format!("v3.{bare}"))), "an unknown version");
+        let v1_as_v2 = format!("v2.{PROOF_BEFORE_VERSIONS}");
+        assert!(!keys.proves(&with_proof(current, &v1_as_v2)), "a v1 MAC read as v2");
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        let err = OwnershipKeys::new(vec![1; 16], None).unwrap_err();
+        assert!(err.contains("at least 32"), "{err}");
+        assert!(OwnershipKeys::new(vec![1; 32], Some(vec![1; 3])).is_err());
+    }
+
+    #[test]
+    fn constant_time_eq_compares_contents() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}
