@@ -19,8 +19,8 @@
 
 use std::path::Path;
 
-use hmac::{Hmac, KeyInit, Mac};
 use crate::{MiningWorkflow, ProofVersion, annotations};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;

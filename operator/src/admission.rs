@@ -6,8 +6,10 @@
 //! that lags the operator's own writes can admit more than the limit.
 //!
 //! The queue is fair: slots go round-robin across namespaces and, within a
-//! namespace, across parties — each MCP caller (its caller label) is one,
-//! and everyone who creates workflows directly is one more. A party's rank
+//! namespace, across parties — each MCP caller is one, and everyone who
+//! creates workflows directly is one more. A caller label is a claim anyone
+//! can write, so a workflow is its caller's only when it carries the
+//! frontend's proof ([`Party`]); every other one is "direct". A party's rank
 //! counts the slots it holds now plus its place in its own queue, so a
 //! namespace (or caller) with a backlog of hundreds delays another's next
 //! workflow by at most one slot turn; equal ranks go oldest first.
@@ -29,6 +31,9 @@ pub struct Seen {
     pub workflow: Arc<MiningWorkflow>,
     pub phase: WorkflowPhase,
     pub started: Served,
+    /// The party it queues as within its namespace: its caller's label when
+    /// the frontend's proof says so, else "" (the namespace's direct creators).
+    pub party: String,
 }
 
 /// What this operator last wrote of a workflow's standing.
@@ -41,16 +46,31 @@ pub struct Standing {
 /// The freshest phase and admission time of every workflow: a status this
 /// operator wrote wins over the cache's (which may not have caught up with
 /// it yet — a queue that missed an admission would serve a party twice).
-pub fn freshest_phases(cached: Vec<Arc<MiningWorkflow>>, written: &HashMap<String, Standing>) -> Vec<Seen> {
+/// `party` says which party each workflow queues as (see [`Seen::party`]).
+pub fn freshest_phases(
+    cached: Vec<Arc<MiningWorkflow>>,
+    written: &HashMap<String, Standing>,
+    party: impl Fn(&MiningWorkflow) -> String,
+) -> Vec<Seen> {
     cached
         .into_iter()
         .map(|workflow| {
             let cached = Standing { phase: workflow.phase(), started: started(&workflow) };
             let fresh =
                 workflow.metadata.uid.as_ref().and_then(|uid| written.get(uid)).copied().unwrap_or(cached);
-            Seen { workflow, phase: fresh.phase, started: fresh.started.or(cached.started) }
+            let party = party(&workflow);
+            Seen { workflow, phase: fresh.phase, started: fresh.started.or(cached.started), party }
         })
         .collect()
+}
+
+/// The party of a workflow: its caller label when `proven` (the frontend's
+/// proof verifies), else the direct creators' "".
+pub fn party(workflow: &MiningWorkflow, proven: impl FnOnce(&MiningWorkflow) -> bool) -> String {
+    match workflow.label(labels::CALLER) {
+        Some(label) if proven(workflow) => label.to_string(),
+        _ => String::new(),
+    }
 }
 
 /// Whether a workflow waits for a slot (and so holds a place in the queue).
@@ -73,10 +93,8 @@ fn namespace_of(workflow: &MiningWorkflow) -> &str {
     workflow.metadata.namespace.as_deref().unwrap_or_default()
 }
 
-/// The party a workflow queues as within its namespace: its MCP caller, or
-/// (no caller label) the namespace's direct creators together.
-fn party_of(workflow: &MiningWorkflow) -> &str {
-    workflow.label(labels::CALLER).unwrap_or_default()
+fn party_of(seen: &Seen) -> &str {
+    &seen.party
 }
 
 type Served = Option<k8s_openapi::jiff::Timestamp>;
@@ -113,12 +131,12 @@ impl<'a> Groups<'a> {
 /// equal ranks the group served longest ago goes first, then the oldest.
 fn round_robin<'a>(
     members: Vec<(usize, &'a Seen)>,
-    group_of: impl Fn(&'a MiningWorkflow) -> &'a str,
+    group_of: impl Fn(&'a Seen) -> &'a str,
     groups: &Groups<'a>,
 ) -> Vec<&'a Seen> {
     let mut by_group: HashMap<&str, Vec<(usize, &Seen)>> = HashMap::new();
     for member in members {
-        by_group.entry(group_of(&member.1.workflow)).or_default().push(member);
+        by_group.entry(group_of(member.1)).or_default().push(member);
     }
     let mut ranked: Vec<(usize, Served, &Seen)> = Vec::new();
     for (group, mut queue) in by_group {
@@ -144,7 +162,7 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
     for seen in all {
         let namespace = namespace_of(&seen.workflow);
         namespaces.note(namespace, seen);
-        parties.entry(namespace).or_default().note(party_of(&seen.workflow), seen);
+        parties.entry(namespace).or_default().note(party_of(seen), seen);
         if waiting(seen) {
             waiting_by_namespace.entry(namespace).or_default().push((0, seen));
         }
@@ -158,7 +176,7 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
         within.extend(ordered.into_iter().enumerate());
     }
     // Across namespaces, by the same rule.
-    round_robin(within, namespace_of, &namespaces)
+    round_robin(within, |seen| namespace_of(&seen.workflow), &namespaces)
 }
 
 /// For `me`: how many other workflows are mining, and how many waiting ones
@@ -194,13 +212,14 @@ pub fn should_yield(all: &[Seen], me: &MiningWorkflow, limit: usize) -> bool {
     let held_in = |namespace: &str, party: Option<&str>| {
         mining()
             .filter(|s| namespace_of(&s.workflow) == namespace)
-            .filter(|s| party.is_none_or(|p| party_of(&s.workflow) == p))
+            .filter(|s| party.is_none_or(|p| party_of(s) == p))
             .count()
     };
     if my_namespace != head_namespace {
         return held_in(my_namespace, None) > held_in(head_namespace, None);
     }
-    let (my_party, head_party) = (party_of(me), party_of(&head));
+    let my_party = all.iter().find(|s| s.workflow.metadata.uid == me.metadata.uid).map_or("", party_of);
+    let head_party = all.iter().find(|s| s.workflow.metadata.uid == head.metadata.uid).map_or("", party_of);
     my_party != head_party && held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party))
 }
 
@@ -219,7 +238,7 @@ mod tests {
     fn seen(name: &str, created: i64, phase: WorkflowPhase) -> Seen {
         let mut wf = workflow(name, 8, 1);
         wf.metadata.creation_timestamp = Some(Time(at(created)));
-        Seen { workflow: Arc::new(wf), phase, started: None }
+        Seen { workflow: Arc::new(wf), phase, started: None, party: String::new() }
     }
 
     #[test]
@@ -277,13 +296,46 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_label_without_the_frontends_proof_is_the_direct_party() {
+        let mut labelled = workflow("w", 8, 1);
+        labelled.metadata.labels = Some([(labels::CALLER.to_string(), "abc".to_string())].into());
+        assert_eq!(party(&labelled, |_| true), "abc");
+        assert_eq!(party(&labelled, |_| false), "", "a label anyone wrote is a claim");
+        assert_eq!(party(&workflow("w", 8, 1), |_| true), "", "no label: direct");
+    }
+
+    #[test]
+    fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_turn() {
+        // The attack as found: 30 direct workflows, each with its own random
+        // caller label, against one MCP caller's workflow queued after them.
+        let mut all: Vec<Seen> = (0..30)
+            .map(|i| {
+                let mut seen = seen_in(
+                    "shared",
+                    Some(&format!("random-{i}")),
+                    &format!("d{i}"),
+                    i,
+                    WorkflowPhase::Pending,
+                );
+                seen.party = party(&seen.workflow, |_| false);
+                seen
+            })
+            .collect();
+        all.push(seen_in("shared", Some("caller"), "mcp", 100, WorkflowPhase::Pending));
+        let order: Vec<&str> =
+            queue(&all).iter().map(|s| s.workflow.metadata.name.as_deref().unwrap()).collect();
+        let place = order.iter().position(|n| *n == "mcp").unwrap();
+        assert!(place <= 1, "the caller's workflow waits {place} turns");
+    }
+
+    #[test]
     fn what_this_operator_wrote_wins_over_a_lagging_cache() {
         let mut written = HashMap::new();
         written.insert("uid-b".to_string(), Standing { phase: WorkflowPhase::Mining, started: Some(at(7)) });
         written.insert("uid-a".to_string(), Standing { phase: WorkflowPhase::Succeeded, started: None });
         let cached =
             vec![seen("a", 0, WorkflowPhase::Mining).workflow, seen("b", 1, WorkflowPhase::Pending).workflow];
-        let seen = freshest_phases(cached, &written);
+        let seen = freshest_phases(cached, &written, |_| String::new());
         let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
         // The fixtures carry no status, so the cache would say Pending for both.
         assert_eq!(phases, [WorkflowPhase::Succeeded, WorkflowPhase::Mining]);
@@ -307,6 +359,8 @@ mod tests {
                 .labels
                 .get_or_insert_with(Default::default)
                 .insert(labels::CALLER.into(), caller.into());
+            // As if its proof verified: what a party is, is decided in `party`.
+            seen.party = caller.into();
         }
         seen
     }

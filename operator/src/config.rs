@@ -29,6 +29,15 @@ pub struct Config {
     pub http_addr: SocketAddr,
     #[command(flatten)]
     pub election: Election,
+    /// The MCP frontend's ownership key (its Secret's `current`, mounted
+    /// read-only): with it, a workflow with a caller label queues as that
+    /// caller's only when the frontend's proof verifies; without it every
+    /// workflow queues with its namespace's direct creators.
+    #[arg(long, env = "OWNERSHIP_KEY_FILE")]
+    pub ownership_key_file: Option<std::path::PathBuf>,
+    /// The previous key during a rotation (`previous`), if any.
+    #[arg(long, env = "PREVIOUS_OWNERSHIP_KEY_FILE")]
+    pub previous_ownership_key_file: Option<std::path::PathBuf>,
 }
 
 /// Leader election: several replicas, one reconciling.

@@ -26,6 +26,7 @@ use crate::leader::{self, Leadership};
 use crate::memory::Memory;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{BlockJob, JobSources, observe_jobs};
+use crate::parties::Parties;
 use crate::plan::{Observed, PlannedEvent, plan};
 use crate::projection;
 use crate::{Error, Result};
@@ -60,6 +61,8 @@ pub struct Context {
     pub pods: Store<Pod>,
     /// Whether the watches have listed everything yet.
     pub caches: Arc<CacheSync>,
+    /// Which party of the fair queue each workflow is, by proof.
+    pub parties: Parties,
     /// What reconciles remember between them (expected Jobs, written
     /// statuses, admissions in flight), locked in one place.
     pub memory: Memory,
@@ -118,7 +121,7 @@ impl Context {
 
     /// Every workflow with its freshest phase.
     fn phases(&self) -> Vec<Seen> {
-        freshest_phases(self.store.state(), &self.memory.written_standings())
+        freshest_phases(self.store.state(), &self.memory.written_standings(), |w| self.parties.of(w))
     }
 
     /// A slot freed: reconcile the workflows next in the queue now.
@@ -137,7 +140,13 @@ fn workflows_api(client: &Client, config: &Config) -> Api<MiningWorkflow> {
 }
 
 /// Runs the controller until a shutdown signal.
-pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+pub async fn run(
+    client: Client,
+    config: Config,
+    keys: Option<mining_api::ownership::OwnershipKeys>,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) {
     let (changes, mut changed) = tokio::sync::mpsc::unbounded_channel();
     let (leadership, election) = if config.election.enabled {
         let on_change = move |leading| {
@@ -214,6 +223,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>, ready: A
         jobs: job_store.clone(),
         pods: pod_store,
         caches,
+        parties: Parties::new(keys),
         memory: Memory::default(),
         leadership,
         wake,

@@ -18,6 +18,7 @@ pub mod memory;
 pub mod metrics;
 pub mod naming;
 pub mod observe;
+pub mod parties;
 pub mod plan;
 pub mod projection;
 pub mod provenance;

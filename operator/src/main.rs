@@ -44,6 +44,23 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = Config::parse();
+    // Read before anything starts: a key configured but unreadable is a
+    // broken deployment, not a reason to trust every caller label.
+    let keys = match &config.ownership_key_file {
+        Some(current) => Some(
+            mining_api::ownership::OwnershipKeys::from_files(
+                current,
+                config.previous_ownership_key_file.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?,
+        ),
+        None => {
+            tracing::info!(
+                "no --ownership-key-file: every workflow queues with its namespace's direct creators"
+            );
+            None
+        }
+    };
     let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };
     let kube_config = kube::Config::infer().await.context("finding the Kubernetes API")?;
     let counter = CountCalls::new(state.metrics.api_calls.clone());
@@ -60,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %config.http_addr, namespace = config.namespace.as_deref().unwrap_or("(all)"), image = %config.miner_image, "starting");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    controller::run(client, config, state.metrics, state.ready).await;
+    controller::run(client, config, keys, state.metrics, state.ready).await;
     server.abort();
     tracing::info!("stopped");
     Ok(())

@@ -113,6 +113,7 @@ impl Scenario {
             jobs: store_of(jobs),
             pods: store_of(pods),
             caches: Arc::new(caches),
+            parties: crate::parties::Parties::new(None),
             memory: Memory::default(),
             wake,
             leadership: Leadership::alone(),

@@ -267,6 +267,10 @@ impl OperatorProcess {
             .args(extra_args)
             // The default image; a --miner-image in extra_args overrides it.
             .env("MINER_IMAGE", "mining-operator/miner:dev")
+            // The key the namespace's test frontends sign with, so MCP
+            // callers are parties of their own (an environment variable:
+            // older builds a benchmark compares ignore it).
+            .env("OWNERSHIP_KEY_FILE", mcp::ownership_key_file(namespace))
             .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             .spawn()
             .expect("start the operator");

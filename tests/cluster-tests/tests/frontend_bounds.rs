@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
+use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, workflow};
 use futures::future::join_all;
 use kube::api::{Api, ListParams, PostParams};
@@ -222,9 +222,16 @@ async fn a_backlog_of_one_caller_does_not_delay_anothers_next_workflow() {
     let ns = TestNamespace::new("bounds-fair").await;
     install_crd(&ns.client).await;
     let api: Api<MiningWorkflow> = ns.api();
+    // Two callers' workflows, as the frontend makes them (a caller label
+    // counts only with the frontend's proof, which the operator checks).
+    let keys =
+        mcp_frontend::ownership::OwnershipKeys::from_files(&ownership_key_file(&ns.name), None).unwrap();
     let labelled = |name: &str, caller: &str, difficulty: u32| {
         let mut wf = workflow(name, json!({"difficulty": difficulty, "blocks": 1}));
+        wf.metadata.namespace = Some(ns.name.clone());
         wf.metadata.labels = Some([(labels::CALLER.to_string(), caller.to_string())].into());
+        let proof = keys.proof(&wf);
+        wf.metadata.annotations = Some([(mining_api::annotations::OWNER_PROOF.to_string(), proof)].into());
         wf
     };
     // x's backlog of 301, then y's one workflow, newest of all; one slot.

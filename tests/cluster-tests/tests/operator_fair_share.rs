@@ -1,10 +1,12 @@
-//! Slots are lent, not kept: with every slot held by one party's long
-//! workflows, another party's short workflow starts at the next block
-//! boundary, and the workflow that yielded resumes with its blocks kept.
-//! (The "trust boundary" issue's finding 4, attacked as it was found.)
+//! Slots are lent, not kept, and parties are proven: with every slot held
+//! by one party's long workflows, an MCP caller's short workflow starts at
+//! the next block boundary, and the workflow that yielded resumes with its
+//! blocks kept; caller labels without the frontend's proof make no parties.
+//! (The "trust boundary" issue's findings 3 and 4, attacked as found.)
 
 use std::time::Duration;
 
+use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
 use cluster_tests::{
     OperatorProcess, WORKFLOW_TIMEOUT, assert_chain_verifies, create_workflow, eventually,
     namespace_with_crd, wait_phase, workflow,
@@ -14,12 +16,17 @@ use kube::api::{Api, ListParams, PostParams};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
 
-const LONG_DIFFICULTY: u32 = 12;
+/// Long enough that 64 blocks outlast everything else a test does here.
+const LONG_DIFFICULTY: u32 = 20;
 
 #[tokio::test]
 async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and_the_yielder_resumes() {
     let ns = namespace_with_crd("fair-share").await;
     let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", "2"]);
+    let tokens = tokens_file("alice-secret alice\n");
+    let frontend =
+        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
+            .await;
     // One party (direct creators) takes both slots with days' worth of
     // blocks, as far as this test is concerned.
     let long = json!({"difficulty": LONG_DIFFICULTY, "blocks": 64});
@@ -32,11 +39,12 @@ async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and
         })
         .await;
     }
-    // Another party's one small block.
-    let mut short = workflow("short", json!({"difficulty": 4, "blocks": 1}));
-    short.metadata.labels = Some([(labels::CALLER.to_string(), "0".repeat(32))].into());
-    api.create(&PostParams::default(), &short).await.unwrap();
-    wait_phase(&api, "short", WorkflowPhase::Succeeded).await;
+    // An MCP caller's one small block: another party.
+    let arguments = json!({"difficulty": 4, "blocks": 1, "wait_seconds": 0});
+    let started =
+        Sdk::TypeScript.call(&frontend.url(), Some("alice-secret"), "start_mining", arguments).await;
+    let short = structured(&started)["workflow_id"].as_str().unwrap().to_string();
+    wait_phase(&api, &short, WorkflowPhase::Succeeded).await;
     let finished_first: Vec<MiningWorkflow> =
         futures::future::join_all(["long-0", "long-1"].map(|name| async { api.get(name).await.unwrap() }))
             .await;
@@ -71,4 +79,46 @@ async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and
     assert_chain_verifies(&resumed, LONG_DIFFICULTY);
     let indices: Vec<u32> = resumed.mined_blocks().iter().map(|b| b.index).collect();
     assert_eq!(indices, (1..=indices.len() as u32).collect::<Vec<_>>(), "no block lost or repeated");
+}
+
+#[tokio::test]
+async fn thirty_direct_workflows_with_random_caller_labels_delay_an_mcp_caller_by_at_most_one_turn() {
+    let ns = namespace_with_crd("fair-labels").await;
+    let _operator = OperatorProcess::start(&ns.name, &["--max-concurrent-workflows", "1"]);
+    let tokens = tokens_file("alice-secret alice\n");
+    let frontend =
+        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
+            .await;
+    // The one slot is busy with a long direct workflow.
+    let api = create_workflow(&ns, "long", json!({"difficulty": LONG_DIFFICULTY, "blocks": 64})).await;
+    wait_phase(&api, "long", WorkflowPhase::Mining).await;
+    // The attack as found: 30 workflows created directly, each claiming a
+    // caller of its own with a random label, all queued before the caller's.
+    for i in 0..30 {
+        let mut planted = workflow(&format!("direct-{i:02}"), json!({"difficulty": 4, "blocks": 1}));
+        planted.metadata.labels = Some([(labels::CALLER.to_string(), format!("{i:040x}"))].into());
+        api.create(&PostParams::default(), &planted).await.unwrap();
+    }
+    for i in 0..30 {
+        wait_phase(&api, &format!("direct-{i:02}"), WorkflowPhase::Pending).await;
+    }
+    let started = Sdk::TypeScript
+        .call(
+            &frontend.url(),
+            Some("alice-secret"),
+            "start_mining",
+            json!({"difficulty": 4, "blocks": 1, "wait_seconds": 0}),
+        )
+        .await;
+    let id = structured(&started)["workflow_id"].as_str().unwrap().to_string();
+    wait_phase(&api, &id, WorkflowPhase::Succeeded).await;
+    let served_first = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|w| w.metadata.name.as_deref().is_some_and(|n| n.starts_with("direct-")) && w.is_finished())
+        .count();
+    assert!(served_first <= 1, "{served_first} planted workflows went before the caller's");
 }
