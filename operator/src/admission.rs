@@ -182,19 +182,55 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
 /// For `me`: how many other workflows are mining, and how many waiting ones
 /// are ahead of it in the queue.
 pub fn standing(all: &[Seen], me: &MiningWorkflow) -> (usize, usize) {
+    (mining_others(all, me), ahead_of(&queue_positions(all), me))
+}
+
+/// How many workflows other than `me` are mining.
+pub fn mining_others(all: &[Seen], me: &MiningWorkflow) -> usize {
     let uid = me.metadata.uid.as_deref();
-    let mining = all
-        .iter()
+    all.iter()
         .filter(|s| s.workflow.metadata.uid.as_deref() != uid && s.phase == WorkflowPhase::Mining)
-        .count();
+        .count()
+}
+
+/// Every waiting workflow's place in the queue, by uid: the one sort a
+/// burst of waiting reconciles shares (see `Memory::queue_positions`).
+pub fn queue_positions(all: &[Seen]) -> QueuePositions {
     let order = queue(all);
-    let ahead = match order.iter().position(|s| s.workflow.metadata.uid.as_deref() == uid) {
-        Some(place) => place,
-        // Not waiting itself (cancelled, or a phase that moved on): the
-        // waiting ones created before it.
-        None => order.iter().filter(|s| queue_key(&s.workflow) < queue_key(me)).count(),
-    };
-    (mining, ahead)
+    let mut positions = HashMap::with_capacity(order.len());
+    let mut created = Vec::with_capacity(order.len());
+    for (place, seen) in order.into_iter().enumerate() {
+        positions.insert(seen.workflow.metadata.uid.clone().unwrap_or_default(), place);
+        created.push(seen.workflow.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    }
+    created.sort();
+    QueuePositions { positions, created }
+}
+
+/// The queue's order, computed once and read by many.
+#[derive(Debug, Default)]
+pub struct QueuePositions {
+    positions: HashMap<String, usize>,
+    /// Creation times of the waiting workflows, sorted.
+    created: Vec<Option<k8s_openapi::jiff::Timestamp>>,
+}
+
+impl QueuePositions {
+    pub fn contains(&self, uid: &str) -> bool {
+        self.positions.contains_key(uid)
+    }
+}
+
+/// How many waiting workflows are ahead of `me`: its place, or (not
+/// waiting itself: cancelled, or moved on) those created before it.
+pub fn ahead_of(positions: &QueuePositions, me: &MiningWorkflow) -> usize {
+    match positions.positions.get(me.metadata.uid.as_deref().unwrap_or_default()) {
+        Some(place) => *place,
+        None => {
+            let created = me.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            positions.created.partition_point(|at| *at < created)
+        }
+    }
 }
 
 /// Whether `me`, mining and between two blocks, should give its slot to the

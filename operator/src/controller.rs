@@ -16,7 +16,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels, reasons};
 use tracing::warn;
 
-use crate::admission::{Seen, freshest_phases, next_in_queue, should_yield, standing};
+use crate::admission::{
+    Seen, ahead_of, freshest_phases, mining_others, next_in_queue, queue_positions, should_yield,
+};
 use crate::api_calls::counting_calls;
 use crate::apply::{self, Applied, Target, publish_events};
 use crate::caches::{CacheSync, Watched};
@@ -126,6 +128,7 @@ impl Context {
 
     /// A slot freed: reconcile the workflows next in the queue now.
     fn wake_queued(&self) {
+        self.memory.queue_changed();
         for workflow in next_in_queue(&self.phases(), self.config.limits.max_concurrent_workflows) {
             let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
         }
@@ -331,8 +334,12 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     let before = workflow.phase();
     let (others_mining, queued_ahead, mut admission) = match before {
         WorkflowPhase::Pending => {
-            let (mining, ahead, reserved) =
-                ctx.memory.reserve_admission(|| standing(&ctx.phases(), workflow));
+            let (mining, ahead, reserved) = ctx.memory.reserve_admission(|| {
+                let all = ctx.phases();
+                let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
+                let positions = ctx.memory.queue_positions(uid, || queue_positions(&all));
+                (mining_others(&all, workflow), ahead_of(&positions, workflow))
+            });
             (mining, ahead, Some(reserved))
         }
         // Only a waiting workflow needs its standing: computing it reads
@@ -372,6 +379,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         Applied::Done => {}
         Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),
         Applied::WorkflowDeleted | Applied::StatusRejected => return Ok(Requeue::await_change()),
+    }
+    if before == WorkflowPhase::Pending && after == WorkflowPhase::Mining {
+        // Admitted and written: it left the queue, every place behind it moved up.
+        ctx.memory.queue_changed();
     }
     if before == WorkflowPhase::Mining && (after.is_finished() || after == WorkflowPhase::Pending) {
         ctx.wake_queued();

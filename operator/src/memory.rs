@@ -8,13 +8,13 @@
 //! lock is taken over rather than propagated.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kube::runtime::reflector::Store;
 use mining_api::{MiningWorkflow, MiningWorkflowStatus};
 
-use crate::admission::Standing;
+use crate::admission::{QueuePositions, Standing};
 
 /// How long a created Job counts as existing without its watch event: far
 /// longer than any watch delay, short enough that a Job deleted before it was
@@ -24,6 +24,10 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 pub const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
 /// Entries kept beyond the number of live workflows before the maps are swept.
 const SWEEP_SLACK: usize = 64;
+/// How long one sort of the queue serves the waiting reconciles that follow
+/// it, while no admission or freed slot changed it. A position read from it
+/// is at most this old; the limit itself is counted fresh every time.
+const QUEUE_ORDER_TTL: Duration = Duration::from_secs(1);
 
 /// A Job created and not yet seen in the Job store.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +67,10 @@ pub struct Memory {
     admissions_in_flight: Mutex<usize>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
+    /// The queue's last order and when it was computed: with thousands
+    /// waiting, a sort per waiting reconcile (under the admission lock)
+    /// would serialise them all behind it.
+    queue: Mutex<Option<(Instant, Arc<QueuePositions>)>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,6 +146,30 @@ impl Memory {
         let counted = mining.saturating_add(*in_flight);
         *in_flight = in_flight.saturating_add(1);
         (counted, ahead, Reservation(self))
+    }
+
+    /// The queue's positions: the last order while it is fresh and knows
+    /// `uid`, else `compute`'s (remembered for the next).
+    pub fn queue_positions(
+        &self,
+        uid: &str,
+        compute: impl FnOnce() -> QueuePositions,
+    ) -> Arc<QueuePositions> {
+        let mut queue = lock(&self.queue);
+        if let Some((at, positions)) = queue.as_ref()
+            && at.elapsed() < QUEUE_ORDER_TTL
+            && positions.contains(uid)
+        {
+            return positions.clone();
+        }
+        let positions = Arc::new(compute());
+        *queue = Some((Instant::now(), positions.clone()));
+        positions
+    }
+
+    /// The queue changed (an admission, a slot freed): the next position is computed anew.
+    pub fn queue_changed(&self) {
+        *lock(&self.queue) = None;
     }
 
     /// Records a Job just created (or adopted) for a block.
@@ -268,5 +300,44 @@ mod tests {
         assert_eq!(newer_version(Some("11".into()), Some("10".into())).as_deref(), Some("11"));
         assert_eq!(newer_version(Some("x".into()), Some("y".into())).as_deref(), Some("y"));
         assert_eq!(newer_version(Some("x".into()), None).as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn one_sort_of_the_queue_serves_the_waiting_reconciles_until_it_changes() {
+        use std::cell::Cell;
+        let memory = Memory::default();
+        let sorts = Cell::new(0);
+        let waiting = |names: &[&str]| {
+            let all: Vec<crate::admission::Seen> = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let mut workflow = crate::testing::workflow(name, 8, 1);
+                    workflow.metadata.creation_timestamp = Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::testing::at(i as i64)),
+                    );
+                    crate::admission::Seen {
+                        workflow: std::sync::Arc::new(workflow),
+                        phase: mining_api::WorkflowPhase::Pending,
+                        started: None,
+                        party: String::new(),
+                    }
+                })
+                .collect();
+            sorts.set(sorts.get() + 1);
+            crate::admission::queue_positions(&all)
+        };
+        for uid in ["uid-a", "uid-b", "uid-c", "uid-a"] {
+            memory.queue_positions(uid, || waiting(&["a", "b", "c"]));
+        }
+        assert_eq!(sorts.get(), 1, "one sort for four waiting reconciles");
+        // A workflow the last order does not know, or a change, sorts anew.
+        memory.queue_positions("uid-d", || waiting(&["a", "b", "c", "d"]));
+        assert_eq!(sorts.get(), 2);
+        memory.queue_changed();
+        let positions = memory.queue_positions("uid-b", || waiting(&["b", "c", "d"]));
+        assert_eq!(sorts.get(), 3);
+        let b = crate::testing::workflow("b", 8, 1);
+        assert_eq!(crate::admission::ahead_of(&positions, &b), 0);
     }
 }
