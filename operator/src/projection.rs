@@ -147,27 +147,11 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
-    use crate::config::JobSettings;
-    use crate::job::{MinerSettings, build_block_job};
     use crate::provenance::{job_mismatch, pod_mismatch};
-    use crate::testing::workflow;
+    use crate::testing::built_block_job;
 
     fn built() -> Job {
-        let job_settings = JobSettings {
-            backoff_limit: 2,
-            active_deadline_seconds: None,
-            cpu_request: Some("100m".into()),
-            cpu_limit: None,
-            memory_request: None,
-            memory_limit: None,
-        };
-        let settings = MinerSettings {
-            image: "miner:1",
-            image_pull_policy: "IfNotPresent",
-            threads: 1,
-            job: &job_settings,
-        };
-        let mut job = build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings);
+        let mut job = built_block_job();
         job.metadata.uid = Some("job-uid".into());
         job
     }

@@ -248,26 +248,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
-    use crate::config::JobSettings;
-    use crate::job::{MinerSettings, build_block_job};
-    use crate::testing::workflow;
+    use crate::testing::built_block_job;
 
     fn built() -> Job {
-        let job_settings = JobSettings {
-            backoff_limit: 2,
-            active_deadline_seconds: None,
-            cpu_request: None,
-            cpu_limit: None,
-            memory_request: None,
-            memory_limit: None,
-        };
-        let settings = MinerSettings {
-            image: "miner:1",
-            image_pull_policy: "IfNotPresent",
-            threads: 1,
-            job: &job_settings,
-        };
-        build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings)
+        built_block_job()
     }
 
     fn pod_of(job: &Job, uid: &str) -> Pod {

@@ -556,21 +556,26 @@ fn a_block_begun_in_ranges_stays_in_ranges_when_parallelism_drops_to_one() {
     assert!(plan.events.iter().all(|e| e.reason != reasons::BLOCK_STARTED), "{:?}", plan.events);
 }
 
+/// `observe` with the controller's word that the slot should go to another.
+fn told_to_yield(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
+    let observed = Observed {
+        workflow: wf,
+        jobs: jobs.iter().cloned().collect(),
+        ranges: BTreeMap::new(),
+        others_mining: 1,
+        queued_ahead: 0,
+        yield_slot: true,
+        now,
+    };
+    plan(&observed, &limits())
+}
+
 #[test]
 fn between_blocks_a_workflow_told_to_yield_queues_again_and_resumes_where_it_stopped() {
     let wf = workflow("w", 8, 3);
     let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
     let first = mined(1, GENESIS, 8);
-    let observed = Observed {
-        workflow: &wf,
-        jobs: [(1, succeeded(&first))].into(),
-        ranges: BTreeMap::new(),
-        others_mining: 1,
-        queued_ahead: 0,
-        yield_slot: true,
-        now: at(20),
-    };
-    let yielded = plan(&observed, &limits());
+    let yielded = told_to_yield(&wf, &[(1, succeeded(&first))], at(20));
     // The block is recorded, its slot given back, no next Job created.
     assert_eq!(yielded.status.phase, Some(WorkflowPhase::Pending));
     assert_eq!(yielded.status.blocks.len(), 1);
@@ -592,17 +597,7 @@ fn between_blocks_a_workflow_told_to_yield_queues_again_and_resumes_where_it_sto
 
 #[test]
 fn the_first_block_never_yields() {
-    let wf = workflow("w", 8, 3);
-    let observed = Observed {
-        workflow: &wf,
-        jobs: BTreeMap::new(),
-        ranges: BTreeMap::new(),
-        others_mining: 0,
-        queued_ahead: 0,
-        yield_slot: true,
-        now: at(0),
-    };
-    let admitted = plan(&observed, &limits());
+    let admitted = told_to_yield(&workflow("w", 8, 3), &[], at(0));
     assert_eq!(admitted.status.phase, Some(WorkflowPhase::Mining), "just admitted: it mines its first block");
     assert_eq!(admitted.actions.len(), 1);
 }

@@ -456,3 +456,14 @@ pub async fn account_token(
     let issued = accounts.create_token_request(account, &Default::default(), &request).await.unwrap();
     issued.status.expect("a token").token
 }
+
+/// A process's resident memory (`VmRSS`), in MiB.
+pub fn resident_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}

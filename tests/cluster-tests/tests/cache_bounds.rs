@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::FrontendProcess;
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, resident_mib};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -16,16 +16,6 @@ use serde_json::json;
 /// How far a component's resident memory may grow over its idle figure.
 const ALLOWED_GROWTH_MIB: f64 = 50.0;
 const PADDING: usize = 700 * 1024;
-
-fn resident_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .expect("the process's resident size");
-    kib / 1024.0
-}
 
 /// A Pending Pod of `PADDING` bytes with the label the operator's watch
 /// selects, whose owner is no Job of ours (no scheduler will take it).
@@ -56,6 +46,15 @@ where
     }
 }
 
+/// Waits until `operator`'s Pod watch has delivered `count` objects.
+async fn saw_every_pod(operator: &OperatorProcess, count: usize) {
+    eventually("the operator to see every planted Pod", Duration::from_secs(120), || async {
+        let seen = operator.metric(r#"mining_operator_watch_events_total{resource="pods"}"#).await;
+        (seen >= count as f64).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn planted_pods_of_700_kib_grow_no_operator_replica_and_no_restart_relists_them_whole() {
     let ns = TestNamespace::new("bounds-pods").await;
@@ -65,20 +64,12 @@ async fn planted_pods_of_700_kib_grow_no_operator_replica_and_no_restart_relists
     let idle = resident_mib(running.pid());
     let pods: Api<Pod> = ns.api();
     create_all(&pods, (0..150).map(|i| planted_pod(&format!("planted-{i}"))).collect()).await;
-    eventually("the operator to see every planted Pod", Duration::from_secs(120), || async {
-        let seen = running.metric(r#"mining_operator_watch_events_total{resource="pods"}"#).await;
-        (seen >= 150.0).then_some(())
-    })
-    .await;
+    saw_every_pod(&running, 150).await;
     let grown = resident_mib(running.pid()) - idle;
     assert!(grown < ALLOWED_GROWTH_MIB, "the running replica grew {grown:.1} MiB over {idle:.1} MiB");
     // A replica that starts now lists all of them at once.
     let restarted = OperatorProcess::start(&ns.name, &[]);
-    eventually("the new replica to list every planted Pod", Duration::from_secs(120), || async {
-        let seen = restarted.metric(r#"mining_operator_watch_events_total{resource="pods"}"#).await;
-        (seen >= 150.0).then_some(())
-    })
-    .await;
+    saw_every_pod(&restarted, 150).await;
     let listed = resident_mib(restarted.pid()) - idle;
     assert!(listed < ALLOWED_GROWTH_MIB, "a restarted replica holds {listed:.1} MiB over {idle:.1} MiB");
     running.assert_running();

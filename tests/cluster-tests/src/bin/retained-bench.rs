@@ -17,21 +17,11 @@
 use std::time::{Duration, Instant};
 
 use cluster_tests::mcp::FrontendProcess;
-use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
+use cluster_tests::{OperatorProcess, TestNamespace, install_crd, resident_mib};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use mining_api::{MiningWorkflow, annotations, labels};
 use serde_json::json;
-
-fn resident_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
 
 fn sum_series(metrics: &str, prefix: &str) -> f64 {
     metrics
