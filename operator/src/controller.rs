@@ -346,9 +346,11 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         // every workflow, and at start-up every retained one is reconciled.
         _ => (0, 0, None),
     };
-    // Between two blocks (no Job running), a workflow holding a slot that
-    // a waiting one should have yields it.
-    let between_blocks = ranges.is_empty() && !jobs.values().any(|job| matches!(job, BlockJob::Running));
+    // Between two blocks (no whole-block Job running), a workflow holding a
+    // slot that a waiting one should have yields it. (A block mined in
+    // ranges is decided while its other ranges still run: the plan yields
+    // only before a block no Job was made for.)
+    let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
     let yield_slot = before == WorkflowPhase::Mining
         && between_blocks
         && should_yield(&ctx.phases(), workflow, ctx.config.limits.max_concurrent_workflows);

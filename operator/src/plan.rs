@@ -328,6 +328,15 @@ impl Planner<'_> {
             // A block started in ranges stays in ranges (even if parallelism
             // drops to 1, or every Job of it has been cleaned up so far).
             let in_ranges = !ranges.is_empty() || self.plan.status.no_winner_below.is_some();
+            // A block no Job was made for yet (the status named the one
+            // before): where a workflow told to give its slot away does so.
+            let untouched = block > 1
+                && self.observed.workflow.status.as_ref().and_then(|s| s.current_block) != Some(block)
+                && !in_ranges
+                && !self.observed.jobs.contains_key(&block);
+            if self.observed.yield_slot && untouched {
+                return self.yield_slot(block, total);
+            }
             if !self.observed.jobs.contains_key(&block) && (in_ranges || self.parallelism() > 1) {
                 if self.mine_ranges(block, &prev, total) {
                     continue;
@@ -341,9 +350,6 @@ impl Planner<'_> {
                     let recreated = self.observed.workflow.status.as_ref().and_then(|s| s.current_block)
                         == Some(block)
                         && self.phase() == WorkflowPhase::Mining;
-                    if self.observed.yield_slot && block > 1 && !recreated {
-                        return self.yield_slot(block, total);
-                    }
                     self.plan.actions.push(Action::CreateJob { block, prev, difficulty });
                     if recreated {
                         let note = format!("the Job of block {block}/{total} is gone; creating it again");

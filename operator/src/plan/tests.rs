@@ -2,6 +2,7 @@ use super::*;
 use crate::naming::block_job_name;
 use crate::testing::{at, workflow};
 use mining_api::bounds::MAX_STORED_INTEGER;
+use mining_api::testing::WorkflowExt;
 
 fn limits() -> Limits {
     Limits {
@@ -600,4 +601,25 @@ fn the_first_block_never_yields() {
     let admitted = told_to_yield(&workflow("w", 8, 3), &[], at(0));
     assert_eq!(admitted.status.phase, Some(WorkflowPhase::Mining), "just admitted: it mines its first block");
     assert_eq!(admitted.actions.len(), 1);
+}
+
+#[test]
+fn a_workflow_mined_in_ranges_yields_before_its_next_block_too() {
+    let mut wf = workflow("w", 8, 3).with_parallelism(2);
+    wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let first = mined(1, GENESIS, 8);
+    let status = wf.status.as_mut().unwrap();
+    status.blocks.push(mining_api::testing::mined_block(1, first.nonce, &first.hash, at(1), at(2)));
+    let yielded = told_to_yield(&wf, &[], at(20));
+    assert_eq!(yielded.status.phase, Some(WorkflowPhase::Pending));
+    assert!(
+        !yielded.actions.iter().any(|a| matches!(a, Action::CreateRangeJob { .. })),
+        "{:?}",
+        yielded.actions
+    );
+    // Once the status names block 2, its Jobs exist (or existed): no yield.
+    let mut started = wf.clone();
+    started.status.as_mut().unwrap().current_block = Some(2);
+    let mining = told_to_yield(&started, &[], at(20));
+    assert_eq!(mining.status.phase, Some(WorkflowPhase::Mining));
 }
