@@ -351,9 +351,13 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // ranges is decided while its other ranges still run: the plan yields
     // only before a block no Job was made for.)
     let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
-    let yield_slot = before == WorkflowPhase::Mining
-        && between_blocks
+    let mut yield_turn =
+        (before == WorkflowPhase::Mining && between_blocks).then(|| ctx.memory.yield_turn()).flatten();
+    let yield_slot = yield_turn.is_some()
         && should_yield(&ctx.phases(), workflow, ctx.config.limits.max_concurrent_workflows);
+    if !yield_slot {
+        yield_turn = None;
+    }
     // Plan.
     let observed =
         Observed { workflow, jobs, ranges, others_mining, queued_ahead, yield_slot, now: Timestamp::now() };
@@ -382,6 +386,8 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),
         Applied::WorkflowDeleted | Applied::StatusRejected => return Ok(Requeue::await_change()),
     }
+    // The yield is written: the next may be decided.
+    drop(yield_turn);
     if before == WorkflowPhase::Pending && after == WorkflowPhase::Mining {
         // Admitted and written: it left the queue, every place behind it moved up.
         ctx.memory.queue_changed();

@@ -65,6 +65,10 @@ pub struct Memory {
     /// parallel (a lock held across the status write made 200 new workflows
     /// wait on each other's writes).
     admissions_in_flight: Mutex<usize>,
+    /// Whether a workflow is giving its slot away and its status is not
+    /// written yet: one at a time, so concurrent block boundaries never all
+    /// yield to the same waiting workflow.
+    yield_in_flight: Mutex<bool>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
     /// The queue's last order and when it was computed: with thousands
@@ -148,6 +152,16 @@ impl Memory {
         (counted, ahead, Reservation(self))
     }
 
+    /// The turn to decide a yield, unless another workflow holds it.
+    pub fn yield_turn(&self) -> Option<YieldTurn<'_>> {
+        let mut in_flight = lock(&self.yield_in_flight);
+        if *in_flight {
+            return None;
+        }
+        *in_flight = true;
+        Some(YieldTurn(self))
+    }
+
     /// The queue's positions: the last order while it is fresh and knows
     /// `uid`, else `compute`'s (remembered for the next).
     pub fn queue_positions(
@@ -206,6 +220,16 @@ impl Memory {
     #[cfg(test)]
     fn admissions_in_flight(&self) -> usize {
         *lock(&self.admissions_in_flight)
+    }
+}
+
+/// The one yield that may be decided now; another may be once this is
+/// dropped (after the status write, or on any early return).
+pub struct YieldTurn<'a>(&'a Memory);
+
+impl Drop for YieldTurn<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.yield_in_flight) = false;
     }
 }
 
@@ -339,5 +363,14 @@ mod tests {
         assert_eq!(sorts.get(), 3);
         let b = crate::testing::workflow("b", 8, 1);
         assert_eq!(crate::admission::ahead_of(&positions, &b), 0);
+    }
+
+    #[test]
+    fn one_yield_is_decided_at_a_time() {
+        let memory = Memory::default();
+        let turn = memory.yield_turn().expect("the first asks");
+        assert!(memory.yield_turn().is_none(), "a second waits for the first's write");
+        drop(turn);
+        assert!(memory.yield_turn().is_some());
     }
 }
