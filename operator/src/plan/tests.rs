@@ -17,13 +17,24 @@ fn limits() -> Limits {
 }
 
 fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
+    observe_with(wf, jobs, 0, false, now)
+}
+
+/// `observe`, with `others_mining` and the controller's word on yielding.
+fn observe_with(
+    wf: &MiningWorkflow,
+    jobs: &[(u32, BlockJob)],
+    others_mining: usize,
+    yield_slot: bool,
+    now: Timestamp,
+) -> Plan {
     let observed = Observed {
         workflow: wf,
         jobs: jobs.iter().cloned().collect(),
         ranges: BTreeMap::new(),
-        others_mining: 0,
+        others_mining,
         queued_ahead: 0,
-        yield_slot: false,
+        yield_slot,
         now,
     };
     plan(&observed, &limits())
@@ -559,16 +570,7 @@ fn a_block_begun_in_ranges_stays_in_ranges_when_parallelism_drops_to_one() {
 
 /// `observe` with the controller's word that the slot should go to another.
 fn told_to_yield(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
-    let observed = Observed {
-        workflow: wf,
-        jobs: jobs.iter().cloned().collect(),
-        ranges: BTreeMap::new(),
-        others_mining: 1,
-        queued_ahead: 0,
-        yield_slot: true,
-        now,
-    };
-    plan(&observed, &limits())
+    observe_with(wf, jobs, 1, true, now)
 }
 
 #[test]
