@@ -3,7 +3,11 @@
 //!
 //! Scheduling: a Pod with no `nodeName` (and the default scheduler) is bound
 //! to this node while fewer than `max_pods` of ours are running; the rest wait,
-//! oldest first. Deletion: a Pod with a `deletionTimestamp` gets SIGTERM on its
+//! highest `spec.priority` first, then oldest, as kube-scheduler's queue sorts
+//! them. When the node is full and the first waiting Pod outranks a running
+//! one, the lowest-priority, youngest running Pod is deleted (with its grace
+//! period) to make room: kube-scheduler's preemption, one victim at a time.
+//! Deletion: a Pod with a `deletionTimestamp` gets SIGTERM on its
 //! process groups, SIGKILL after its grace period (at most 30 s), and is then
 //! removed with grace 0, which is the kubelet's part of a deletion.
 //! Restart: the agent cannot wait on processes a previous incarnation started,
@@ -38,6 +42,34 @@ pub const MAX_GRACE: Duration = Duration::from_secs(30);
 struct PodHandle {
     /// Sends the grace period to stop with.
     stop: watch::Sender<Option<Duration>>,
+    /// Its `spec.priority`, which preemption compares.
+    priority: i32,
+    /// When this incarnation started it: among equals the youngest goes first.
+    started: std::time::Instant,
+    namespace: String,
+    name: String,
+}
+
+/// An unbound Pod waiting for a slot. Sorts as kube-scheduler's queue does:
+/// higher priority first, then older.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Queued {
+    rank: std::cmp::Reverse<i32>,
+    created: Option<Timestamp>,
+    namespace: String,
+    name: String,
+}
+
+impl Queued {
+    fn priority(&self) -> i32 {
+        self.rank.0
+    }
+}
+
+/// A Pod's resolved priority (the Priority admission plugin sets it from
+/// `priorityClassName`); 0 when unset, as the scheduler reads it.
+fn priority_of(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
 struct Agent {
@@ -47,8 +79,10 @@ struct Agent {
     running: HashMap<String, PodHandle>,
     /// Pods this incarnation ran to the end (events about them may still be in flight).
     finished: HashSet<String>,
-    /// Unbound pods waiting for a free slot, by uid: (created, namespace, name).
-    unscheduled: HashMap<String, (Option<Timestamp>, String, String)>,
+    /// Unbound pods waiting for a free slot, by uid.
+    unscheduled: HashMap<String, Queued>,
+    /// The running Pod deleted to make room for a higher-priority one, until it ends.
+    preempting: Option<String>,
     /// Pods bound here (by us or someone else) not started yet: waiting for a slot.
     waiting: HashMap<String, Pod>,
     /// Pods bound by us whose bound object has not been seen yet.
@@ -81,6 +115,7 @@ pub async fn run(
         running: HashMap::new(),
         finished: HashSet::new(),
         unscheduled: HashMap::new(),
+        preempting: None,
         waiting: HashMap::new(),
         binding: HashSet::new(),
         ips: PodIps::new(pod_cidr),
@@ -155,10 +190,13 @@ impl Agent {
             None => {
                 let ours = spec.scheduler_name.as_deref().is_none_or(|s| s == "default-scheduler");
                 if ours && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
-                    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-                    self.unscheduled
-                        .insert(uid, (created, ns, pod.metadata.name.clone().unwrap_or_default()));
+                    let queued = Queued {
+                        rank: std::cmp::Reverse(priority_of(&pod)),
+                        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                        name: pod.metadata.name.clone().unwrap_or_default(),
+                    };
+                    self.unscheduled.insert(uid, queued);
                     self.fill_slots().await;
                 }
             }
@@ -224,6 +262,9 @@ impl Agent {
 
     async fn on_pod_done(&mut self, uid: String) {
         self.running.remove(&uid);
+        if self.preempting.as_ref() == Some(&uid) {
+            self.preempting = None;
+        }
         if let Some(ip) = self.ips.release(&uid) {
             crate::network::unplumb(ip);
         }
@@ -231,29 +272,67 @@ impl Agent {
         self.fill_slots().await;
     }
 
-    /// Starts waiting pods, then binds unscheduled ones, oldest first, while slots are free.
+    /// Starts waiting pods, then binds unscheduled ones in queue order while
+    /// slots are free; when none is free, preempts for the first in the queue.
     async fn fill_slots(&mut self) {
         while self.busy_slots() < self.config.max_pods {
-            let Some(uid) = self.waiting.keys().next().cloned() else { break };
+            let Some(uid) =
+                (self.waiting.iter()).max_by_key(|(_, pod)| priority_of(pod)).map(|(uid, _)| uid.clone())
+            else {
+                break;
+            };
             let pod = self.waiting.remove(&uid).expect("key just listed");
             self.start(pod);
         }
-        let mut queue: Vec<_> = self.unscheduled.iter().map(|(uid, v)| (v.clone(), uid.clone())).collect();
+        let mut queue: Vec<_> = self.unscheduled.iter().map(|(uid, q)| (q.clone(), uid.clone())).collect();
         queue.sort();
-        for ((_, namespace, name), uid) in queue {
+        for (queued, uid) in &queue {
             if self.busy_slots() >= self.config.max_pods {
                 break;
             }
-            self.unscheduled.remove(&uid);
-            match self.bind(&namespace, &name, &uid).await {
+            self.unscheduled.remove(uid);
+            match self.bind(&queued.namespace, &queued.name, uid).await {
                 Ok(()) => {
-                    self.binding.insert(uid);
+                    self.binding.insert(uid.clone());
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
                 Err(err) => {
-                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "binding failed; will retry");
-                    self.unscheduled.insert(uid, (None, namespace, name));
+                    let pod = format!("{}/{}", queued.namespace, queued.name);
+                    tracing::warn!(%pod, error = %err, "binding failed; will retry");
+                    self.unscheduled.insert(uid.clone(), queued.clone());
                 }
+            }
+        }
+        if let Some((first, _)) = queue.iter().find(|(_, uid)| self.unscheduled.contains_key(uid)) {
+            self.preempt_for(first.clone()).await;
+        }
+    }
+
+    /// Deletes the running Pod that `waiting` outranks by the most (the
+    /// youngest among equals), unless a victim is still terminating.
+    async fn preempt_for(&mut self, waiting: Queued) {
+        if self.preempting.is_some() || self.busy_slots() < self.config.max_pods {
+            return;
+        }
+        let victim = (self.running.iter())
+            .filter(|(_, handle)| handle.priority < waiting.priority())
+            .min_by_key(|(_, handle)| (handle.priority, std::cmp::Reverse(handle.started)))
+            .map(|(uid, handle)| (uid.clone(), handle.namespace.clone(), handle.name.clone()));
+        let Some((uid, namespace, name)) = victim else { return };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            ..Default::default()
+        };
+        match pods.delete(&name, &params).await {
+            Ok(_) => {
+                tracing::info!(victim = %format!("{namespace}/{name}"),
+                    for_pod = %format!("{}/{}", waiting.namespace, waiting.name), "preempted");
+                self.preempting = Some(uid);
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(err) => {
+                tracing::warn!(victim = %format!("{namespace}/{name}"), error = %err, "preemption failed")
             }
         }
     }
@@ -283,6 +362,13 @@ impl Agent {
     fn start(&mut self, pod: Pod) {
         let uid = uid_of(&pod);
         let (stop, stop_rx) = watch::channel(None);
+        let handle = PodHandle {
+            stop,
+            priority: priority_of(&pod),
+            started: std::time::Instant::now(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+        };
         let pod_ip = match self.ips.assign(&uid).map(|ip| (ip, crate::network::plumb(ip))) {
             Some((ip, Ok(()))) => ip,
             failed => {
@@ -310,7 +396,7 @@ impl Agent {
             runner.run(stop_rx).await;
             let _ = done.send(task_uid);
         });
-        self.running.insert(uid, PodHandle { stop });
+        self.running.insert(uid, handle);
     }
 
     /// Kills the process groups an earlier incarnation recorded for this pod.
