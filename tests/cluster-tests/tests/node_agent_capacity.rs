@@ -98,22 +98,48 @@ async fn a_higher_priority_pod_runs_first_on_a_full_node_by_preempting_the_young
         .collect();
     started.sort_by_key(|(_, at)| *at);
 
-    // A class above the default, as the chart gives the operator and frontend.
+    // Classes above the default: one that waits its turn (as the chart gives
+    // the operator and frontend), one that preempts.
     let classes: Api<PriorityClass> = Api::all(ns.client.clone());
-    let class_name = format!("{}-high", ns.name);
-    let class: PriorityClass =
-        serde_json::from_value(json!({"metadata": {"name": class_name}, "value": 1000})).unwrap();
-    classes.create(&PostParams::default(), &class).await.unwrap();
-    let urgent: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "urgent"},
-        "spec": {
-            "priorityClassName": class_name, "restartPolicy": "Never", "automountServiceAccountToken": false,
-            "containers": [{"name": "main", "image": shell_image(), "command": ["sh", "-c", "sleep 300"]}],
-        },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &urgent).await.unwrap();
+    let (patient_class, urgent_class) = (format!("{}-patient", ns.name), format!("{}-urgent", ns.name));
+    for (name, policy) in [(&patient_class, "Never"), (&urgent_class, "PreemptLowerPriority")] {
+        let class: PriorityClass = serde_json::from_value(
+            json!({"metadata": {"name": name}, "value": 1000, "preemptionPolicy": policy}),
+        )
+        .unwrap();
+        classes.create(&PostParams::default(), &class).await.unwrap();
+    }
+    let sleeper = |name: &str, class: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "priorityClassName": class, "restartPolicy": "Never", "automountServiceAccountToken": false,
+                "containers": [{"name": "main", "image": shell_image(), "command": ["sh", "-c", "sleep 300"]}],
+            },
+        }))
+        .unwrap()
+    };
+    let bound = |pod: &Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
 
+    // A Pod that may not preempt waits, unbound, across several retry ticks (2 s) ...
+    pods.create(&PostParams::default(), &sleeper("patient", &patient_class)).await.unwrap();
+    let held_until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < held_until {
+        assert!(!bound(&pods.get("patient").await.unwrap()), "a preemptionPolicy Never Pod waits");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // ... and takes the next free slot, ahead of the two that waited longer.
+    let (oldest, _) = started.remove(0);
+    pods.delete(&oldest, &DeleteParams::default()).await.unwrap();
+    eventually("the patient Pod to run", TIMEOUT, || async {
+        pods.get("patient").await.ok().filter(|p| phase_of(p) == Some("Running"))
+    })
+    .await;
+    let bound_crowd =
+        crowd_pods().await.iter().filter(|p| bound(p) && p.metadata.deletion_timestamp.is_none()).count();
+    assert_eq!(bound_crowd, capacity - 1, "the two older Pods (and the Job's replacement) still wait");
+
+    pods.create(&PostParams::default(), &sleeper("urgent", &urgent_class)).await.unwrap();
     // It runs, ahead of the two that waited longer, in the slot of one victim.
     let urgent = eventually("the high-priority Pod to run", TIMEOUT, || async {
         pods.get("urgent").await.ok().filter(|p| phase_of(p) == Some("Running"))
@@ -125,7 +151,7 @@ async fn a_higher_priority_pod_runs_first_on_a_full_node_by_preempting_the_young
         .iter()
         .filter(|p| phase_of(p) == Some("Running") && p.metadata.deletion_timestamp.is_none())
         .collect();
-    assert_eq!(running.len(), capacity - 1, "exactly one lower Pod made room");
+    assert_eq!(running.len(), capacity - 2, "beside the patient Pod, exactly one lower Pod made room");
     let bound_waiting = (items.iter())
         .filter(|p| phase_of(p) == Some("Pending"))
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
@@ -136,5 +162,7 @@ async fn a_higher_priority_pod_runs_first_on_a_full_node_by_preempting_the_young
     let victims: Vec<_> = started.iter().filter(|(name, _)| !still.contains(&name.as_str())).collect();
     assert_eq!(victims.len(), 1, "{victims:?}");
     assert!(started.iter().all(|(_, at)| *at <= victims[0].1), "the youngest was preempted: {started:?}");
-    classes.delete(&class_name, &DeleteParams::default()).await.unwrap();
+    for class in [patient_class, urgent_class] {
+        classes.delete(&class, &DeleteParams::default()).await.unwrap();
+    }
 }

@@ -6,7 +6,8 @@
 //! highest `spec.priority` first, then oldest, as kube-scheduler's queue sorts
 //! them. When the node is full and the first waiting Pod outranks a running
 //! one, the lowest-priority, youngest running Pod is deleted (with its grace
-//! period) to make room: kube-scheduler's preemption, one victim at a time.
+//! period) to make room: kube-scheduler's preemption, one victim at a time,
+//! never for a Pod whose `preemptionPolicy` is `Never` (it waits, first).
 //! Deletion: a Pod with a `deletionTimestamp` gets SIGTERM on its
 //! process groups, SIGKILL after its grace period (at most 30 s), and is then
 //! removed with grace 0, which is the kubelet's part of a deletion.
@@ -58,6 +59,8 @@ struct Queued {
     created: Option<Timestamp>,
     namespace: String,
     name: String,
+    /// Its `preemptionPolicy` is not `Never`.
+    preempts: bool,
 }
 
 impl Queued {
@@ -195,6 +198,7 @@ impl Agent {
                         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
                         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                         name: pod.metadata.name.clone().unwrap_or_default(),
+                        preempts: spec.preemption_policy.as_deref() != Some("Never"),
                     };
                     self.unscheduled.insert(uid, queued);
                     self.fill_slots().await;
@@ -311,7 +315,7 @@ impl Agent {
     /// Deletes the running Pod that `waiting` outranks by the most (the
     /// youngest among equals), unless a victim is still terminating.
     async fn preempt_for(&mut self, waiting: Queued) {
-        if self.preempting.is_some() || self.busy_slots() < self.config.max_pods {
+        if !waiting.preempts || self.preempting.is_some() || self.busy_slots() < self.config.max_pods {
             return;
         }
         let victim = (self.running.iter())
