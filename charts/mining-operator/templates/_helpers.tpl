@@ -78,3 +78,20 @@ seccompProfile:
 {{- define "mining.ownershipSecret" -}}
 {{- default (printf "%s-ownership" (include "mining.frontend" .)) .Values.frontend.ownership.existingSecret -}}
 {{- end -}}
+
+{{/* The chart's PriorityClass name (created or named). */}}
+{{- define "mining.priorityClass" -}}
+{{- if .Values.priorityClass.name -}}
+{{- .Values.priorityClass.name -}}
+{{- else if .Values.priorityClass.create -}}
+{{- include "mining.fullname" . | trunc 49 | trimSuffix "-" }}-control-plane
+{{- end -}}
+{{- end -}}
+
+{{/* A component's priorityClassName line, when it has one: (dict "root" . "override" .Values.X.priorityClassName). */}}
+{{- define "mining.priorityClassName" -}}
+{{- $class := .override | default (include "mining.priorityClass" .root) -}}
+{{- with $class }}
+priorityClassName: {{ . }}
+{{- end -}}
+{{- end -}}

@@ -17,6 +17,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use mining_api::MiningWorkflow;
@@ -179,6 +180,8 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     .await;
     let operator_pods: Api<Pod> = ns.api();
     let holder_pod = operator_pods.get(&holder).await.expect("the holder is a Pod of the release");
+    // Scheduled before the miners: the chart's PriorityClass, resolved by the API server.
+    assert_eq!(holder_pod.spec.as_ref().and_then(|s| s.priority), Some(100000));
     assert_eq!(holder_pod.metadata.labels.unwrap()["app.kubernetes.io/component"], "operator");
 
     // A client mines a chain through the Service; the chain is the reference's.
@@ -229,6 +232,8 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     assert!(ns.api::<Service>().list(&of_release).await.unwrap().items.is_empty());
     let cluster_roles: Api<ClusterRole> = Api::all(ns.client.clone());
     assert!(cluster_roles.list(&of_release).await.unwrap().items.is_empty(), "aggregated ClusterRoles stay");
+    let classes: Api<PriorityClass> = Api::all(ns.client.clone());
+    assert!(classes.list(&of_release).await.unwrap().items.is_empty(), "the PriorityClass stays");
     // The CRD stays, by design: removing it would delete every user's workflows.
     let crds: Api<CustomResourceDefinition> = Api::all(ns.client.clone());
     assert!(crds.get_opt("miningworkflows.mining-operator.dev").await.unwrap().is_some());

@@ -70,6 +70,9 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("frontend.auth.oidc.issuer=http://idp.example.com", "frontend/auth/oidc/issuer"),
         ("frontend.auth.oidc.algorithms={HS256}", "frontend/auth/oidc/algorithms"),
         ("frontend.auth.oidc.scopes={a\"b}", "frontend/auth/oidc/scopes"),
+        // User classes stop at 10^9; above is the system's.
+        ("priorityClass.value=2000000000", "priorityClass/value"),
+        ("priorityClass.preemptionPolicy=Always", "priorityClass/preemptionPolicy"),
     ] {
         let output = Command::new(&helm)
             .args(["template", "r", &chart(), "--set", set])
@@ -133,6 +136,42 @@ fn the_default_install_is_the_secure_one() {
             .count(),
         2
     );
+}
+
+#[test]
+fn the_control_plane_is_scheduled_before_its_miners_without_evicting_them() {
+    let helm = helm();
+    let class_lines = |manifests: &str| -> Vec<String> {
+        manifests.lines().filter(|l| l.contains("priorityClassName:")).map(|l| l.trim().to_string()).collect()
+    };
+    // By default: a class of the release's own, named by both Deployments,
+    // that goes first but evicts no running miner.
+    let manifests = render(&helm, "default", &[]);
+    assert!(
+        manifests.contains("kind: PriorityClass\nmetadata:\n  name: release-mining-operator-control-plane\n"),
+        "{manifests}"
+    );
+    assert!(manifests.contains("value: 100000\nglobalDefault: false\npreemptionPolicy: Never\n"));
+    assert_eq!(class_lines(&manifests), ["priorityClassName: release-mining-operator-control-plane"; 2]);
+    // A class the platform owns instead, one component overridden.
+    let manifests = render(
+        &helm,
+        "default",
+        &[
+            "--set",
+            "priorityClass.create=false",
+            "--set",
+            "priorityClass.name=platform",
+            "--set",
+            "frontend.priorityClassName=edge",
+        ],
+    );
+    assert!(!manifests.contains("kind: PriorityClass"));
+    // Helm orders Deployments by name: the frontend's first.
+    assert_eq!(class_lines(&manifests), ["priorityClassName: edge", "priorityClassName: platform"]);
+    // None at all.
+    let manifests = render(&helm, "default", &["--set", "priorityClass.create=false"]);
+    assert!(class_lines(&manifests).is_empty() && !manifests.contains("kind: PriorityClass"));
 }
 
 #[tokio::test]
