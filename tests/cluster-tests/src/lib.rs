@@ -16,6 +16,7 @@ mod fixtures;
 pub use fixtures::*;
 pub mod helm;
 pub mod mcp;
+pub mod release;
 pub mod tasks;
 
 /// Label on every namespace a test creates, for cleaning up after a crash.
