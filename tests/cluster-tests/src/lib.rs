@@ -12,6 +12,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 pub mod bench;
+pub mod chaos;
 mod fixtures;
 pub use fixtures::*;
 pub mod helm;
@@ -383,16 +384,25 @@ pub fn reference_chain(blocks: u32, difficulty: u32) -> Vec<serde_json::Value> {
 /// Python reference miner's: every block's index, prev, nonce, hash and
 /// attempts, the difficulty, and progress at its end.
 pub fn assert_reference_chain(outcome: &serde_json::Value, blocks: u32, difficulty: u32) {
+    assert_matches_reference(outcome, &reference_chain(blocks, difficulty), difficulty);
+}
+
+/// [`assert_reference_chain`] against a reference computed once.
+pub fn assert_matches_reference(
+    outcome: &serde_json::Value,
+    reference: &[serde_json::Value],
+    difficulty: u32,
+) {
     assert_eq!(outcome["status"], "completed", "{outcome:#}");
     let mined = outcome["result"]["blocks"].as_array().expect("a mined chain");
-    let reference = reference_chain(blocks, difficulty);
     assert_eq!(mined.len(), reference.len(), "{outcome:#}");
-    for (got, want) in mined.iter().zip(&reference) {
+    for (got, want) in mined.iter().zip(reference) {
         for field in ["index", "prev", "nonce", "hash", "attempts"] {
             assert_eq!(got[field], want[field], "block {} field {field}", want["index"]);
         }
     }
     assert_eq!(outcome["result"]["difficulty"], difficulty, "{outcome:#}");
+    let blocks = reference.len();
     assert_eq!(
         outcome["progress"],
         serde_json::json!({"blocks_done": blocks, "blocks_total": blocks}),

@@ -190,7 +190,9 @@ pub fn ownership_key_file(namespace: &str) -> std::path::PathBuf {
 }
 
 /// One HTTP/1.1 exchange: (status, response head, body); `(0, "", "")` on failure.
-async fn http_request(addr: SocketAddr, head: &str, body: &str) -> (u16, String, String) {
+/// One HTTP/1.1 exchange (`Connection: close`, at most 30 s): (status,
+/// response head, body), or `(0, "", "")` when nothing answered.
+pub async fn http_request(addr: SocketAddr, head: &str, body: &str) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
