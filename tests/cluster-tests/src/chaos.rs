@@ -354,10 +354,12 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
     watch.abort();
     let jobs = jobs.lock().unwrap().clone();
     for id in &all_ids {
-        for block in 0..plan.blocks {
-            let made = jobs.get(&(id.clone(), block.to_string())).map_or(0, BTreeSet::len);
-            assert_eq!(made, 1, "{id} block {block}: {made} Jobs");
-        }
+        let made: BTreeMap<&str, usize> = (jobs.iter())
+            .filter(|((workflow, _), _)| workflow == id)
+            .map(|((_, block), uids)| (block.as_str(), uids.len()))
+            .collect();
+        assert_eq!(made.len(), plan.blocks as usize, "{id}: Jobs for blocks {made:?}");
+        assert!(made.values().all(|&n| n == 1), "{id}: more than one Job for a block: {made:?}");
     }
     // Each caller lists exactly its own.
     for ((name, token), (owner, outcomes)) in tokens.iter().zip(&outcomes) {
