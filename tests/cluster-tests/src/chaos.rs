@@ -26,15 +26,17 @@ use crate::mcp::http_request;
 use crate::release::Release;
 use crate::{is_local_cluster, reference_chain, repo_root};
 
-/// What to run: how many workflows, how long the chaos lasts, how often
-/// something is killed, and how soon after the last kill all must be done.
+/// What to run: how many workflows, how long the chaos lasts, how many
+/// times each component is killed, and how soon after the last kill all
+/// must be done.
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub workflows: usize,
     pub blocks: u32,
     pub difficulty: u32,
     pub chaos: Duration,
-    pub kill_every: Duration,
+    /// Kills of each kind, spread evenly over `chaos`.
+    pub kills_each: usize,
     pub drain_bound: Duration,
 }
 
@@ -49,6 +51,8 @@ pub struct Report {
     /// reset, no endpoint, 5xx, a tool error), and starts repeated on purpose.
     pub start_retries: usize,
     pub poll_retries: usize,
+    /// The longest a call kept failing before it was answered.
+    pub longest_outage: Duration,
     pub repeated_starts: usize,
     /// From the last kill until every workflow was seen complete.
     pub drain: Duration,
@@ -68,6 +72,13 @@ fn tokens() -> Vec<(String, String)> {
             (caller.to_string(), format!("{caller}-{hex}"))
         })
         .collect()
+}
+
+/// Failed calls that were tried again, and the longest run of them.
+#[derive(Default)]
+struct Retries {
+    count: usize,
+    longest: Duration,
 }
 
 /// The frontend Service as a caller reaches it.
@@ -111,13 +122,19 @@ impl Service {
         tool: &str,
         arguments: Value,
         deadline: Instant,
-        retries: &mut usize,
+        retries: &mut Retries,
     ) -> Value {
+        let mut first_failure = None;
         loop {
             match self.call(token, tool, arguments.clone()).await {
-                Ok(answer) => return answer,
+                Ok(answer) => {
+                    let outage = first_failure.map_or(Duration::ZERO, |at: Instant| at.elapsed());
+                    retries.longest = retries.longest.max(outage);
+                    return answer;
+                }
                 Err(why) if Instant::now() < deadline => {
-                    *retries += 1;
+                    retries.count += 1;
+                    first_failure.get_or_insert_with(Instant::now);
                     say(&format!("{tool} failed, retrying: {why}"));
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -145,7 +162,7 @@ async fn caller(
     let started_at = Instant::now();
     let pace = plan.chaos.checked_div(count as u32).unwrap_or_default();
     let start_deadline = started_at + plan.chaos + plan.drain_bound;
-    let (mut start_retries, mut repeated) = (0, 0);
+    let (mut start_retries, mut repeated) = (Retries::default(), 0);
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
     let arguments = |key: &str| json!({"difficulty": plan.difficulty, "blocks": plan.blocks, "wait_seconds": 0, "idempotency_key": key});
     for i in 0..count {
@@ -181,7 +198,7 @@ async fn caller(
         tokio::time::sleep_until((started_at + pace * (i as u32 + 1)).into()).await;
     }
     let poll_deadline = Instant::now() + plan.chaos + plan.drain_bound;
-    let mut poll_retries = 0;
+    let mut poll_retries = Retries::default();
     let mut outcomes = BTreeMap::new();
     for (key, id) in ids {
         let mut outcome = Value::Null;
@@ -203,25 +220,27 @@ async fn caller(
         outcomes.insert(key, (id, outcome));
     }
     let mut report = report.lock().unwrap();
-    report.start_retries += start_retries;
-    report.poll_retries += poll_retries;
+    report.start_retries += start_retries.count;
+    report.poll_retries += poll_retries.count;
+    report.longest_outage = report.longest_outage.max(start_retries.longest).max(poll_retries.longest);
     report.repeated_starts += repeated;
     (name, outcomes)
 }
 
 /// Kills, in turn, the leading operator Pod, a frontend Pod and (on the local
-/// cluster) the node agent, every `kill_every` for `chaos`. Returns when the
-/// last kill was done.
+/// cluster) the node agent, `kills_each` times each, evenly over `chaos`.
+/// Returns when the last kill was done.
 async fn kill_loop(release: &Release, plan: &Plan, report: &Mutex<Report>) -> Instant {
     let pods: Api<Pod> = release.ns.api();
     let leases: Api<Lease> = release.ns.api();
-    let end = Instant::now() + plan.chaos;
-    let mut last_kill = Instant::now();
-    let mut turn = 0usize;
-    while Instant::now() + plan.kill_every <= end {
-        tokio::time::sleep(plan.kill_every).await;
+    let began = Instant::now();
+    let kills = 3 * plan.kills_each;
+    let mut last_kill = began;
+    for turn in 0..kills {
+        // At fixed moments: a slow restart does not push the later kills out.
+        let at = began + plan.chaos.mul_f64((turn + 1) as f64 / (kills + 1) as f64);
+        tokio::time::sleep_until(at.into()).await;
         let kind = turn % 3;
-        turn += 1;
         if kind == 2 && !is_local_cluster() {
             continue;
         }
@@ -364,7 +383,7 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
     // Each caller lists exactly its own.
     for ((name, token), (owner, outcomes)) in tokens.iter().zip(&outcomes) {
         assert_eq!(name, owner);
-        let mut retries = 0;
+        let mut retries = Retries::default();
         let deadline = Instant::now() + Duration::from_secs(60);
         let listed = (service.call_until_answered(
             token,

@@ -25,8 +25,7 @@ async fn main() {
         blocks: 3,
         difficulty: 8,
         chaos: Duration::from_secs(chaos),
-        // Three kinds in turn, each killed kills_each times.
-        kill_every: Duration::from_secs(chaos).div_f64((3 * kills_each) as f64 + 0.5),
+        kills_each: kills_each as usize,
         drain_bound: Duration::from_secs(300),
     };
     println!("plan: {plan:?}");
