@@ -114,6 +114,10 @@ cmd_restart_agent() {
   local old; old=$(cat "$STATE/node-agent.pid")
   kill -KILL "$old"
   wait_for "the killed node agent to exit" 10 exited "$old" || die "the killed node agent (pid $old) did not exit"
+  # A killed process's leader turns zombie while its other threads may still
+  # be exiting with the listening socket open: wait for the port itself.
+  wait_for "the killed node agent's kubelet port to close" 10 kubelet_port_closed \
+    || die "port $KUBELET_PORT is still taken after the node agent (pid $old) was killed"
   log "killed node-agent"
   local release attempt; release=$(cat "$STATE/node-agent.args")
   mv "$STATE/logs/node-agent.log" "$STATE/logs/node-agent.previous.log"
@@ -127,8 +131,11 @@ cmd_restart_agent() {
   die "the node agent did not come up after 3 attempts"
 }
 
-# exited PID: the process is gone, or a zombie (its sockets already closed).
+# exited PID: the process is gone, or a zombie.
 exited() { [ ! -d "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
+# kubelet_port_closed: nothing accepts connections on the agent's kubelet port.
+kubelet_port_closed() { ! (exec 3<>"/dev/tcp/127.0.0.1/$KUBELET_PORT") 2>/dev/null; }
 
 # agent_serving: the node agent runs and its kubelet endpoint accepts connections.
 agent_serving() { pid_alive node-agent && (exec 3<>"/dev/tcp/127.0.0.1/$KUBELET_PORT") 2>/dev/null; }

@@ -38,6 +38,8 @@ pub struct Plan {
     /// Kills of each kind, spread evenly over `chaos`.
     pub kills_each: usize,
     pub drain_bound: Duration,
+    /// More `helm install` arguments (e.g. `--set priorityClass.create=false`).
+    pub chart_values: Vec<String>,
 }
 
 /// What happened, for the bench's table.
@@ -313,23 +315,22 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
     let tokens = tokens();
     let lines: Vec<String> = tokens.iter().map(|(caller, token)| format!("{token} {caller}")).collect();
     let tokens_value = format!("frontend.auth.tokens={}", lines.join("\n"));
-    let release = Release::install(
-        prefix,
-        &[
-            "--set",
-            "frontend.auth.mode=tokens",
-            "--set",
-            &tokens_value,
-            // All three callers come from this one host, faster than a person.
-            "--set",
-            "frontend.maxConnectionsPerSource=1000",
-            "--set",
-            "frontend.maxStartsPerMinute=1000",
-            "--set",
-            "frontend.maxRunningPerCaller=1000",
-        ],
-    )
-    .await;
+    let mut values = vec![
+        "--set".to_string(),
+        "frontend.auth.mode=tokens".into(),
+        "--set".into(),
+        tokens_value,
+        // All three callers come from this one host, faster than a person.
+        "--set".into(),
+        "frontend.maxConnectionsPerSource=1000".into(),
+        "--set".into(),
+        "frontend.maxStartsPerMinute=1000".into(),
+        "--set".into(),
+        "frontend.maxRunningPerCaller=1000".into(),
+    ];
+    values.extend(plan.chart_values.iter().cloned());
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let release = Release::install(prefix, &values).await;
     let (url, host) = release.frontend_url().await;
     let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let addr: SocketAddr = format!("{authority}:80").parse().expect("the Service's address");

@@ -17,6 +17,7 @@ async fn workflows_of_three_callers_survive_killed_operators_frontends_and_node_
         chaos: Duration::from_secs(36),
         kills_each: 3,
         drain_bound: Duration::from_secs(120),
+        chart_values: Vec::new(),
     };
     let report = run("chaos", plan).await;
     assert_eq!(report.kills, [3, 3, 3], "{report:?}");

@@ -96,6 +96,23 @@ fn parse_image_mapping(value: &str) -> Result<(String, PathBuf), String> {
     Ok((image.to_string(), PathBuf::from(path)))
 }
 
+/// Binds the kubelet port, trying again for up to 10 s while it is in use: a
+/// killed predecessor's threads may still hold it for a moment as they exit.
+async fn listen_retrying(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            Err(err)
+                if err.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(port, "kubelet port in use; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            bound => return bound,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -111,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
     if let (Some(certificate), Some(key)) = (&config.kubelet_certificate, &config.kubelet_key) {
         let tls =
             logs::acceptor(certificate, key).map_err(anyhow::Error::msg).context("--kubelet-certificate")?;
-        let logs = tokio::net::TcpListener::bind(("127.0.0.1", config.kubelet_port))
+        let logs = listen_retrying(config.kubelet_port)
             .await
             .with_context(|| format!("listening on 127.0.0.1:{} for containerLogs", config.kubelet_port))?;
         tokio::spawn(logs::serve(logs, tls, config.state_dir.clone()));

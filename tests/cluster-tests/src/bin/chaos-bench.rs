@@ -1,7 +1,10 @@
 //! The long chaos run (tests/chaos.rs runs a short one in the suite):
 //!
-//! `cargo run --release -p cluster-tests --bin chaos-bench -- [WORKFLOWS] [CHAOS_SECONDS] [KILLS_EACH]`
+//! `cargo run --release -p cluster-tests --bin chaos-bench -- [WORKFLOWS] [CHAOS_SECONDS] [KILLS_EACH] [no-priority]`
 //!
+//! `no-priority` installs the chart without its PriorityClass, so restarted
+//! operator and frontend Pods queue behind waiting miner Pods (the
+//! comparison in docs/BENCHMARKS.md).
 //! Defaults 300 workflows of 3 blocks at difficulty 8, 120 s of chaos, 6
 //! kills of each kind (operator Pod, frontend Pod, node agent), against the
 //! local cluster in `$KUBECONFIG` (`MINING_CLUSTER_SLOT` names it for
@@ -27,6 +30,11 @@ async fn main() {
         chaos: Duration::from_secs(chaos),
         kills_each: kills_each as usize,
         drain_bound: Duration::from_secs(300),
+        chart_values: match std::env::args().nth(4).as_deref() {
+            Some("no-priority") => vec!["--set".into(), "priorityClass.create=false".into()],
+            None => Vec::new(),
+            Some(other) => panic!("unknown option {other}"),
+        },
     };
     println!("plan: {plan:?}");
     let report = run("chaos-bench", plan).await;
