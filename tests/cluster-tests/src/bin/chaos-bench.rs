@@ -45,6 +45,7 @@ async fn main() {
         "retries: {} starts, {} polls; {} starts repeated on purpose, each naming its first id",
         report.start_retries, report.poll_retries, report.repeated_starts
     );
+    println!("the longest a caller's call kept failing: {:.1} s", report.longest_outage.as_secs_f64());
     println!(
         "all complete {:.1} s after the last kill; {:.1} s in all",
         report.drain.as_secs_f64(),
