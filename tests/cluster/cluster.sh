@@ -7,7 +7,7 @@
 #   cluster.sh up          start everything with fresh state (no-op when already up)
 #   cluster.sh down        stop exactly what `up` started, by pid, and remove its state
 #   cluster.sh kubeconfig  print the kubeconfig path
-#   cluster.sh status      say whether it is up
+#   cluster.sh status      say whether it is up, or which component is not running
 #   cluster.sh restart-agent  SIGKILL the node agent and start it again (for tests)
 #
 # Pods run the images in podman's store (`make images BINARIES=prebuilt`);
@@ -140,6 +140,17 @@ kubelet_port_closed() { ! (exec 3<>"/dev/tcp/127.0.0.1/$KUBELET_PORT") 2>/dev/nu
 # agent_serving: the node agent runs and its kubelet endpoint accepts connections.
 agent_serving() { pid_alive node-agent && (exec 3<>"/dev/tcp/127.0.0.1/$KUBELET_PORT") 2>/dev/null; }
 
+# Up, or down naming each component that is not running (and a silent API server).
+cmd_status() {
+  local c dead=()
+  for c in "${COMPONENTS[@]}"; do
+    if ! pid_alive "$c"; then dead+=("$c"); fi
+  done
+  if [ ${#dead[@]} -eq 0 ] && api_answers; then echo up; return 0; fi
+  if [ ${#dead[@]} -gt 0 ]; then echo "down: not running: ${dead[*]}"; else echo "down: the API server does not answer"; fi
+  return 1
+}
+
 cmd_down() {
   [ -d "$STATE" ] || { log "nothing to stop"; return 0; }
   local i c
@@ -251,6 +262,6 @@ case "${1:-}" in
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
   state) echo "$STATE" ;;
   restart-agent) cmd_restart_agent ;;
-  status) if is_up; then echo up; else echo down; exit 1; fi ;;
+  status) cmd_status ;;
   *) echo "usage: $0 up|down|kubeconfig|state|status|restart-agent" >&2; exit 2 ;;
 esac

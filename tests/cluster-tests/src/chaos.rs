@@ -343,6 +343,15 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
         .map(|token| tokio::spawn(caller(service.clone(), token, plan.clone(), per_caller, report.clone())))
         .collect();
     let last_kill = kill_loop(&release, &plan, &report).await;
+    if is_local_cluster() {
+        // Every restart left a running agent (and the rest of the cluster) behind.
+        let status = std::process::Command::new(repo_root().join("tests/cluster/cluster.sh"))
+            .arg("status")
+            .output()
+            .expect("run cluster.sh");
+        let said = String::from_utf8_lossy(&status.stdout);
+        assert!(status.status.success(), "after the chaos the test cluster is {said}");
+    }
     let mut outcomes = Vec::new();
     for task in callers {
         outcomes.push(task.await.expect("a caller panicked"));
