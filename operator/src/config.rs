@@ -25,7 +25,7 @@ pub struct Config {
     #[command(flatten)]
     pub limits: Limits,
     /// Address of the /metrics, /healthz and /readyz server.
-    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8081")]
     pub http_addr: SocketAddr,
     #[command(flatten)]
     pub election: Election,

@@ -13,7 +13,7 @@ const TAG: &str = "dev";
 /// (image, binary, a command that must exit 0 and what it prints, ports the chart's Pods declare)
 const IMAGES: [(&str, &str, &str, &[u16]); 3] = [
     ("miner", "/miner", "--version", &[]),
-    ("operator", "/operator", "--help", &[8080]),
+    ("operator", "/operator", "--help", &[8081]),
     ("mcp-frontend", "/mcp-frontend", "--help", &[8080, 9090]),
 ];
 
