@@ -219,6 +219,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
 
+    /// The operator's leader Lease, NAMESPACE/NAME (the chart's
+    /// `RELEASE-mining-operator-operator` in the release namespace). Read
+    /// every few seconds: while no operator holds it, unfinished workflows
+    /// answer that no operator is running. Unset: nothing is said.
+    #[arg(long, env = "OPERATOR_LEASE", value_parser = parse_lease_ref)]
+    pub operator_lease: Option<(String, String)>,
+
     /// Longest one 2025-11-25 `tasks/result` call waits for its task before
     /// answering with an error that says to call again.
     #[arg(long, env = "TASK_RESULT_WAIT_SECONDS", default_value_t = 50,
@@ -293,6 +300,22 @@ impl Config {
     }
 }
 
+/// `NAMESPACE/NAME` of a Lease, each a DNS label (namespace) or subdomain (name).
+fn parse_lease_ref(text: &str) -> Result<(String, String), String> {
+    let (namespace, name) = text.split_once('/').ok_or_else(|| format!("{text:?} is not NAMESPACE/NAME"))?;
+    let label = |s: &str, max: usize| {
+        !s.is_empty()
+            && s.len() <= max
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && !s.starts_with(['-', '.'])
+            && !s.ends_with(['-', '.'])
+    };
+    if !label(namespace, 63) || namespace.contains('.') || !label(name, 253) {
+        return Err(format!("{text:?} is not NAMESPACE/NAME of Kubernetes names"));
+    }
+    Ok((namespace.to_string(), name.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +331,16 @@ mod tests {
         );
         assert_eq!(config.max_running_per_caller, 20);
         assert_eq!(config.token_audiences, [DEFAULT_TOKEN_AUDIENCE]);
+        assert_eq!(config.operator_lease, None);
+        let config = Config::try_parse_from([
+            "mcp-frontend",
+            "--ownership-key-file",
+            "/key",
+            "--operator-lease",
+            "mining/r-mining-operator-operator",
+        ])
+        .unwrap();
+        assert_eq!(config.operator_lease, Some(("mining".into(), "r-mining-operator-operator".into())));
     }
 
     #[test]
@@ -320,6 +353,10 @@ mod tests {
             &["--max-difficulty", "99999999999999999999"],
             &["--token-audiences", ""],
             &["--auth-cache-seconds", "0"],
+            &["--operator-lease", "mining"],
+            &["--operator-lease", "Mining/lease"],
+            &["--operator-lease", "a.b/lease"],
+            &["--operator-lease", "mining/"],
             &["--auth", "oidc"],
             &["--auth", "oidc", "--oidc-issuer", "https://idp.example.com"],
             &["--oidc-algorithms", "HS256"],

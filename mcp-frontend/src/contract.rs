@@ -9,6 +9,8 @@ use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, reasons};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::operator_presence::Presence;
+
 /// Longest wait a `poll_after_seconds` may suggest.
 pub const MAX_POLL_AFTER_SECONDS: u32 = 60;
 
@@ -88,7 +90,8 @@ pub struct MiningOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<MinedChain>,
     /// When `status` is `failed`: a CamelCase reason such as `JobFailed`,
-    /// `InvalidResult`, `DeadlineExceeded` or `OverLimit`.
+    /// `InvalidResult`, `DeadlineExceeded` or `OverLimit`. When `running`:
+    /// `NoOperator` while no operator is running to do the work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When `status` is `failed`: what went wrong, for a person.
@@ -205,6 +208,28 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
             ));
         }
     }
+    answer
+}
+
+/// The reason a running workflow's answer carries while no operator runs.
+pub const NO_OPERATOR: &str = "NoOperator";
+
+/// `answer` as seen with the operator `presence`: an unfinished workflow says
+/// that nobody is working on it when no operator leads, so an agent can tell
+/// "slow" from "nobody is working". Finished answers are left as they are.
+pub fn with_operator(mut answer: MiningOutcome, presence: Presence) -> MiningOutcome {
+    let Presence::Absent { since } = presence else { return answer };
+    if answer.status != OutcomeStatus::Running {
+        return answer;
+    }
+    let since = since.map(|t| format!(" since {}", t.round(k8s_openapi::jiff::Unit::Second).unwrap_or(t)));
+    answer.status_message = format!(
+        "{}. No operator is running{}: the work is recorded and goes on when one returns \
+         (ask the cluster's operators to check the mining-operator Deployment)",
+        answer.status_message,
+        since.unwrap_or_default()
+    );
+    answer.reason.get_or_insert_with(|| NO_OPERATOR.to_string());
     answer
 }
 

@@ -20,6 +20,7 @@ pub mod host_guard;
 pub mod http;
 pub mod ids;
 pub mod metrics;
+pub mod operator_presence;
 pub mod ownership;
 pub mod quota;
 pub mod serve;

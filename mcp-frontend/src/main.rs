@@ -16,6 +16,7 @@ use mcp_frontend::config::{AuthMode, Config};
 use mcp_frontend::core::{Core, WaitSlots};
 use mcp_frontend::http::{HttpOptions, mcp_router, ops_router};
 use mcp_frontend::metrics::Metrics;
+use mcp_frontend::operator_presence::OperatorWatch;
 use mcp_frontend::ownership::OwnershipKeys;
 use mcp_frontend::quota::Quotas;
 use mcp_frontend::serve::{ConnectionLimits, serve};
@@ -84,7 +85,16 @@ async fn main() -> anyhow::Result<()> {
     let keys =
         OwnershipKeys::from_files(&config.ownership_key_file, config.previous_ownership_key_file.as_deref())
             .map_err(anyhow::Error::msg)?;
+    let operator = match &config.operator_lease {
+        Some((lease_namespace, lease)) => OperatorWatch::spawn(
+            Api::namespaced(client.clone(), lease_namespace),
+            lease.clone(),
+            metrics.clone(),
+        ),
+        None => OperatorWatch::unknown(),
+    };
     let core = Arc::new(Core {
+        operator,
         keys: Arc::new(keys),
         namespace: namespace.clone(),
         tools: limits.tools(),

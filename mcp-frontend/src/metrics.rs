@@ -40,6 +40,7 @@ pub struct Metrics {
     pub starts_refused: Family<ReasonLabels, Counter>,
     pub connections_open: Gauge,
     pub connections_refused: Counter,
+    pub operator_leading: Gauge,
 }
 
 impl Default for Metrics {
@@ -103,6 +104,13 @@ impl Default for Metrics {
             "Connections closed at once because --max-connections were open",
             connections_refused.clone(),
         );
+        let operator_leading = Gauge::default();
+        operator_leading.set(-1);
+        registry.register(
+            "operator_leading",
+            "1 while an operator holds its leader Lease, 0 while none does, -1 when unknown (no Lease configured or readable)",
+            operator_leading.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -117,6 +125,7 @@ impl Default for Metrics {
             starts_refused,
             connections_open,
             connections_refused,
+            operator_leading,
         }
     }
 }

@@ -13,7 +13,8 @@
 use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
 
-use crate::contract::{MiningOutcome, OutcomeStatus, outcome};
+use crate::contract::{MiningOutcome, OutcomeStatus, outcome, with_operator};
+use crate::operator_presence::Presence;
 
 /// Which task protocol a request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,15 +69,17 @@ pub struct TaskSnapshot {
     pub outcome: MiningOutcome,
 }
 
-/// The workflow as a task of `generation`; `default_ttl_seconds` is the
-/// operator's retention for workflows that set none.
+/// The workflow as a task of `generation`, with what is known of the
+/// operator; `default_ttl_seconds` is the operator's retention for workflows
+/// that set none.
 pub fn snapshot(
     workflow: &MiningWorkflow,
     now: Timestamp,
     generation: Generation,
     default_ttl_seconds: u64,
+    operator: Presence,
 ) -> TaskSnapshot {
-    let answer = outcome(workflow, now);
+    let answer = with_operator(outcome(workflow, now), operator);
     let result_ready = answer.status != OutcomeStatus::Running;
     let state = match (generation, answer.status) {
         // The cancel's answer said `cancelled`; no later read may say
@@ -165,7 +168,7 @@ mod tests {
     fn running_workflows_are_working_in_both_generations() {
         for phase in [WorkflowPhase::Pending, WorkflowPhase::Mining] {
             for generation in [Generation::Core2025, Generation::Extension2026] {
-                let task = snapshot(&workflow(phase, false), at(1_010), generation, 600);
+                let task = snapshot(&workflow(phase, false), at(1_010), generation, 600, Presence::Unknown);
                 assert_eq!(task.state, TaskState::Working, "{phase:?} {generation:?}");
                 assert!(!task.result_ready);
                 let interval = task.poll_interval_ms.expect("a working task suggests a poll interval");
@@ -179,12 +182,12 @@ mod tests {
     #[test]
     fn a_mining_failure_is_failed_in_2025_and_completed_with_an_error_in_2026() {
         let failed = workflow(WorkflowPhase::Failed, false);
-        let core = snapshot(&failed, at(1_100), Generation::Core2025, 60);
+        let core = snapshot(&failed, at(1_100), Generation::Core2025, 60, Presence::Unknown);
         assert_eq!(core.state, TaskState::Failed);
         assert!(core.status_message.contains("the miner exited with code 3"), "{}", core.status_message);
         assert_eq!(core.poll_interval_ms, None);
         assert_eq!(core.last_updated_at, at(1_030).to_string());
-        let extension = snapshot(&failed, at(1_100), Generation::Extension2026, 60);
+        let extension = snapshot(&failed, at(1_100), Generation::Extension2026, 60, Presence::Unknown);
         assert_eq!(extension.state, TaskState::Completed);
         assert_eq!(extension.outcome.status, OutcomeStatus::Failed);
         assert!(extension.result_ready);
@@ -193,14 +196,19 @@ mod tests {
     #[test]
     fn a_recorded_cancel_reads_cancelled_at_once_in_2025_only() {
         let cancelling = workflow(WorkflowPhase::Mining, true);
-        let core = snapshot(&cancelling, at(1_010), Generation::Core2025, 60);
+        let core = snapshot(&cancelling, at(1_010), Generation::Core2025, 60, Presence::Unknown);
         assert_eq!(core.state, TaskState::Cancelled);
         assert!(!core.result_ready, "the operator has not stopped it yet");
         assert!(core.status_message.starts_with("Cancelled; Mined 0 of 2"), "{}", core.status_message);
-        let extension = snapshot(&cancelling, at(1_010), Generation::Extension2026, 60);
+        let extension = snapshot(&cancelling, at(1_010), Generation::Extension2026, 60, Presence::Unknown);
         assert_eq!(extension.state, TaskState::Working);
-        let stopped =
-            snapshot(&workflow(WorkflowPhase::Cancelled, true), at(1_010), Generation::Extension2026, 60);
+        let stopped = snapshot(
+            &workflow(WorkflowPhase::Cancelled, true),
+            at(1_010),
+            Generation::Extension2026,
+            60,
+            Presence::Unknown,
+        );
         assert_eq!(stopped.state, TaskState::Cancelled);
         assert!(stopped.result_ready);
     }
@@ -223,7 +231,7 @@ mod tests {
                     prev = hash;
                 }
             }
-            let task = snapshot(&finished, at(1_100), Generation::Core2025, 60);
+            let task = snapshot(&finished, at(1_100), Generation::Core2025, 60, Presence::Unknown);
             assert_eq!(task.state, state, "{phase:?}");
             assert!(task.result_ready);
         }
@@ -233,9 +241,12 @@ mod tests {
     fn the_workflows_own_retention_wins_and_huge_values_saturate() {
         let mut kept = workflow(WorkflowPhase::Mining, false);
         kept.spec.ttl_seconds_after_finished = Some(90);
-        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60).ttl_ms, 90_000);
+        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60, Presence::Unknown).ttl_ms, 90_000);
         kept.spec.ttl_seconds_after_finished = Some(-5);
-        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60).ttl_ms, 60_000);
-        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, u64::MAX).ttl_ms, u64::MAX);
+        assert_eq!(snapshot(&kept, at(1_010), Generation::Core2025, 60, Presence::Unknown).ttl_ms, 60_000);
+        assert_eq!(
+            snapshot(&kept, at(1_010), Generation::Core2025, u64::MAX, Presence::Unknown).ttl_ms,
+            u64::MAX
+        );
     }
 }

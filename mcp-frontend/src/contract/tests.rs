@@ -266,3 +266,30 @@ proptest! {
         prop_assert_eq!(answer.result.is_some(), answer.status == OutcomeStatus::Completed);
     }
 }
+
+#[test]
+fn with_no_operator_an_unfinished_workflow_says_nobody_is_working_and_a_finished_one_is_unchanged() {
+    let pending = workflow(8, 2);
+    let plain = outcome(&pending, at(20));
+    // Known to lead, or unknown: the answer is the plain one.
+    assert_eq!(with_operator(plain.clone(), Presence::Leading), plain);
+    assert_eq!(with_operator(plain.clone(), Presence::Unknown), plain);
+    // None leads: still running (the work is recorded), and it says so.
+    let absent = with_operator(plain.clone(), Presence::Absent { since: Some(at(5)) });
+    assert_eq!(absent.status, OutcomeStatus::Running);
+    assert_eq!(absent.reason.as_deref(), Some(NO_OPERATOR));
+    assert!(absent.status_message.starts_with(&plain.status_message), "{}", absent.status_message);
+    assert!(
+        absent.status_message.contains("No operator is running since 2027-01-15T08:00:05Z"),
+        "{}",
+        absent.status_message
+    );
+    assert_eq!((&absent.next, absent.poll_after_seconds), (&plain.next, plain.poll_after_seconds));
+    let never = with_operator(plain.clone(), Presence::Absent { since: None });
+    assert!(never.status_message.contains("No operator is running:"), "{}", never.status_message);
+    // Finished work needs no operator.
+    let done = with_status(workflow(8, 2), WorkflowPhase::Succeeded, mined_blocks(8, 2));
+    let completed = outcome(&done, at(20));
+    assert_eq!(completed.status, OutcomeStatus::Completed);
+    assert_eq!(with_operator(completed.clone(), Presence::Absent { since: None }), completed);
+}

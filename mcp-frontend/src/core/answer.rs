@@ -4,7 +4,8 @@ use k8s_openapi::jiff::Timestamp;
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::View;
-use crate::contract::{MiningOutcome, OutcomeStatus, outcome};
+use crate::contract::{MiningOutcome, OutcomeStatus, outcome, with_operator};
+use crate::operator_presence::Presence;
 use crate::tools::WorkflowList;
 
 /// A tool's answer in protocol-neutral form.
@@ -18,12 +19,14 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// The answer about one workflow as the caller sees it; `id_text` is
-    /// echoed when there is nothing to see.
-    pub fn of(id_text: &str, view: View) -> Self {
+    /// The answer about one workflow as the caller sees it, with what is
+    /// known of the operator; `id_text` is echoed when there is nothing to see.
+    pub fn of(id_text: &str, view: View, operator: Presence) -> Self {
         match view {
             View::Missing => Self::Outcome(MiningOutcome::not_found(id_text)),
-            View::Found(workflow) => Self::Outcome(outcome(&workflow, Timestamp::now())),
+            View::Found(workflow) => {
+                Self::Outcome(with_operator(outcome(&workflow, Timestamp::now()), operator))
+            }
             View::Unreadable(problem) => Self::Outcome(MiningOutcome {
                 status: OutcomeStatus::Failed,
                 reason: Some("Unreadable".into()),

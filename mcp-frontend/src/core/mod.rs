@@ -24,6 +24,7 @@ use rmcp::model::Tool;
 use crate::cache::{Cached, WorkflowCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
+use crate::operator_presence::{OperatorWatch, Presence};
 use crate::ownership::OwnershipKeys;
 use crate::quota::Quotas;
 use crate::tools::Limits;
@@ -58,6 +59,8 @@ pub struct Core {
     pub task_list_page_size: usize,
     /// Concurrent waits of this replica, per caller and in total.
     pub waits: WaitSlots,
+    /// Whether an operator leads, so unfinished work nobody does says so.
+    pub operator: Arc<OperatorWatch>,
 }
 
 /// What a caller may see of one workflow.
@@ -107,6 +110,11 @@ impl Core {
                 }
             },
         }
+    }
+
+    /// What the operator's leader Lease says right now.
+    pub fn operator_presence(&self) -> Presence {
+        self.operator.presence()
     }
 
     /// Whether `caller` started `workflow` through this frontend.

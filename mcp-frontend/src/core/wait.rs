@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{Core, View};
 use crate::cache::Cached;
-use crate::contract::{OutcomeStatus, Progress, outcome};
+use crate::contract::{OutcomeStatus, Progress, outcome, with_operator};
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 
@@ -148,7 +148,7 @@ impl Core {
             if !self.owns(&latest, caller) {
                 return View::Missing;
             }
-            let answer = outcome(&latest, Timestamp::now());
+            let answer = with_operator(outcome(&latest, Timestamp::now()), self.operator_presence());
             if let Some(progress) = answer.progress
                 && reported.is_none_or(|done| progress.blocks_done > done)
             {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::tasks_2026;
-use crate::contract::{Progress, outcome};
+use crate::contract::{Progress, outcome, with_operator};
 use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
@@ -96,7 +96,7 @@ impl MiningServer {
         };
         let deadline = started + Duration::from_secs(u64::from(created.request.wait_seconds));
         let view = self.core.wait(caller, created.workflow, deadline, &mut ToolCallListener::of(ctx)).await;
-        Answer::of(created.id.as_str(), view)
+        Answer::of(created.id.as_str(), view, self.core.operator_presence())
     }
 
     async fn get_mining_result(
@@ -116,9 +116,9 @@ impl MiningServer {
         match self.core.find(caller, &args.workflow_id).await {
             Ok(View::Found(workflow)) => {
                 let view = self.core.wait(caller, workflow, deadline, &mut ToolCallListener::of(ctx)).await;
-                Answer::of(&args.workflow_id, view)
+                Answer::of(&args.workflow_id, view, self.core.operator_presence())
             }
-            Ok(view) => Answer::of(&args.workflow_id, view),
+            Ok(view) => Answer::of(&args.workflow_id, view, self.core.operator_presence()),
             Err(problem) => Answer::Refused(problem),
         }
     }
@@ -135,8 +135,12 @@ impl MiningServer {
         };
         let id = &args.workflow_id;
         let workflow = match self.core.cancel(caller, id).await {
-            Ok(CancelOutcome::NotCancelled(view)) => return Answer::of(id, view),
-            Ok(CancelOutcome::AlreadyFinished(workflow)) => return Answer::of(id, View::Found(workflow)),
+            Ok(CancelOutcome::NotCancelled(view)) => {
+                return Answer::of(id, view, self.core.operator_presence());
+            }
+            Ok(CancelOutcome::AlreadyFinished(workflow)) => {
+                return Answer::of(id, View::Found(workflow), self.core.operator_presence());
+            }
             Ok(CancelOutcome::AlreadyRequested(workflow) | CancelOutcome::Requested(workflow)) => workflow,
             Err(problem) => return Answer::Refused(problem),
         };
@@ -144,7 +148,7 @@ impl MiningServer {
             CANCEL_CONFIRM_WAIT.min(Duration::from_secs(u64::from(self.core.limits.wait_budget_seconds)));
         let view =
             self.core.wait(caller, workflow, Instant::now() + wait, &mut ToolCallListener::of(ctx)).await;
-        Answer::of(id, view)
+        Answer::of(id, view, self.core.operator_presence())
     }
 
     fn list_mining_workflows(&self, caller: &Caller, arguments: Option<JsonObject>) -> Answer {
@@ -163,7 +167,7 @@ impl MiningServer {
             .into_iter()
             .filter_map(|listed| {
                 let workflow = listed.workflow;
-                let answer = outcome(&workflow, now);
+                let answer = with_operator(outcome(&workflow, now), self.core.operator_presence());
                 Some(ListedWorkflow {
                     workflow_id: answer.workflow_id,
                     status: answer.status,

@@ -240,7 +240,13 @@ impl CoreTasks {
     }
 
     fn snapshot(&self, workflow: &MiningWorkflow) -> TaskSnapshot {
-        snapshot(workflow, Timestamp::now(), Generation::Core2025, self.core.default_ttl_seconds)
+        snapshot(
+            workflow,
+            Timestamp::now(),
+            Generation::Core2025,
+            self.core.default_ttl_seconds,
+            self.core.operator_presence(),
+        )
     }
 
     /// The workflow behind `params.taskId`, if this caller may see it.

@@ -58,7 +58,13 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
 }
 
 fn extension_snapshot(core: &Core, workflow: &mining_api::MiningWorkflow) -> TaskSnapshot {
-    snapshot(workflow, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds)
+    snapshot(
+        workflow,
+        Timestamp::now(),
+        Generation::Extension2026,
+        core.default_ttl_seconds,
+        core.operator_presence(),
+    )
 }
 
 /// `start_mining` as a task: creates the workflow and hands out its task
