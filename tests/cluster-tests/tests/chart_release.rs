@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{structured, tool_error_text};
+use cluster_tests::mcp::{http_request, structured, tool_error_text};
 use cluster_tests::release::{Release, ready_addresses};
 use cluster_tests::{TOKEN_AUDIENCE, account_token, assert_reference_chain, eventually};
 use k8s_openapi::api::batch::v1::Job;
@@ -48,6 +48,17 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     let holder_pod = operator_pods.get(&holder).await.expect("the holder is a Pod of the release");
     // Scheduled before the miners: the chart's PriorityClass, resolved by the API server.
     assert_eq!(holder_pod.spec.as_ref().and_then(|s| s.priority), Some(100000));
+
+    // Each frontend reads that Lease under its own account: it knows an operator leads.
+    for address in &addresses {
+        let metrics: std::net::SocketAddr = format!("{address}:9090").parse().unwrap();
+        eventually("the frontend to see the operator lead", TIMEOUT, || async {
+            let (_, _, body) =
+                http_request(metrics, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n", "").await;
+            body.lines().any(|l| l == "mcp_frontend_operator_leading 1").then_some(())
+        })
+        .await;
+    }
     assert_eq!(holder_pod.metadata.labels.unwrap()["app.kubernetes.io/component"], "operator");
 
     // A client mines a chain through the Service; the chain is the reference's.

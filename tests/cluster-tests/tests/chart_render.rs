@@ -124,6 +124,9 @@ fn the_default_install_is_the_secure_one() {
         "- --max-waits-per-caller=16\n",
         "- --max-connections=1000\n",
         "- --header-read-timeout-seconds=10\n",
+        // It says when no operator leads, reading only the operator's Lease.
+        "- --operator-lease=default/release-mining-operator-operator\n",
+        "resourceNames: [\"release-mining-operator-operator\"]\n",
     ] {
         assert!(manifests.contains(expected), "the default install lacks {expected:?}");
     }
