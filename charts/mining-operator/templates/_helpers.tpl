@@ -58,8 +58,12 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* An image reference: (dict "root" . "image" .Values.X.image). global.imageRegistry
+     prefixes every image; a digest, when given, pins it instead of the tag. */}}
 {{- define "mining.image" -}}
-{{ .repository }}:{{ .tag }}
+{{- $registry := ((.root.Values.global).imageRegistry) | default "" | trimSuffix "/" -}}
+{{- with $registry }}{{ . }}/{{ end }}{{ .image.repository }}
+{{- if .image.digest }}@{{ .image.digest }}{{ else }}:{{ .image.tag }}{{ end }}
 {{- end -}}
 
 {{/* The frontend's Host allow-list: its Service's DNS names plus the configured ones. */}}

@@ -73,6 +73,12 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         // User classes stop at 10^9; above is the system's.
         ("priorityClass.value=2000000000", "priorityClass/value"),
         ("priorityClass.preemptionPolicy=Always", "priorityClass/preemptionPolicy"),
+        // Digests are sha256, registries host names; resources quantities.
+        ("frontend.image.digest=latest", "frontend/image/digest"),
+        ("global.imageRegistry=https://mirror", "global/imageRegistry"),
+        ("operator.minerResources.requests.cpu=lots", "operator/minerResources/requests/cpu"),
+        // Scrapes the default NetworkPolicy would silently block.
+        ("serviceMonitor.enabled=true", "Set networkPolicy.metricsFrom to your Prometheus"),
     ] {
         let output = Command::new(&helm)
             .args(["template", "r", &chart(), "--set", set])
@@ -175,6 +181,64 @@ fn the_control_plane_is_scheduled_before_its_miners_without_evicting_them() {
     // None at all.
     let manifests = render(&helm, "default", &["--set", "priorityClass.create=false"]);
     assert!(class_lines(&manifests).is_empty() && !manifests.contains("kind: PriorityClass"));
+}
+
+#[test]
+fn images_come_from_the_registry_and_digest_asked_for_and_miners_get_their_resources() {
+    let helm = helm();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let manifests = render(
+        &helm,
+        "default",
+        &[
+            "--set",
+            "global.imageRegistry=mirror.example.com:5000",
+            "--set",
+            &format!("frontend.image.digest={digest}"),
+            "--set",
+            "operator.minerResources.limits.cpu=2",
+        ],
+    );
+    // Every image, the miner image the operator passes to its Jobs included.
+    for image in [
+        format!("image: mirror.example.com:5000/mining-operator/mcp-frontend@{digest}\n"),
+        "image: mirror.example.com:5000/mining-operator/operator:dev\n".to_string(),
+        "- --miner-image=mirror.example.com:5000/mining-operator/miner:dev\n".to_string(),
+        "image: mirror.example.com:5000/curlimages/curl:8.11.1\n".to_string(),
+    ] {
+        assert!(manifests.contains(&image), "no {image:?}");
+    }
+    for flag in [
+        "--job-cpu-request=100m",
+        "--job-cpu-limit=2",
+        "--job-memory-request=16Mi",
+        "--job-memory-limit=64Mi",
+    ] {
+        assert!(manifests.contains(&format!("- {flag}\n")), "no {flag}");
+    }
+}
+
+#[test]
+fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
+    let helm = helm();
+    assert!(render(&helm, "default", &[]).contains("kind: PodDisruptionBudget"));
+    let single = render(&helm, "default", &["--set", "frontend.replicas=1"]);
+    assert!(!single.contains("kind: PodDisruptionBudget"), "one replica with minAvailable 1 blocks drains");
+    // With the scraper admitted, the ServiceMonitor renders.
+    let monitored = render(
+        &helm,
+        "default",
+        &[
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set-json",
+            r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+        ],
+    );
+    assert!(
+        monitored.contains("kind: ServiceMonitor")
+            && monitored.contains("kubernetes.io/metadata.name: monitoring")
+    );
 }
 
 #[tokio::test]
