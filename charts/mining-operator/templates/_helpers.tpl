@@ -30,6 +30,9 @@ app.kubernetes.io/name: {{ include "mining.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "mining.selector" -}}
@@ -97,5 +100,23 @@ seccompProfile:
 {{- $class := .override | default (include "mining.priorityClass" .root) -}}
 {{- with $class }}
 priorityClassName: {{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's topologySpreadConstraints: (dict "root" . "component" "operator" "values" .Values.operator).
+     Its own list, each without a labelSelector given the component's; else, with
+     topologySpread.default, one that spreads replicas over nodes when it can. */}}
+{{- define "mining.topologySpread" -}}
+{{- $selector := dict "matchLabels" (include "mining.selector" (dict "root" .root "component" .component) | fromYaml) -}}
+{{- $constraints := list -}}
+{{- range .values.topologySpreadConstraints -}}
+{{- $constraints = append $constraints (merge (deepCopy .) (dict "labelSelector" $selector)) -}}
+{{- end -}}
+{{- if and (not $constraints) .root.Values.topologySpread.default -}}
+{{- $constraints = list (dict "maxSkew" 1 "topologyKey" "kubernetes.io/hostname" "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" $selector) -}}
+{{- end -}}
+{{- with $constraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
 {{- end -}}
 {{- end -}}

@@ -219,6 +219,42 @@ fn images_come_from_the_registry_and_digest_asked_for_and_miners_get_their_resou
 }
 
 #[test]
+fn replicas_spread_over_nodes_and_labels_reach_every_object() {
+    let helm = helm();
+    let manifests = render(&helm, "default", &[]);
+    // By default both Deployments spread their replicas by node, softly.
+    assert_eq!(manifests.matches("topologyKey: kubernetes.io/hostname\n").count(), 2);
+    assert_eq!(manifests.matches("whenUnsatisfiable: ScheduleAnyway\n").count(), 2);
+    let off = render(&helm, "default", &["--set", "topologySpread.default=false"]);
+    assert!(!off.contains("topologySpreadConstraints"));
+    // A constraint of one's own gets the component's selector.
+    let zoned = render(
+        &helm,
+        "default",
+        &[
+            "--set-json",
+            r#"frontend.topologySpreadConstraints=[{"maxSkew":2,"topologyKey":"zone","whenUnsatisfiable":"DoNotSchedule"}]"#,
+        ],
+    );
+    let zone = "app.kubernetes.io/component: frontend\n              app.kubernetes.io/instance: release\n              \
+                app.kubernetes.io/name: mining-operator\n          maxSkew: 2\n          topologyKey: zone\n";
+    assert!(zoned.contains(zone), "{zoned}");
+    // commonLabels on every object; podLabels on one component's Pods only.
+    let labelled = render(
+        &helm,
+        "default",
+        &["--set", "commonLabels.team=mining", "--set", "frontend.podLabels.tier=edge"],
+    );
+    let objects = labelled.matches("\nkind: ").count();
+    assert_eq!(
+        labelled.matches("team: mining\n").count(),
+        objects + 2,
+        "each object (the helm-test Pod too) and both Pod templates"
+    );
+    assert_eq!(labelled.matches("tier: edge\n").count(), 1);
+}
+
+#[test]
 fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
     let helm = helm();
     assert!(render(&helm, "default", &[]).contains("kind: PodDisruptionBudget"));
@@ -249,7 +285,7 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
     let version = ns.client.apiserver_version().await.unwrap();
     let kube_version = format!("{}.{}.0", version.major, version.minor.trim_end_matches('+'));
     let kube = ["--kube-version", kube_version.as_str()];
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 6] = [
         &[],
         &["--set", &format!("watchNamespace={}", ns.name), "--set", "frontend.auth.mode=kubernetes"],
         &[
@@ -272,6 +308,16 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
             "frontend.auth.oidc.kubernetesKeys=true",
             "--set",
             "frontend.publicUrl=https://mcp.example.com/mcp",
+        ],
+        &[
+            "--set",
+            "commonLabels.team=mining",
+            "--set",
+            "frontend.podLabels.tier=edge",
+            "--set-json",
+            r#"operator.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}]"#,
+            "--set",
+            "operator.minerResources.limits.cpu=2",
         ],
     ];
     // The helm-test Pod's ServiceAccount (auth mode kubernetes, the default)
