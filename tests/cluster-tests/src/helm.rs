@@ -32,3 +32,66 @@ pub fn must(helm: &str, args: &[&str]) -> String {
     assert!(ok, "helm {}:\n{text}", args.join(" "));
     text
 }
+
+/// Every PromQL expression the chart ships: its alerts' and its dashboard's
+/// (the dashboard's Grafana variables filled in), as rendered for a release
+/// named `release` in namespace `namespace`.
+pub fn chart_queries(helm: &str, release: &str, namespace: &str) -> Vec<String> {
+    let chart = chart();
+    let render = |template: &str| {
+        must(
+            helm,
+            &[
+                "template",
+                release,
+                &chart,
+                "--namespace",
+                namespace,
+                "--set",
+                "frontend.ownership.renderWithoutCluster=true",
+                "--set",
+                "prometheusRule.enabled=true",
+                "--set",
+                "grafanaDashboard.enabled=true",
+                "--show-only",
+                template,
+            ],
+        )
+    };
+    let rules = render("templates/prometheusrule.yaml");
+    let mut queries: Vec<String> =
+        rules.lines().filter_map(|l| l.trim().strip_prefix("expr: ")).map(str::to_string).collect();
+    let dashboard = render("templates/grafana-dashboard.yaml");
+    let (_, json) = dashboard.split_once("mining-operator.json: |-\n").expect("the dashboard's JSON");
+    let json: String =
+        json.lines().map(|l| l.strip_prefix("    ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+    let dashboard: serde_json::Value = serde_json::from_str(&json).expect("the dashboard is JSON");
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expr");
+            queries.push(expr.replace("$__rate_interval", "5m").replace("$namespace", namespace));
+        }
+    }
+    queries
+}
+
+/// The metric families `queries` read (`mining_operator_*`, `mcp_frontend_*`),
+/// without the `_total`, `_bucket`, `_count` and `_sum` of their samples.
+pub fn metric_families(queries: &[String]) -> std::collections::BTreeSet<String> {
+    let mut families = std::collections::BTreeSet::new();
+    for query in queries {
+        let mut rest = query.as_str();
+        while let Some(at) = rest.find("mining_operator_").into_iter().chain(rest.find("mcp_frontend_")).min()
+        {
+            let name: String =
+                rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            rest = &rest[at + name.len()..];
+            let family = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(&name);
+            families.insert(family.to_string());
+        }
+    }
+    families
+}

@@ -19,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// One Helm release of the chart in a test namespace of its own.
 pub struct Release {
-    helm: String,
+    pub helm: String,
     pub name: String,
     pub ns: TestNamespace,
 }

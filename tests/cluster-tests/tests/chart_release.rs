@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use cluster_tests::helm::{chart_queries, metric_families};
 use cluster_tests::mcp::{http_request, structured, tool_error_text};
 use cluster_tests::release::{Release, ready_addresses};
 use cluster_tests::{TOKEN_AUDIENCE, account_token, assert_reference_chain, eventually};
@@ -69,6 +70,34 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     let id = outcome["workflow_id"].as_str().unwrap();
     let stored = workflows.get(id).await.expect("the workflow is a MiningWorkflow in the release namespace");
     assert_eq!(stored.status.and_then(|s| s.phase).map(|p| p.to_string()).as_deref(), Some("Succeeded"));
+
+    // The series the chart's alerts and dashboard read are exported under
+    // those names (a family shows once it has a sample; these have by now).
+    let queries = chart_queries(&release.helm, &release.name, &ns.name);
+    let operator_metrics: std::net::SocketAddr =
+        format!("{}:8081", holder_pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap())
+            .parse()
+            .unwrap();
+    // Both frontend replicas: the Service sent the calls to either.
+    let mut scraped = vec![operator_metrics];
+    scraped.extend(addresses.iter().map(|a| format!("{a}:9090").parse::<std::net::SocketAddr>().unwrap()));
+    let mut exported = String::new();
+    for addr in scraped {
+        exported += &http_request(addr, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n", "").await.2;
+    }
+    let families = metric_families(&queries);
+    for family in [
+        "mining_operator_leader",
+        "mining_operator_workflows",
+        "mining_operator_block_duration_seconds",
+        "mining_operator_api_calls",
+        "mcp_frontend_operator_leading",
+        "mcp_frontend_tool_calls",
+        "mcp_frontend_tool_duration_seconds",
+    ] {
+        assert!(families.contains(family), "the chart does not read {family}");
+        assert!(exported.contains(&format!("# TYPE {family} ")), "{family} is not exported:\n{exported}");
+    }
 
     // `helm test`: a Pod that resolves the Service by name and calls /mcp.
     let tested = release.helm_in_namespace(&["test", &release.name, "--timeout", "120s"]);

@@ -4,7 +4,8 @@
 
 use std::process::Command;
 
-use cluster_tests::helm::{chart, helm};
+use cluster_tests::helm::{chart, chart_queries, helm, metric_families};
+use cluster_tests::mcp::clients_dir;
 use cluster_tests::{TestNamespace, install_crd};
 
 /// A render that cannot see the cluster makes a key only when told to.
@@ -252,6 +253,61 @@ fn replicas_spread_over_nodes_and_labels_reach_every_object() {
         "each object (the helm-test Pod too) and both Pod templates"
     );
     assert_eq!(labelled.matches("tier: edge\n").count(), 1);
+}
+
+/// `PREFIX_name` of every metric the operator and the frontend register.
+fn registered_metric_families() -> std::collections::BTreeSet<String> {
+    let mut families = std::collections::BTreeSet::new();
+    for source in ["operator/src/metrics.rs", "mcp-frontend/src/metrics.rs"] {
+        let text = std::fs::read_to_string(cluster_tests::repo_root().join(source)).unwrap();
+        let literal = |rest: &str| rest.split('"').nth(1).map(str::to_string);
+        let prefix = literal(text.split_once("with_prefix(").expect("a prefixed registry").1).unwrap();
+        for (at, _) in text.match_indices("registry.register(") {
+            families.insert(format!("{prefix}_{}", literal(&text[at..]).unwrap()));
+        }
+    }
+    assert!(families.len() > 10, "{families:?}");
+    families
+}
+
+#[test]
+fn every_alert_and_dashboard_query_parses_as_promql() {
+    use std::io::Write;
+    let queries = chart_queries(&helm(), "release", "mining");
+    assert!(queries.len() >= 8 + 11, "{queries:#?}");
+    // Each reads this release's series only.
+    for query in &queries {
+        assert!(query.contains("namespace=\"mining\""), "{query}");
+    }
+    // Every family they read is one the components register (empty
+    // families are not scraped, so their code is the record).
+    let registered = registered_metric_families();
+    for family in metric_families(&queries) {
+        assert!(registered.contains(&family), "the chart reads {family}; registered: {registered:?}");
+    }
+    // Prometheus's own grammar (lezer-promql), not a regex, says whether each parses.
+    let check = |queries: &[String]| -> Vec<serde_json::Value> {
+        let mut child = Command::new("node")
+            .arg(clients_dir().join("promql-check.mjs"))
+            .current_dir(clients_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node");
+        child.stdin.take().unwrap().write_all(serde_json::to_string(queries).unwrap().as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        (String::from_utf8_lossy(&output.stdout).lines())
+            .map(|l| serde_json::from_str(l).expect("one JSON line per query"))
+            .collect()
+    };
+    let verdicts = check(&queries);
+    assert_eq!(verdicts.len(), queries.len());
+    for verdict in verdicts {
+        assert_eq!(verdict["ok"], true, "{verdict}");
+    }
+    // And the checker can say no.
+    let refused = check(&["sum(rate(x[5m]) >".to_string()]);
+    assert_eq!(refused[0]["ok"], false, "{refused:?}");
 }
 
 #[test]
