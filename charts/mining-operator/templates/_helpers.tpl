@@ -74,7 +74,21 @@ seccompProfile:
 {{- $svc := include "mining.frontend" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
-{{- concat $hosts .Values.frontend.allowedHosts | join "," -}}
+{{- with include "mining.publicUrl" . }}
+{{- /* The public host (an entry without a port matches any port). */}}
+{{- $hosts = append $hosts (regexReplaceAll ":[0-9]+$" (urlParse .).host "") -}}
+{{- end }}
+{{- concat $hosts .Values.frontend.allowedHosts | uniq | join "," -}}
+{{- end -}}
+
+{{/* The URL clients reach /mcp at: frontend.publicUrl, else the Ingress's. */}}
+{{- define "mining.publicUrl" -}}
+{{- $ingress := .Values.frontend.ingress -}}
+{{- if .Values.frontend.publicUrl -}}
+{{- .Values.frontend.publicUrl -}}
+{{- else if $ingress.enabled -}}
+{{- printf "%s://%s/mcp" (ternary "https" "http" (gt (len $ingress.tls) 0)) $ingress.host -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The tokens Secret of `auth.mode: tokens`. */}}

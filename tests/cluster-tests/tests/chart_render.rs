@@ -80,6 +80,8 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("operator.minerResources.requests.cpu=lots", "operator/minerResources/requests/cpu"),
         // Scrapes the default NetworkPolicy would silently block.
         ("serviceMonitor.enabled=true", "Set networkPolicy.metricsFrom to your Prometheus"),
+        ("frontend.ingress.enabled=true", "frontend.ingress.enabled needs frontend.ingress.host"),
+        ("frontend.ingress.host=https://mcp.example.com", "frontend/ingress/host"),
     ] {
         let output = Command::new(&helm)
             .args(["template", "r", &chart(), "--set", set])
@@ -311,6 +313,25 @@ fn every_alert_and_dashboard_query_parses_as_promql() {
 }
 
 #[test]
+fn an_ingress_makes_its_host_the_public_url_and_an_allowed_host() {
+    let helm = helm();
+    let args = ["--set", "frontend.ingress.enabled=true", "--set", "frontend.ingress.host=mcp.example.com"];
+    let tls = ["--set-json", r#"frontend.ingress.tls=[{"secretName":"mcp-tls"}]"#];
+    let manifests = render(&helm, "default", &[&args[..], &tls[..]].concat());
+    assert!(manifests.contains("kind: Ingress\n"));
+    assert!(manifests.contains("    - host: mcp.example.com\n"));
+    assert!(manifests.contains("- secretName: mcp-tls\n      hosts: [\"mcp.example.com\"]\n"), "{manifests}");
+    assert!(manifests.contains("- --public-url=https://mcp.example.com/mcp\n"));
+    assert!(manifests.contains(",mcp.example.com\n"), "the public host is allowed");
+    // Without TLS the URL says http; a publicUrl given wins, and its host is allowed too.
+    assert!(render(&helm, "default", &args).contains("- --public-url=http://mcp.example.com/mcp\n"));
+    let behind_proxy =
+        render(&helm, "default", &["--set", "frontend.publicUrl=https://agents.example.org:8443/mcp"]);
+    assert!(behind_proxy.contains("- --public-url=https://agents.example.org:8443/mcp\n"));
+    assert!(behind_proxy.contains(",agents.example.org\n"), "the public host is allowed");
+}
+
+#[test]
 fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
     let helm = helm();
     assert!(render(&helm, "default", &[]).contains("kind: PodDisruptionBudget"));
@@ -374,6 +395,12 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
             r#"operator.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}]"#,
             "--set",
             "operator.minerResources.limits.cpu=2",
+            "--set",
+            "frontend.ingress.enabled=true",
+            "--set",
+            "frontend.ingress.host=mcp.example.com",
+            "--set-json",
+            r#"frontend.ingress.tls=[{"secretName":"mcp-tls"}]"#,
         ],
     ];
     // The helm-test Pod's ServiceAccount (auth mode kubernetes, the default)
