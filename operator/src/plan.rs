@@ -285,6 +285,17 @@ impl Planner<'_> {
         status.started_at.get_or_insert_with(|| self.now.clone());
         status.admitted_difficulty.get_or_insert(difficulty);
         status.admitted_blocks.get_or_insert(blocks);
+        // A start after a wait is news (the Queued Event said it waited); a
+        // start on creation is not.
+        let waited = (self.plan.status.conditions.iter())
+            .any(|c| c.type_ == condition_types::ADMITTED && c.status == ConditionStatus::False);
+        if waited {
+            self.event(
+                false,
+                reasons::ADMITTED,
+                format!("mining started: {blocks} blocks at difficulty {difficulty}"),
+            );
+        }
         self.condition(condition_types::ADMITTED, ConditionStatus::True, reasons::ADMITTED, "mining started");
         true
     }
@@ -351,11 +362,13 @@ impl Planner<'_> {
                         == Some(block)
                         && self.phase() == WorkflowPhase::Mining;
                     self.plan.actions.push(Action::CreateJob { block, prev, difficulty });
+                    // Each block's start and result are in the status (progress,
+                    // `blocks`); Events are for transitions people read and for
+                    // warnings, not one per block: at two a block they were half of
+                    // the operator's API calls.
                     if recreated {
                         let note = format!("the Job of block {block}/{total} is gone; creating it again");
                         self.event(true, reasons::JOB_RECREATED, note);
-                    } else {
-                        self.event(false, reasons::BLOCK_STARTED, format!("mining block {block}/{total}"));
                     }
                     return self.mining(block, total);
                 }
@@ -365,7 +378,7 @@ impl Planner<'_> {
                     match verify_block_result(message.as_deref(), block, &prev, difficulty, budget) {
                         Ok((result, minimal)) => {
                             let job = block_job_name(&self.name, self.uid(), block);
-                            self.record_block(block, result, minimal, started, finished, total, job, 1)
+                            self.record_block(block, result, minimal, started, finished, job)
                         }
                         // Mining is deterministic: a result whose Pod is gone is mined again.
                         Err((reasons::MISSING_RESULT, why)) if self.results_lost() < MAX_RESULTS_LOST => {
@@ -439,7 +452,6 @@ impl Planner<'_> {
         self.condition(condition_types::READY, ConditionStatus::False, reasons::PENDING, message);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn record_block(
         &mut self,
         block: u32,
@@ -447,22 +459,11 @@ impl Planner<'_> {
         minimality_checked: bool,
         started: Option<Time>,
         finished: Option<Time>,
-        total: u32,
         job_name: String,
-        ranges: usize,
     ) {
         // The miner's own clock: Job times have a resolution of one second.
         self.plan.mined_block_seconds.push(result.elapsed_ms as f64 / 1000.0);
         self.plan.status.no_winner_below = None;
-        let pods = if ranges > 1 { " (mined in ranges)" } else { "" };
-        self.event(
-            false,
-            reasons::BLOCK_MINED,
-            format!(
-                "block {block}/{total}: nonce {} after {} attempts{pods}, hash {}",
-                result.nonce, result.attempts, result.hash
-            ),
-        );
         self.plan.status.blocks.push(MinedBlock {
             index: block,
             nonce: result.nonce,

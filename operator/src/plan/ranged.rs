@@ -19,7 +19,7 @@ impl Planner<'_> {
         let jobs = self.observed.ranges.get(&block).cloned().unwrap_or_default();
         let cleared_before = self.plan.status.no_winner_below.unwrap_or(0);
         match decide(&jobs, cleared_before, block, prev, difficulty, parallelism, size) {
-            RangeStep::Decided { result, job, ranges } => {
+            RangeStep::Decided { result, job, .. } => {
                 let minimal = match check_minimality(
                     &result,
                     block,
@@ -45,7 +45,7 @@ impl Planner<'_> {
                 let cleanup = jobs.iter().filter(|j| j.name != job).map(|j| j.name.clone());
                 let cleanup: Vec<Action> = cleanup.map(|name| Action::CleanUpJob { name }).collect();
                 self.plan.actions.extend(cleanup);
-                self.record_block(block, result, minimal, started, finished, total, job, ranges);
+                self.record_block(block, result, minimal, started, finished, job);
                 true
             }
             RangeStep::Mining { create, stop, refilled, cleared, running } => {

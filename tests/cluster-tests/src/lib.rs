@@ -14,9 +14,11 @@ use serde::de::DeserializeOwned;
 pub mod bench;
 pub mod chaos;
 mod fixtures;
+pub mod floor;
 pub use fixtures::*;
 pub mod helm;
 pub mod mcp;
+pub mod reaction;
 pub mod release;
 pub mod tasks;
 
