@@ -13,9 +13,11 @@ use std::path::PathBuf;
 use cluster_tests::bench::percentile;
 use cluster_tests::{floor, operator_binary, reaction};
 
+/// The middle value; the mean of the middle two for an even count.
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    percentile(&values, 0.5)
+    let middle = values.len() / 2;
+    if values.len() % 2 == 0 { (values[middle - 1] + values[middle]) / 2.0 } else { values[middle] }
 }
 
 fn reaction_columns(sorted: &[f64]) -> String {
