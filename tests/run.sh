@@ -17,6 +17,11 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 log "building the workspace (release binaries: the node agent, benchmarks, CLI tests)"
 cargo build --release --workspace --bins
+# README's "Run the components yourself" runs these two as printed
+# (tests/cluster-tests/tests/readme.rs); per package, cargo resolves features
+# apart from the workspace build, so build them here, not inside the test.
+cargo build --release -p mining-operator --bin operator
+cargo build --release -p mcp-frontend
 cargo nextest run --workspace --no-run --cargo-quiet
 
 log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"

@@ -144,7 +144,7 @@ fn readme_run_the_components_yourself_works_as_printed() {
     let frontend_log = dir.join("second-shell.log");
     let mut second = user_shell(&blocks[1], &frontend_log).spawn().expect("bash runs");
     leftovers.groups.push(second.id());
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while std::net::TcpStream::connect("127.0.0.1:8080").is_err() {
         if let Some(status) = second.try_wait().unwrap() {
             panic!(
