@@ -20,6 +20,14 @@ mod work;
 #[cfg(feature = "kubernetes")]
 pub use work::{ProofVersion, ProvenSpec, ProvenWorkflow};
 #[cfg(feature = "kubernetes")]
+mod crds;
+#[cfg(feature = "kubernetes")]
+pub use crds::{CrdFile, crd_files};
+#[cfg(feature = "kubernetes")]
+mod ledger;
+#[cfg(feature = "kubernetes")]
+pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningLedgerSpec};
+#[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;

@@ -114,7 +114,7 @@ impl OwnershipKeys {
     }
 
     /// The proof on a quota ledger: `text` as the frontend wrote it to the
-    /// Lease `name` in `namespace`.
+    /// `MiningLedger` `name` in `namespace`.
     pub fn ledger_proof(&self, namespace: &str, name: &str, text: &str) -> String {
         hex(&mac(&self.current, "quota-ledger", &[namespace, name, text]))
     }

@@ -67,6 +67,12 @@ pub struct Config {
     #[arg(long, env = "NAMESPACE")]
     pub namespace: Option<String>,
 
+    /// Namespace of the callers' quota ledgers (`MiningLedger`s; default:
+    /// --namespace). Give it one only admins and the frontend may write (the
+    /// chart: the release namespace), so no caller can restore an old ledger.
+    #[arg(long, env = "LEDGER_NAMESPACE")]
+    pub ledger_namespace: Option<String>,
+
     /// Longest a call may wait for a result before answering `running`.
     #[arg(long, env = "WAIT_BUDGET_SECONDS", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_WAIT_BUDGET_SECONDS)))]

@@ -104,7 +104,7 @@ async fn main() -> anyhow::Result<()> {
             max_starts_per_minute: config.max_starts_per_minute,
         },
         api: Api::namespaced(client.clone(), &namespace),
-        leases: Api::namespaced(client, &namespace),
+        ledgers: Api::namespaced(client, config.ledger_namespace.as_deref().unwrap_or(&namespace)),
         cache,
         metrics: metrics.clone(),
         default_ttl_seconds: config.default_ttl_seconds,

@@ -3,26 +3,29 @@
 //!
 //! A watch cache cannot be the arbiter (two replicas, or two concurrent
 //! calls on one, each see the other's create too late), so every start goes
-//! through one small ledger per caller, a Lease in the workflows' namespace,
-//! written with its `resourceVersion`: the API server lets exactly one of
+//! through one small ledger per caller, a `MiningLedger` in the release
+//! namespace (where only admins and the frontend may write), written with
+//! its `resourceVersion`: the API server lets exactly one of
 //! two concurrent writers through, and the other re-reads and decides again.
 //! The ledger holds the caller's starts of the last minute and the workflows
 //! it holds: every one started, until it is seen finished or gone. So the
 //! count never depends on a cache being fresh (a lagging cache only keeps a
 //! finished workflow counted a moment longer), and no start lists the
 //! caller's workflows — of which rate × retention may be retained. Only a
-//! caller without a ledger yet (new, or its Lease deleted) is listed once,
+//! caller without a ledger yet (new, or its ledger deleted) is listed once,
 //! from the API server, to seed it.
 //!
 //! The ledger carries the frontend's MAC: one that anybody else wrote counts
-//! as empty and is seeded again, so whoever may edit Leases there can at most
-//! cost a list, never fill a caller's ledger to lock the caller out.
+//! as empty and is seeded again, so even an admin's edit can at most cost a
+//! list, never fill a caller's ledger to lock the caller out. Replaying a
+//! caller's own earlier ledger needs write access to the release namespace,
+//! which no untrusted party has (a type of its own, so the frontend's rights
+//! there cover its ledgers and nothing else).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, PostParams};
-use mining_api::{MiningWorkflow, labels};
+use mining_api::{MiningLedger, MiningLedgerSpec, MiningWorkflow, labels};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::Caller;
@@ -47,7 +50,7 @@ pub struct Quotas {
     pub max_starts_per_minute: u32,
 }
 
-/// One caller's ledger (the Lease's annotation, as JSON).
+/// One caller's ledger (a `MiningLedger`'s `spec.ledger`, as JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
     /// Unix seconds of the starts within the last minute.
@@ -141,34 +144,26 @@ pub fn admit(
     Ok(next)
 }
 
-/// The ledger Lease of a caller (its label is a digest: no name in it).
-pub fn lease_name(caller: &Caller) -> String {
+/// The ledger object of a caller (its label is a digest: no name in it).
+pub fn ledger_name(caller: &Caller) -> String {
     format!("mcp-quota-{}", caller.label)
 }
 
-/// Where the ledger, and the frontend's MAC over it, are kept on the Lease.
-const LEDGER: &str = "mining-operator.dev/quota-ledger";
-const LEDGER_PROOF: &str = "mining-operator.dev/quota-proof";
-
-/// The ledger a Lease holds, if the frontend wrote it (else it is seeded again).
-fn read_ledger(keys: &OwnershipKeys, namespace: &str, lease: &Lease) -> Option<Ledger> {
-    let annotations = lease.metadata.annotations.as_ref();
-    let text = annotations.and_then(|a| a.get(LEDGER)).map(String::as_str).unwrap_or_default();
-    let proof = annotations.and_then(|a| a.get(LEDGER_PROOF)).map(String::as_str).unwrap_or_default();
-    let name = lease.metadata.name.as_deref().unwrap_or_default();
-    if !keys.proves_ledger(namespace, name, text, proof) {
+/// The ledger an object holds, if the frontend wrote it (else it is seeded again).
+fn read_ledger(keys: &OwnershipKeys, namespace: &str, object: &MiningLedger) -> Option<Ledger> {
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    let MiningLedgerSpec { ledger, proof } = &object.spec;
+    if !keys.proves_ledger(namespace, name, ledger, proof) {
         return None;
     }
-    serde_json::from_str(text).ok()
+    serde_json::from_str(ledger).ok()
 }
 
-fn write_ledger(keys: &OwnershipKeys, namespace: &str, lease: &mut Lease, ledger: &Ledger) {
+fn write_ledger(keys: &OwnershipKeys, namespace: &str, object: &mut MiningLedger, ledger: &Ledger) {
     let text = serde_json::to_string(ledger).unwrap_or_default();
-    let name = lease.metadata.name.clone().unwrap_or_default();
-    let proof = keys.ledger_proof(namespace, &name, &text);
-    let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
-    annotations.insert(LEDGER.into(), text);
-    annotations.insert(LEDGER_PROOF.into(), proof);
+    let name = object.metadata.name.clone().unwrap_or_default();
+    object.spec.proof = keys.ledger_proof(namespace, &name, &text);
+    object.spec.ledger = text;
 }
 
 /// Where `reserve` learns what became of the workflows a ledger holds.
@@ -181,7 +176,7 @@ pub trait HeldWorkflows {
 /// What `reserve` works with: where the ledgers and the workflows are, the
 /// key behind the ledgers' MACs, and the quotas.
 pub struct Ledgers<'a> {
-    pub leases: &'a Api<Lease>,
+    pub ledgers: &'a Api<MiningLedger>,
     pub workflows: &'a Api<MiningWorkflow>,
     pub keys: &'a OwnershipKeys,
     pub quotas: Quotas,
@@ -197,9 +192,9 @@ pub async fn reserve(
     cache: &impl HeldWorkflows,
     owned: impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<(), QuotaRefusal> {
-    let Ledgers { leases, workflows, keys, quotas } = *ledgers;
-    let namespace = workflows.namespace().unwrap_or_default().to_string();
-    let lease_name = lease_name(caller);
+    let Ledgers { ledgers, workflows, keys, quotas } = *ledgers;
+    let namespace = ledgers.namespace().unwrap_or_default().to_string();
+    let ledger_name = ledger_name(caller);
     let unavailable =
         |what: &str, err: &dyn std::fmt::Display| QuotaRefusal::Unavailable(format!("{what}: {err}"));
     for attempt in 0..ATTEMPTS {
@@ -207,9 +202,9 @@ pub async fn reserve(
             tokio::time::sleep(jittered_pause(attempt)).await;
         }
         let existing =
-            timed(leases.get_opt(&lease_name)).await.map_err(|e| unavailable("reading the ledger", &e))?;
+            timed(ledgers.get_opt(&ledger_name)).await.map_err(|e| unavailable("reading the ledger", &e))?;
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let ledger = match existing.as_ref().and_then(|lease| read_ledger(keys, &namespace, lease)) {
+        let ledger = match existing.as_ref().and_then(|object| read_ledger(keys, &namespace, object)) {
             Some(ledger) => ledger,
             None => seed(workflows, caller, now, &owned)
                 .await
@@ -233,16 +228,15 @@ pub async fn reserve(
         let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held, &owned));
         let next = admit(&ledger, held, name, now, quotas)?;
         let written = match existing {
-            Some(mut lease) => {
-                write_ledger(keys, &namespace, &mut lease, &next);
-                timed(leases.replace(&lease_name, &PostParams::default(), &lease)).await
+            Some(mut object) => {
+                write_ledger(keys, &namespace, &mut object, &next);
+                timed(ledgers.replace(&ledger_name, &PostParams::default(), &object)).await
             }
             None => {
-                let mut lease = Lease::default();
-                lease.metadata.name = Some(lease_name.clone());
-                lease.metadata.labels = Some([(labels::MANAGED_BY.to_string(), MANAGER.to_string())].into());
-                write_ledger(keys, &namespace, &mut lease, &next);
-                timed(leases.create(&PostParams::default(), &lease)).await
+                let mut object = MiningLedger::new(&ledger_name, MiningLedgerSpec::default());
+                object.metadata.labels = Some([(labels::MANAGED_BY.to_string(), MANAGER.to_string())].into());
+                write_ledger(keys, &namespace, &mut object, &next);
+                timed(ledgers.create(&PostParams::default(), &object)).await
             }
         };
         match written {

@@ -16,9 +16,8 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use mining_api::MiningWorkflow;
+use mining_api::{MiningLedger, MiningWorkflow};
 use rmcp::model::Tool;
 
 use crate::cache::{Cached, WorkflowCache};
@@ -39,11 +38,11 @@ pub use wait::{WaitCap, WaitListener, WaitSlots};
 /// Shared by every request of every protocol face.
 pub struct Core {
     pub limits: Limits,
-    /// Per-caller quotas, kept exact across replicas by a ledger Lease each.
+    /// Per-caller quotas, kept exact across replicas by a ledger each.
     pub quotas: Quotas,
     pub api: Api<MiningWorkflow>,
-    /// The ledgers' Leases, in the workflows' namespace.
-    pub leases: Api<Lease>,
+    /// The quota ledgers, in the release namespace (`--ledger-namespace`).
+    pub ledgers: Api<MiningLedger>,
     /// The namespace of `api` (bound by ownership proofs).
     pub namespace: String,
     pub cache: Arc<WorkflowCache>,

@@ -118,7 +118,7 @@ impl Core {
     ) -> Result<Created, Answer> {
         let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
         let ledgers = quota::Ledgers {
-            leases: &self.leases,
+            ledgers: &self.ledgers,
             workflows: &self.api,
             keys: &self.keys,
             quotas: self.quotas,

@@ -62,20 +62,35 @@ fn the_rate_quota_says_when_to_retry() {
 #[test]
 fn only_the_frontends_own_ledger_counts() {
     let keys = OwnershipKeys::new(vec![7; 32], None).unwrap();
-    let mut lease = Lease::default();
-    lease.metadata.name = Some("mcp-quota-x".into());
+    let mut object = MiningLedger::new("mcp-quota-x", MiningLedgerSpec::default());
     let full = Ledger { starts: vec![1; 50], reserved: [("a".to_string(), 1)].into() };
-    write_ledger(&keys, "ns", &mut lease, &full);
-    assert_eq!(read_ledger(&keys, "ns", &lease), Some(full.clone()));
-    // The same ledger read for another namespace or Lease is not ours.
-    assert_eq!(read_ledger(&keys, "other", &lease), None);
+    write_ledger(&keys, "ns", &mut object, &full);
+    assert_eq!(read_ledger(&keys, "ns", &object), Some(full.clone()));
+    // The same ledger read for another namespace or name is not ours.
+    assert_eq!(read_ledger(&keys, "other", &object), None);
+    let mut moved = object.clone();
+    moved.metadata.name = Some("mcp-quota-y".into());
+    assert_eq!(read_ledger(&keys, "ns", &moved), None);
     // A ledger somebody else filled to lock the caller out is not taken.
-    let forged = serde_json::to_string(&Ledger { starts: vec![1; 99], ..full.clone() }).unwrap();
-    lease.metadata.annotations.as_mut().unwrap().insert(LEDGER.into(), forged);
-    assert_eq!(read_ledger(&keys, "ns", &lease), None);
+    object.spec.ledger = serde_json::to_string(&Ledger { starts: vec![1; 99], ..full.clone() }).unwrap();
+    assert_eq!(read_ledger(&keys, "ns", &object), None);
     let other_keys = OwnershipKeys::new(vec![8; 32], None).unwrap();
-    write_ledger(&other_keys, "ns", &mut lease, &full);
-    assert_eq!(read_ledger(&keys, "ns", &lease), None);
+    write_ledger(&other_keys, "ns", &mut object, &full);
+    assert_eq!(read_ledger(&keys, "ns", &object), None);
+}
+
+#[test]
+fn the_fullest_ledger_fits_its_schema_bound() {
+    // The highest quotas the flags allow, every start this second and every
+    // held name as long as a Kubernetes name can be.
+    let fullest = Ledger {
+        starts: vec![i64::MAX; 1_000],
+        reserved: (0..1_000).map(|i| (format!("{i:0>63}"), i64::MAX)).collect(),
+    };
+    let text = serde_json::to_string(&fullest).unwrap();
+    assert!(text.len() <= mining_api::MAX_LEDGER_BYTES as usize, "{} bytes", text.len());
+    let keys = OwnershipKeys::new(vec![7; 32], None).unwrap();
+    assert!(keys.ledger_proof("ns", "n", &text).len() <= mining_api::MAX_LEDGER_PROOF_BYTES as usize);
 }
 
 fn held_state() -> impl Strategy<Value = Held> {

@@ -173,23 +173,40 @@ pub async fn create_pod(
     .await
 }
 
-/// Installs the CRD from crds/ and waits until it is established.
+/// Installs the CRDs from crds/ and waits until each is established.
 ///
 /// Create-or-replace rather than server-side apply: API servers older than
 /// 1.25 refuse to apply `x-kubernetes-validations` (unknown to them) but drop
 /// it silently on create and replace, which is how the CRD degrades there.
 pub async fn install_crd(client: &Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::CustomResourceExt;
-    let text = std::fs::read_to_string(repo_root().join(mining_api::CRD_PATH)).expect("crds/ is readable");
-    assert_eq!(text, mining_api::crd_yaml(), "crds/ is stale: run `cargo run -p mining-api --bin crdgen`");
-    // The file is byte-for-byte what the type generates, so the object stands for it.
-    let crd = mining_api::MiningWorkflow::crd();
-    let name = crd.metadata.name.clone().expect("CRD name");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in mining_api::crd_files() {
+        let text = std::fs::read_to_string(repo_root().join(file.path)).expect("crds/ is readable");
+        assert_eq!(text, file.yaml(), "crds/ is stale: run `cargo run -p mining-api --bin crdgen`");
+        // The file is byte-for-byte what the type generates, so the object stands for it.
+        install_one_crd(&crds, &file.crd).await;
+    }
+    // The API server serves a resource once its own cache of CRDs has seen
+    // the condition, which can lag behind the read above on a busy machine:
+    // until then a create would be a 404.
+    let workflows: Api<mining_api::MiningWorkflow> = Api::all(client.clone());
+    let ledgers: Api<mining_api::MiningLedger> = Api::all(client.clone());
+    eventually("MiningWorkflows and MiningLedgers to be served", Duration::from_secs(30), || async {
+        workflows.list(&kube::api::ListParams::default().limit(1)).await.ok()?;
+        ledgers.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await;
+}
+
+async fn install_one_crd(
+    crds: &Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    let name = crd.metadata.name.clone().expect("CRD name");
     for _ in 0..5 {
         let result = match crds.get_opt(&name).await.expect("read CRD") {
-            None => crds.create(&PostParams::default(), &crd).await,
+            None => crds.create(&PostParams::default(), crd).await,
             Some(existing) => {
                 let mut crd = crd.clone();
                 crd.metadata.resource_version = existing.metadata.resource_version;
@@ -203,15 +220,7 @@ pub async fn install_crd(client: &Client) {
             Err(err) => panic!("installing the CRD: {err}"),
         }
     }
-    wait_for(&crds, &name, kube::runtime::conditions::is_crd_established(), Duration::from_secs(30)).await;
-    // The API server serves the resource once its own cache of CRDs has seen
-    // the condition, which can lag behind the read above on a busy machine:
-    // until then a create would be a 404.
-    let workflows: Api<mining_api::MiningWorkflow> = Api::all(client.clone());
-    eventually("MiningWorkflows to be served", Duration::from_secs(30), || async {
-        workflows.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ())
-    })
-    .await;
+    wait_for(crds, &name, kube::runtime::conditions::is_crd_established(), Duration::from_secs(30)).await;
 }
 
 /// The operator binary built by `cargo build --release` (tests/run.sh does).

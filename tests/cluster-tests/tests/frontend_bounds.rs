@@ -82,11 +82,11 @@ async fn a_finished_workflow_frees_its_place_and_a_lost_ledger_is_rebuilt() {
         call_tool(&frontend, "", "start_mining", json!({"difficulty": 32, "wait_seconds": 0})).await;
     assert_eq!(result_of(&body)["structuredContent"]["status"], "running", "{body}");
     // ...also when its ledger is deleted: it is rebuilt from the API server.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
-    let ledgers = leases.list(&Default::default()).await.unwrap();
-    assert_eq!(ledgers.items.len(), 1, "one ledger per caller");
-    let name = ledgers.items[0].metadata.name.clone().unwrap();
-    leases.delete(&name, &Default::default()).await.unwrap();
+    let ledgers: Api<mining_api::MiningLedger> = ns.api();
+    let listed = ledgers.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "one ledger per caller");
+    let name = listed.items[0].metadata.name.clone().unwrap();
+    ledgers.delete(&name, &Default::default()).await.unwrap();
     let (_, body) = call_tool(&frontend, "", "start_mining", mine).await;
     let text = result_of(&body)["content"][0]["text"].as_str().unwrap_or_default().to_string();
     assert!(text.contains("the limit is 1"), "{body}");
