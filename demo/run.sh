@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 
 NAMESPACE=${DEMO_NAMESPACE:-mining-demo}
+# The workflows (and their Jobs and Pods) live apart from the release's trust
+# roots (ownership key, leader Lease, quota ledgers); callers are bound there.
+WORKFLOWS="$NAMESPACE-workflows"
 RELEASE=${DEMO_RELEASE:-demo}
 DIFFICULTY=${DEMO_DIFFICULTY:-20}
 BLOCKS=${DEMO_BLOCKS:-4}
@@ -36,20 +39,20 @@ if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
   make --no-print-directory images BINARIES=prebuilt ENGINE=podman
 fi
 
-log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPACE)"
+log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPACE, workflows in $WORKFLOWS)"
 # Pods of the local cluster share the host's network namespace: each listens
 # at its own Pod IP. Callers authenticate with Kubernetes tokens. The release
 # adopts a CRD that is already there (applied by hand, or by the tests).
 "$HELM" upgrade --install "$RELEASE" charts/mining-operator --namespace "$NAMESPACE" --create-namespace \
-  --set watchNamespace="$NAMESPACE" --set 'listenAddress=$(POD_IP)' --set frontend.auth.mode=kubernetes \
+  --set watchNamespace="$WORKFLOWS" --set 'listenAddress=$(POD_IP)' --set frontend.auth.mode=kubernetes \
   --take-ownership --wait --timeout 3m
 kubectl --namespace "$NAMESPACE" get deployments,pods,services
 
 log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-mcp-caller ClusterRole (MCP tools only, no API access)"
-kubectl --namespace "$NAMESPACE" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl --namespace "$NAMESPACE" create rolebinding demo-agent --clusterrole="$FULLNAME-mcp-caller" \
-  --serviceaccount="$NAMESPACE:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-MCP_TOKEN=$(kubectl --namespace "$NAMESPACE" create token demo-agent --audience mining-operator --duration=1h)
+kubectl --namespace "$WORKFLOWS" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl --namespace "$WORKFLOWS" create rolebinding demo-agent --clusterrole="$FULLNAME-mcp-caller" \
+  --serviceaccount="$WORKFLOWS:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+MCP_TOKEN=$(kubectl --namespace "$WORKFLOWS" create token demo-agent --audience mining-operator --duration=1h)
 export MCP_TOKEN
 service_ip=$(kubectl --namespace "$NAMESPACE" get service "$FULLNAME-frontend" -o jsonpath='{.spec.clusterIP}')
 
@@ -57,8 +60,8 @@ log "mining $BLOCKS blocks at difficulty $DIFFICULTY through the frontend Servic
 PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/mcp" \
   --host "$FULLNAME-frontend.$NAMESPACE.svc" --difficulty "$DIFFICULTY" --blocks "$BLOCKS"
 
-log "kubectl get miningworkflows --namespace $NAMESPACE"
-kubectl --namespace "$NAMESPACE" get miningworkflows
+log "kubectl get miningworkflows --namespace $WORKFLOWS"
+kubectl --namespace "$WORKFLOWS" get miningworkflows
 
 log "forwarding http://127.0.0.1:$PORT to the frontend Service (kubectl port-forward needs a kubelet streaming API the node agent lacks)"
 if [ -f "$STATE/forward.pid" ]; then kill "$(cat "$STATE/forward.pid")" 2>/dev/null || true; fi
@@ -74,7 +77,7 @@ cat <<NEXT
 [demo] done. The stack is still running, its frontend at http://127.0.0.1:$PORT/mcp.
 Connect your own MCP client (the Inspector needs Node.js 22.19 or later):
   export KUBECONFIG=$KUBECONFIG
-  export MCP_TOKEN=\$(kubectl -n $NAMESPACE create token demo-agent --audience mining-operator --duration=1h)
+  export MCP_TOKEN=\$(kubectl -n $WORKFLOWS create token demo-agent --audience mining-operator --duration=1h)
   npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:$PORT/mcp --method tools/list --header "Authorization: Bearer \$MCP_TOKEN"
 Look around:
   kubectl get miningworkflows -A

@@ -46,8 +46,8 @@ mod tests {
         for file in crd_files() {
             for relative in [file.path, file.chart_path] {
                 let path = root.join(relative);
-                let committed =
-                    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+                let committed = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
                 assert!(
                     committed == file.yaml(),
                     "{relative} is stale: run `cargo run -p mining-api --bin crdgen` and commit the result"
@@ -59,7 +59,8 @@ mod tests {
     #[test]
     fn a_ledger_is_bounded_in_the_schema() {
         let crd = serde_json::to_value(crate::MiningLedger::crd()).unwrap();
-        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        let spec =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
         assert_eq!(spec["ledger"]["maxLength"], crate::MAX_LEDGER_BYTES);
         assert_eq!(spec["proof"]["maxLength"], crate::MAX_LEDGER_PROOF_BYTES);
     }

@@ -20,8 +20,19 @@
 {{- define "mining.frontend" -}}{{ include "mining.fullname" . | trunc 54 | trimSuffix "-" }}-frontend{{- end -}}
 
 {{/* Where workflows live: the watched namespace, else the release's. */}}
+{{- /* Where MCP workflows (and their Jobs and Pods) live: never the release
+       namespace, which holds the trust roots (the ownership key, the
+       leader Lease, the quota ledgers, our ServiceAccounts). */}}
 {{- define "mining.workflowNamespace" -}}
-{{- default .Release.Namespace .Values.watchNamespace -}}
+{{- $default := printf "%s-workflows" .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- $name := .Values.workflowNamespace.name | default .Values.watchNamespace | default $default -}}
+{{- if eq $name .Release.Namespace -}}
+{{- fail (printf "workflowNamespace: the workflows cannot live in the release namespace %s, beside the ownership key, the leader Lease and the quota ledgers that people who may edit workflows must not touch. Leave workflowNamespace.name (and watchNamespace) empty for %s, or name another namespace" .Release.Namespace $default) -}}
+{{- end -}}
+{{- if and .Values.watchNamespace (ne $name .Values.watchNamespace) -}}
+{{- fail (printf "workflowNamespace.name %s differs from watchNamespace %s: the operator would never see the workflows the frontend creates" $name .Values.watchNamespace) -}}
+{{- end -}}
+{{- $name -}}
 {{- end -}}
 
 {{- define "mining.labels" -}}

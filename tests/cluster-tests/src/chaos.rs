@@ -291,7 +291,7 @@ type JobsSeen = Arc<Mutex<HashMap<(String, String), BTreeSet<String>>>>;
 fn count_jobs(release: &Release) -> (JobsSeen, tokio::task::JoinHandle<()>) {
     let seen: JobsSeen = Arc::default();
     let jobs =
-        watcher(release.ns.api::<Job>(), watcher::Config::default()).default_backoff().applied_objects();
+        watcher(release.work.api::<Job>(), watcher::Config::default()).default_backoff().applied_objects();
     let record = seen.clone();
     let task = tokio::spawn(async move {
         futures::pin_mut!(jobs);
@@ -373,7 +373,7 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
         }
     }
     // Exactly one workflow per key, each Succeeded, with one Job per block.
-    let workflows: Api<MiningWorkflow> = release.ns.api();
+    let workflows: Api<MiningWorkflow> = release.work.api();
     let stored = workflows.list(&ListParams::default()).await.unwrap().items;
     let stored_ids: BTreeSet<String> = stored.iter().filter_map(|w| w.metadata.name.clone()).collect();
     assert_eq!(stored_ids, all_ids, "one workflow per idempotency key, and no other");

@@ -17,28 +17,37 @@ use crate::{TOKEN_AUDIENCE, TestNamespace, account_token, eventually, install_cr
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// One Helm release of the chart in a test namespace of its own.
+/// One Helm release of the chart in a test namespace of its own, with its
+/// workflows in a second one (as the chart requires: never beside the
+/// release's trust roots).
 pub struct Release {
     pub helm: String,
     pub name: String,
+    /// The release namespace: the components, the ownership key, the Leases, the ledgers.
     pub ns: TestNamespace,
+    /// The workflow namespace: the MCP workflows, their Jobs and Pods, the callers' bindings.
+    pub work: TestNamespace,
 }
 
 impl Release {
     /// Installs (and waits for) a release whose Roles cover only its own
-    /// namespace: the operator must not reconcile other tests' workflows.
+    /// namespaces: the operator must not reconcile other tests' workflows.
     pub async fn install(prefix: &str, values: &[&str]) -> Self {
         let ns = TestNamespace::new(prefix).await;
+        let work = TestNamespace::new(&format!("{prefix}-work")).await;
         install_crd(&ns.client).await;
         let name = format!("r{}", &ns.name[ns.name.len() - 5..]);
-        let release = Release { helm: helm(), name, ns };
-        let watch = format!("watchNamespace={}", release.ns.name);
+        let release = Release { helm: helm(), name, ns, work };
+        let watch = format!("watchNamespace={}", release.work.name);
         // Pods here share the host's network namespace: each listens at its own Pod IP.
         let mut args = vec![
             "install",
             release.name.as_str(),
             "--set",
             watch.as_str(),
+            // The test made it (and deletes it).
+            "--set",
+            "workflowNamespace.create=false",
             "--set",
             "listenAddress=$(POD_IP)",
         ];
@@ -77,21 +86,21 @@ impl Release {
     }
 
     /// A token of a new ServiceAccount that the chart's `mcp-caller`
-    /// ClusterRole is bound to in this namespace: an ordinary MCP caller.
+    /// ClusterRole is bound to in the workflow namespace: an ordinary MCP caller.
     pub async fn user_token(&self, account: &str) -> String {
-        let accounts: Api<ServiceAccount> = self.ns.api();
+        let accounts: Api<ServiceAccount> = self.work.api();
         let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
         accounts.create(&PostParams::default(), &sa).await.unwrap();
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": account},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": format!("{}-mcp-caller", self.fullname())},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.ns.name}],
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.work.name}],
         }))
         .unwrap();
-        self.ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
+        self.work.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
         // As NOTES says: minted for the frontend's audience.
-        account_token(&self.ns.client, &self.ns.name, account, Some(TOKEN_AUDIENCE)).await
+        account_token(&self.work.client, &self.work.name, account, Some(TOKEN_AUDIENCE)).await
     }
 
     /// Calls a tool with the official Python SDK through the frontend's Service.

@@ -66,9 +66,9 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
     let token = release.user_token("agent").await;
     let outcome = release.mine(&token, json!({"difficulty": 8, "blocks": 3, "wait_seconds": 20})).await;
     assert_reference_chain(&outcome, 3, 8);
-    let workflows: Api<MiningWorkflow> = ns.api();
+    let workflows: Api<MiningWorkflow> = release.work.api();
     let id = outcome["workflow_id"].as_str().unwrap();
-    let stored = workflows.get(id).await.expect("the workflow is a MiningWorkflow in the release namespace");
+    let stored = workflows.get(id).await.expect("the workflow is a MiningWorkflow in the workflow namespace");
     assert_eq!(stored.status.and_then(|s| s.phase).map(|p| p.to_string()).as_deref(), Some("Succeeded"));
 
     // The series the chart's alerts and dashboard read are exported under
@@ -118,7 +118,7 @@ async fn the_chart_installs_mines_through_its_service_passes_helm_test_upgrades_
 
     // Workflows are the users' data: deleting them takes their Jobs and Pods.
     workflows.delete_collection(&DeleteParams::background(), &ListParams::default()).await.unwrap();
-    let jobs: Api<Job> = ns.api();
+    let jobs: Api<Job> = release.work.api();
     eventually("the workflows' Jobs to go", TIMEOUT, || async {
         jobs.list(&ListParams::default()).await.ok()?.items.is_empty().then_some(())
     })
@@ -153,7 +153,8 @@ async fn a_component_whose_service_account_lacks_a_rule_fails_visibly() {
             .await;
     let ns = &release.ns;
     let token = release.user_token("agent").await;
-    let roles: Api<Role> = ns.api();
+    // Both components' Roles for workflows and Jobs are in the workflow namespace.
+    let roles: Api<Role> = release.work.api();
     let without = |role: &Role, resource: &str| -> Value {
         let rules: Vec<Value> = (role.rules.iter().flatten())
             .filter(|r| !r.resources.iter().flatten().any(|x| x == resource))
@@ -169,7 +170,7 @@ async fn a_component_whose_service_account_lacks_a_rule_fails_visibly() {
     let started =
         release.call(&token, "start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0})).await;
     let id = structured(&started)["workflow_id"].as_str().unwrap().to_string();
-    let events: Api<Event> = ns.api();
+    let events: Api<Event> = release.work.api();
     let note = eventually("a Forbidden Event on the workflow", TIMEOUT, || async {
         let listed = events.list(&ListParams::default()).await.ok()?;
         listed.items.into_iter().find_map(|e| {

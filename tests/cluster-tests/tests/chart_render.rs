@@ -59,6 +59,11 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("frontend.waitBudgetSeconds=51", "frontend/waitBudgetSeconds"),
         ("operator.image.pullPolicy=Sometimes", "operator/image/pullPolicy"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("workflowNamespace.name=Not_A_Namespace", "workflowNamespace/name"),
+        // Workflows never share the release namespace with the trust roots.
+        ("watchNamespace=default", "cannot live in the release namespace default"),
+        ("workflowNamespace.name=default", "cannot live in the release namespace default"),
+        ("watchNamespace=a,workflowNamespace.name=b", "the operator would never see the workflows"),
         ("frontend.auth.mode=tokens", "frontend.auth.tokens (or frontend.auth.existingSecret) is needed"),
         (
             "operator.leaderElection.enabled=false",
@@ -136,8 +141,23 @@ fn the_default_install_is_the_secure_one() {
         // It says when no operator leads, reading only the operator's Lease.
         "- --operator-lease=default/release-mining-operator-operator\n",
         "resourceNames: [\"release-mining-operator-operator\"]\n",
+        // Workflows in a namespace of their own; ledgers beside the other trust roots.
+        "kind: Namespace\nmetadata:\n  name: default-workflows\n",
+        "- --namespace=default-workflows\n",
+        "- --ledger-namespace=default\n",
+        "resources: [\"miningledgers\"]\n    verbs: [\"create\", \"get\", \"update\"]\n",
     ] {
         assert!(manifests.contains(expected), "the default install lacks {expected:?}");
+    }
+    // The frontend may read the operator's leader Lease and write no Lease at
+    // all: whoever runs as the frontend cannot hold the leader Lease.
+    for document in manifests.split("\n---\n") {
+        let frontend_role =
+            document.contains("kind: Role\n") && document.contains("app.kubernetes.io/component: frontend\n");
+        if frontend_role && document.contains("leases") {
+            assert!(document.contains("verbs: [\"get\"]"), "{document}");
+            assert!(!document.contains("update") && !document.contains("create"), "{document}");
+        }
     }
     // No browser origin is allowed unless one is configured.
     assert!(!manifests.contains("--allowed-origins"));
@@ -357,6 +377,8 @@ fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
 #[tokio::test]
 async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes() {
     let ns = TestNamespace::new("chart").await;
+    // The workflow namespace: a dry run cannot create objects in a namespace it only pretends to make.
+    let work = TestNamespace::new("chart-work").await;
     install_crd(&ns.client).await;
     let helm = helm();
     let version = ns.client.apiserver_version().await.unwrap();
@@ -364,7 +386,7 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
     let kube = ["--kube-version", kube_version.as_str()];
     let cases: [&[&str]; 6] = [
         &[],
-        &["--set", &format!("watchNamespace={}", ns.name), "--set", "frontend.auth.mode=kubernetes"],
+        &["--set", &format!("watchNamespace={}", work.name), "--set", "frontend.auth.mode=kubernetes"],
         &[
             "--set",
             "frontend.auth.mode=tokens",
@@ -412,7 +434,13 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
         .unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     for args in cases {
-        let manifests = render(&helm, &ns.name, &[&kube[..], args].concat());
+        let workflows = format!("workflowNamespace.name={}", work.name);
+        let named = if args.iter().any(|a| a.starts_with("watchNamespace=")) {
+            &[][..]
+        } else {
+            &["--set", workflows.as_str()][..]
+        };
+        let manifests = render(&helm, &ns.name, &[&kube[..], named, args].concat());
         // Security by default: every container passes the restricted profile.
         assert_eq!(
             manifests.matches("readOnlyRootFilesystem: true").count(),

@@ -10,6 +10,8 @@ use std::process::Command;
 use cluster_tests::helm::{helm, run};
 use cluster_tests::mcp::{clients_dir, node22};
 use cluster_tests::{TestNamespace, free_port, reference_chain, repo_root};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
 
 /// The lines the demo printed between `start` and the next line ending in `:`
 /// that is not indented: the commands it tells the user to run.
@@ -77,6 +79,11 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
         let _ = std::fs::remove_file(&forwarder);
     }
     let (_, uninstalled) = run(&helm(), &["uninstall", &release, "--namespace", &ns.name, "--wait"]);
+    // The chart keeps the workflow namespace it made (the users' workflows live there).
+    let namespaces: Api<Namespace> = Api::all(ns.client.clone());
+    let workflows_namespace = format!("{}-workflows", ns.name);
+    let kept = namespaces.get_opt(&workflows_namespace).await.unwrap();
+    let _ = namespaces.delete(&workflows_namespace, &Default::default()).await;
     assert!(output.status.success(), "make demo failed:\n{stdout}\n{stderr}");
     assert_eq!(connect.len(), 3, "export KUBECONFIG, the token, the Inspector: {stdout}");
     let listed = String::from_utf8_lossy(&connected.stdout);
@@ -106,4 +113,6 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
     let listed = stdout.lines().find(|l| l.starts_with("mw-")).unwrap_or_default();
     assert!(listed.contains("Succeeded") && listed.contains("3/3"), "the kubectl get line: {stdout}");
     assert!(uninstalled.contains("uninstalled"), "{uninstalled}");
+    // The workflows lived apart from the release, in a namespace the chart made and kept.
+    assert!(kept.is_some(), "the chart made {workflows_namespace} and kept it on uninstall");
 }
