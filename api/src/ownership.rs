@@ -126,6 +126,23 @@ impl OwnershipKeys {
             .any(|key| mac_of(key, "quota-ledger", &[namespace, name, text]).verify_slice(&claimed).is_ok())
     }
 
+    /// The caller label a new workflow of the caller with `digest` carries:
+    /// keyed, so nobody without the key can turn a caller's name into the
+    /// label that finds their workflows (40 hex digits, a label value).
+    pub fn caller_label(&self, digest: &str) -> String {
+        caller_label_under(&self.current, digest)
+    }
+
+    /// Every label the caller's workflows may carry, the current one first:
+    /// under each key (during a rotation), then the unkeyed digest that
+    /// releases before keyed labels wrote. The proof still decides whose a
+    /// workflow is; these only find the candidates.
+    pub fn caller_labels(&self, digest: &str) -> Vec<String> {
+        let mut labels: Vec<String> = self.keys().map(|key| caller_label_under(key, digest)).collect();
+        labels.push(digest.to_string());
+        labels
+    }
+
     /// The MAC an id of `caller_label` with body `nonce` carries, under the current key.
     pub fn id_tag(&self, caller_label: &str, nonce: &str) -> [u8; 32] {
         mac(&self.current, "id", &[caller_label.as_bytes(), nonce.as_bytes()])
@@ -169,6 +186,10 @@ fn mac(key: &[u8], domain: &str, parts: &[impl AsRef<[u8]>]) -> [u8; 32] {
     mac_of(key, domain, parts).finalize().into_bytes().into()
 }
 
+fn caller_label_under(key: &[u8], digest: &str) -> String {
+    hex(&mac(key, "caller-label", &[digest])[..20])
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -201,6 +222,23 @@ mod tests {
         let proof = keys.proof(&workflow);
         workflow.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
         workflow
+    }
+
+    #[test]
+    fn caller_labels_are_keyed_and_the_unkeyed_one_is_still_read() {
+        let keys = keys();
+        let digest = "0123456789abcdef0123456789abcdef01234567";
+        let label = keys.caller_label(digest);
+        assert_eq!(label.len(), 40);
+        assert!(label.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(label, digest, "a name's public digest is not its label");
+        // Another key makes another label: without the key, no label can be computed.
+        let other = OwnershipKeys::new(vec![8; 32], None).unwrap();
+        assert_ne!(other.caller_label(digest), label);
+        assert_eq!(keys.caller_labels(digest), [label.clone(), digest.to_string()]);
+        // During a rotation the previous key's labels are read too, after the current one.
+        let rotated = OwnershipKeys::new(vec![8; 32], Some(vec![7; 32])).unwrap();
+        assert_eq!(rotated.caller_labels(digest), [other.caller_label(digest), label, digest.to_string()]);
     }
 
     #[test]

@@ -39,13 +39,13 @@ impl WorkflowId {
     /// retry, different for every caller and key. `attempt` numbers the
     /// fallbacks used when an id is taken by an object the frontend did not make.
     pub fn for_idempotency_key(keys: &OwnershipKeys, caller: &Caller, key: &str, attempt: u8) -> Vec<Self> {
-        keys.idempotency_nonces(&caller.label, key, attempt)
+        keys.idempotency_nonces(&caller.digest, key, attempt)
             .map(|nonce| Self::tagged(keys, caller, base32(&nonce, NONCE_LEN)))
             .collect()
     }
 
     fn tagged(keys: &OwnershipKeys, caller: &Caller, nonce: String) -> Self {
-        let tag = base32(&keys.id_tag(&caller.label, &nonce), TAG_LEN);
+        let tag = base32(&keys.id_tag(&caller.digest, &nonce), TAG_LEN);
         Self(format!("{PREFIX}{nonce}{tag}"))
     }
 
@@ -58,7 +58,7 @@ impl WorkflowId {
         let body = &id.0[PREFIX.len()..];
         let (nonce, tag) = body.split_at(NONCE_LEN);
         let mut matched = false;
-        for expected in keys.id_tags(&caller.label, nonce) {
+        for expected in keys.id_tags(&caller.digest, nonce) {
             matched |= constant_time_eq(base32(&expected, TAG_LEN).as_bytes(), tag.as_bytes());
         }
         matched.then_some(id)
@@ -103,12 +103,14 @@ impl std::fmt::Display for WorkflowId {
     }
 }
 
-/// Who is calling: a name for logs and the label value that scopes what the
-/// caller may see. The label is a hash, so a name never lands in the cluster.
+/// Who is calling: a name for logs and a digest of it that scopes the
+/// caller's ids and waits. A name never lands in the cluster; nor does the
+/// digest on new workflows, whose label is keyed
+/// (`OwnershipKeys::caller_label`), so nobody can compute it from a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
     pub name: String,
-    pub label: String,
+    pub digest: String,
 }
 
 impl Caller {
@@ -118,9 +120,9 @@ impl Caller {
             .chain_update(b"mining-operator.dev/caller\0")
             .chain_update(name.as_bytes())
             .finalize();
-        // 40 hex digits (160 bits) fit a label value (63 at most).
-        let label = digest[..20].iter().map(|b| format!("{b:02x}")).collect();
-        Self { name, label }
+        // 40 hex digits (160 bits): the label value releases before keyed labels wrote.
+        let digest_hex = digest[..20].iter().map(|b| format!("{b:02x}")).collect();
+        Self { name, digest: digest_hex }
     }
 
     /// The one caller of a server that runs without authentication.
@@ -230,9 +232,9 @@ mod tests {
     #[test]
     fn caller_labels_are_label_values_and_hide_the_name() {
         let caller = Caller::new("system:serviceaccount:team-a:agent");
-        assert_eq!(caller.label.len(), 40);
-        assert!(caller.label.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-        assert_ne!(caller.label, Caller::new("system:serviceaccount:team-b:agent").label);
+        assert_eq!(caller.digest.len(), 40);
+        assert!(caller.digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(caller.digest, Caller::new("system:serviceaccount:team-b:agent").digest);
     }
 
     #[test]

@@ -144,9 +144,10 @@ pub fn admit(
     Ok(next)
 }
 
-/// The ledger object of a caller (its label is a digest: no name in it).
-pub fn ledger_name(caller: &Caller) -> String {
-    format!("mcp-quota-{}", caller.label)
+/// The ledger object of a caller: named by its keyed label (no name in it,
+/// and none anybody without the key could compute).
+pub fn ledger_name(keys: &OwnershipKeys, caller: &Caller) -> String {
+    format!("mcp-quota-{}", keys.caller_label(&caller.digest))
 }
 
 /// The ledger an object holds, if the frontend wrote it (else it is seeded again).
@@ -194,7 +195,7 @@ pub async fn reserve(
 ) -> Result<(), QuotaRefusal> {
     let Ledgers { ledgers, workflows, keys, quotas } = *ledgers;
     let namespace = ledgers.namespace().unwrap_or_default().to_string();
-    let ledger_name = ledger_name(caller);
+    let ledger_name = ledger_name(keys, caller);
     let unavailable =
         |what: &str, err: &dyn std::fmt::Display| QuotaRefusal::Unavailable(format!("{what}: {err}"));
     for attempt in 0..ATTEMPTS {
@@ -206,7 +207,7 @@ pub async fn reserve(
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let ledger = match existing.as_ref().and_then(|object| read_ledger(keys, &namespace, object)) {
             Some(ledger) => ledger,
-            None => seed(workflows, caller, now, &owned)
+            None => seed(workflows, &keys.caller_labels(&caller.digest), now, &owned)
                 .await
                 .map_err(|e| unavailable("listing your workflows", &e))?,
         };
@@ -253,11 +254,11 @@ pub async fn reserve(
 /// quorum list (a cache could miss a create another replica just made).
 async fn seed(
     workflows: &Api<MiningWorkflow>,
-    caller: &Caller,
+    caller_labels: &[String],
     now: i64,
     owned: &impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<Ledger, CallError> {
-    let selector = format!("{}={}", labels::CALLER, caller.label);
+    let selector = format!("{} in ({})", labels::CALLER, caller_labels.join(","));
     let list = timed(workflows.list(&ListParams::default().labels(&selector))).await?;
     let reserved = list
         .items

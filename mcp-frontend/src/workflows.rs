@@ -31,7 +31,7 @@ pub fn build_workflow(
     let mut workflow = MiningWorkflow::new(id.as_str(), request.spec.clone());
     workflow.metadata.labels = Some(
         [
-            (labels::CALLER.to_string(), caller.label.clone()),
+            (labels::CALLER.to_string(), keys.caller_label(&caller.digest)),
             (labels::MANAGED_BY.to_string(), MANAGER.to_string()),
         ]
         .into(),
@@ -130,7 +130,11 @@ mod tests {
         assert!(!crate::core::belongs_to(&keys, &workflow, &Caller::new("bob")));
         assert_eq!(workflow.metadata.name.as_deref(), Some(id.as_str()));
         assert_eq!(workflow.metadata.generate_name, None);
-        assert_eq!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.label);
+        assert_eq!(
+            workflow.metadata.labels.as_ref().unwrap()[labels::CALLER],
+            keys.caller_label(&caller.digest)
+        );
+        assert_ne!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.digest, "keyed");
         assert_eq!((workflow.spec.difficulty, workflow.spec.blocks, workflow.spec.cancel), (9, 3, false));
         assert_eq!(workflow.spec.parallelism, 2);
     }

@@ -75,7 +75,8 @@ pub enum View {
 /// label is the caller's and it carries the frontend's proof for exactly
 /// that. A label alone is anyone's to write.
 pub fn belongs_to(keys: &OwnershipKeys, workflow: &MiningWorkflow, caller: &Caller) -> bool {
-    workflow.caller_label() == Some(caller.label.as_str()) && keys.proves(workflow)
+    workflow.caller_label().is_some_and(|label| keys.caller_labels(&caller.digest).iter().any(|l| l == label))
+        && keys.proves(workflow)
 }
 
 impl Core {
@@ -95,7 +96,9 @@ impl Core {
             Cached::Found(workflow) if self.owns(&workflow, caller) => Ok(View::Found(workflow)),
             Cached::Found(_) => Ok(View::Missing),
             Cached::Unreadable { caller_label, problem, .. }
-                if caller_label.as_deref() == Some(&caller.label) =>
+                if caller_label.as_deref().is_some_and(|label| {
+                    self.keys.caller_labels(&caller.digest).iter().any(|l| l == label)
+                }) =>
             {
                 Ok(View::Unreadable(problem))
             }

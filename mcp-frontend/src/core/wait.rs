@@ -118,7 +118,7 @@ impl Core {
     ) -> View {
         let name = latest.metadata.name.clone().unwrap_or_default();
         // Over a cap the wait ends at once, with the workflow as it is now.
-        let _slot = match self.waits.take(&caller.label) {
+        let _slot = match self.waits.take(&caller.digest) {
             Ok(slot) => Some(slot),
             Err(cap) if Instant::now() < deadline => {
                 self.metrics

@@ -32,7 +32,7 @@ fn keys(ns: &TestNamespace) -> OwnershipKeys {
 fn planted(name: &str, caller: &Caller, spec: Value) -> MiningWorkflow {
     serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
-        "metadata": {"name": name, "labels": {labels::CALLER: caller.label, labels::MANAGED_BY: "mcp-frontend"}},
+        "metadata": {"name": name, "labels": {labels::CALLER: caller.digest, labels::MANAGED_BY: "mcp-frontend"}},
         "spec": spec,
     }))
     .unwrap()
@@ -254,4 +254,27 @@ async fn copies_of_a_callers_deleted_workflows_stuck_terminating_never_lock_them
         let release = json!({"metadata": {"finalizers": null}});
         api.patch(id, &PatchParams::default(), &Patch::Merge(release)).await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_callers_name_does_not_find_their_workflows() {
+    let ns = TestNamespace::new("iso-labels").await;
+    install_crd(&ns.client).await;
+    let frontend = frontend(&ns, &[]).await;
+    let started = Sdk::Python
+        .call(&frontend.url(), BOB, "start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0}))
+        .await;
+    let id = structured(&started)["workflow_id"].as_str().unwrap().to_string();
+    // Whoever may list workflows and knows bob's name computes the label an
+    // unkeyed hash would give: it finds nothing.
+    let api: Api<MiningWorkflow> = ns.api();
+    let public = format!("{}={}", labels::CALLER, Caller::new("bob").digest);
+    let found = api.list(&kube::api::ListParams::default().labels(&public)).await.unwrap();
+    assert!(found.items.is_empty(), "bob's name gave his workflows away");
+    // Bob's workflow carries the keyed label, which only the key computes.
+    let label = api.get(&id).await.unwrap().metadata.labels.unwrap()[labels::CALLER].clone();
+    assert_eq!(label, keys(&ns).caller_label(&Caller::new("bob").digest));
+    // And bob still sees it.
+    let listed = Sdk::Python.call(&frontend.url(), BOB, "list_mining_workflows", json!({})).await;
+    assert!(structured(&listed).to_string().contains(&id), "{listed:#}");
 }

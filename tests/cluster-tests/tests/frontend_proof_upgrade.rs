@@ -30,7 +30,7 @@ fn made_by_previous_release(
     workflow.metadata.namespace = Some(ns.to_string());
     workflow.metadata.labels = Some(
         [
-            (labels::CALLER.to_string(), caller.label.clone()),
+            (labels::CALLER.to_string(), caller.digest.clone()),
             (labels::MANAGED_BY.to_string(), "mcp-frontend".into()),
         ]
         .into(),
