@@ -73,6 +73,12 @@ pub struct Config {
     #[arg(long, env = "LEDGER_NAMESPACE")]
     pub ledger_namespace: Option<String>,
 
+    /// Where releases before the workflow namespace put MCP workflows (the
+    /// chart: the release namespace). Those are still found, listed,
+    /// counted, waited on and cancelled; new ones never go there.
+    #[arg(long, env = "PREVIOUS_NAMESPACE")]
+    pub previous_namespace: Option<String>,
+
     /// Longest a call may wait for a result before answering `running`.
     #[arg(long, env = "WAIT_BUDGET_SECONDS", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_WAIT_BUDGET_SECONDS)))]

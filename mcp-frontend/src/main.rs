@@ -13,7 +13,7 @@ use mcp_frontend::auth::{
 };
 use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
-use mcp_frontend::core::{Core, WaitSlots};
+use mcp_frontend::core::{Core, Previous, WaitSlots};
 use mcp_frontend::http::{HttpOptions, mcp_router, ops_router};
 use mcp_frontend::metrics::Metrics;
 use mcp_frontend::operator_presence::OperatorWatch;
@@ -82,6 +82,14 @@ async fn main() -> anyhow::Result<()> {
 
     let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
     let cache_task = tokio::spawn(run_cache);
+    let previous = match config.previous_namespace.as_deref().filter(|p| *p != namespace) {
+        Some(previous_namespace) => {
+            let (cache, run) = WorkflowCache::new(client.clone(), previous_namespace, metrics.clone());
+            tokio::spawn(run);
+            Some(Previous { api: Api::namespaced(client.clone(), previous_namespace), cache })
+        }
+        None => None,
+    };
     let keys =
         OwnershipKeys::from_files(&config.ownership_key_file, config.previous_ownership_key_file.as_deref())
             .map_err(anyhow::Error::msg)?;
@@ -94,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         None => OperatorWatch::unknown(),
     };
     let core = Arc::new(Core {
+        previous,
         operator,
         keys: Arc::new(keys),
         namespace: namespace.clone(),

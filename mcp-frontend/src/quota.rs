@@ -179,6 +179,8 @@ pub trait HeldWorkflows {
 pub struct Ledgers<'a> {
     pub ledgers: &'a Api<MiningLedger>,
     pub workflows: &'a Api<MiningWorkflow>,
+    /// Where releases before the workflow namespace put them: still counted.
+    pub previous: Option<&'a Api<MiningWorkflow>>,
     pub keys: &'a OwnershipKeys,
     pub quotas: Quotas,
 }
@@ -193,7 +195,8 @@ pub async fn reserve(
     cache: &impl HeldWorkflows,
     owned: impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<(), QuotaRefusal> {
-    let Ledgers { ledgers, workflows, keys, quotas } = *ledgers;
+    let Ledgers { ledgers, workflows, previous, keys, quotas } = *ledgers;
+    let places: Vec<&Api<MiningWorkflow>> = std::iter::once(workflows).chain(previous).collect();
     let namespace = ledgers.namespace().unwrap_or_default().to_string();
     let ledger_name = ledger_name(keys, caller);
     let unavailable =
@@ -207,7 +210,7 @@ pub async fn reserve(
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let ledger = match existing.as_ref().and_then(|object| read_ledger(keys, &namespace, object)) {
             Some(ledger) => ledger,
-            None => seed(workflows, &keys.caller_labels(&caller.digest), now, &owned)
+            None => seed(&places, &keys.caller_labels(&caller.digest), now, &owned)
                 .await
                 .map_err(|e| unavailable("listing your workflows", &e))?,
         };
@@ -216,9 +219,15 @@ pub async fn reserve(
         let mut asked = std::collections::HashMap::new();
         for (held, at) in &ledger.reserved {
             if cache.cached(held, &owned) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
-                let found = timed(workflows.get_opt(held))
-                    .await
-                    .map_err(|e| unavailable("reading a workflow", &e))?;
+                let mut found = None;
+                for place in &places {
+                    found = timed(place.get_opt(held))
+                        .await
+                        .map_err(|e| unavailable("reading a workflow", &e))?;
+                    if found.is_some() {
+                        break;
+                    }
+                }
                 let state = match found {
                     Some(workflow) if owned(&workflow) && !workflow.is_finished() => Held::Unfinished,
                     _ => Held::Released,
@@ -253,19 +262,21 @@ pub async fn reserve(
 /// A ledger for a caller that has none: its unfinished workflows, from a
 /// quorum list (a cache could miss a create another replica just made).
 async fn seed(
-    workflows: &Api<MiningWorkflow>,
+    places: &[&Api<MiningWorkflow>],
     caller_labels: &[String],
     now: i64,
     owned: &impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<Ledger, CallError> {
     let selector = format!("{} in ({})", labels::CALLER, caller_labels.join(","));
-    let list = timed(workflows.list(&ListParams::default().labels(&selector))).await?;
-    let reserved = list
-        .items
-        .iter()
-        .filter(|workflow| owned(workflow) && !workflow.is_finished())
-        .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now)))
-        .collect();
+    let mut reserved = BTreeMap::new();
+    for place in places {
+        let list = timed(place.list(&ListParams::default().labels(&selector))).await?;
+        reserved.extend(
+            (list.items.iter())
+                .filter(|workflow| owned(workflow) && !workflow.is_finished())
+                .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now))),
+        );
+    }
     Ok(Ledger { starts: Vec::new(), reserved })
 }
 

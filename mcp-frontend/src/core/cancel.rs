@@ -1,5 +1,6 @@
 //! Cancelling: one patch of `spec.cancel`, asked for once.
 
+use kube::Api;
 use mining_api::MiningWorkflow;
 
 use super::{Core, View};
@@ -38,13 +39,14 @@ impl Core {
             }
             let name = workflow.metadata.name.clone().unwrap_or_default();
             let reproof = self.keys.reproof(&workflow);
-            match self.api_call("patch", workflows::request_cancel(&self.api, &workflow, reproof)).await {
+            let api = self.api_of(&workflow);
+            match self.api_call("patch", workflows::request_cancel(api, &workflow, reproof)).await {
                 Ok(patched) => {
                     tracing::info!(workflow = %name, caller = %caller.name, "cancel requested");
                     return Ok(CancelOutcome::Requested(Box::new(patched)));
                 }
                 Err(err) if err.is_conflict() && !fresh_read => {
-                    view = self.read_fresh(caller, &name).await?;
+                    view = self.read_fresh(caller, api, &name).await?;
                 }
                 Err(err) => {
                     self.count_api_error("patch");
@@ -56,8 +58,13 @@ impl Core {
     }
 
     /// The caller's workflow `name` as the API server has it now.
-    async fn read_fresh(&self, caller: &Caller, name: &str) -> Result<View, String> {
-        match self.api_call("get", workflows::get(&self.api, name)).await {
+    async fn read_fresh(
+        &self,
+        caller: &Caller,
+        api: &Api<MiningWorkflow>,
+        name: &str,
+    ) -> Result<View, String> {
+        match self.api_call("get", workflows::get(api, name)).await {
             Ok(Some(workflow)) if self.owns(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
             Ok(_) => Ok(View::Missing),
             Err(err) => {

@@ -31,8 +31,10 @@ impl Core {
     /// Every readable workflow `caller` started through this frontend,
     /// newest first (objects others labelled as the caller's are not).
     pub fn list(&self, caller: &Caller) -> Vec<Listed> {
-        let mut rows: Vec<Listed> = (self.keys.caller_labels(&caller.digest).iter())
-            .flat_map(|label| self.cache.list_for(label))
+        let caches = std::iter::once(&self.cache).chain(self.previous.as_ref().map(|p| &p.cache));
+        let labels = self.keys.caller_labels(&caller.digest);
+        let mut rows: Vec<Listed> = caches
+            .flat_map(|cache| labels.iter().flat_map(|label| cache.list_for(label)))
             .filter_map(|cached| match cached {
                 Cached::Found(workflow) if self.owns(&workflow, caller) => Some(Listed {
                     created: workflow.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),

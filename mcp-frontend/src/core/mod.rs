@@ -60,6 +60,28 @@ pub struct Core {
     pub waits: WaitSlots,
     /// Whether an operator leads, so unfinished work nobody does says so.
     pub operator: Arc<OperatorWatch>,
+    /// Where releases before the workflow namespace put MCP workflows (the
+    /// release namespace): still found, listed, counted, waited on and
+    /// cancelled there, never created there.
+    pub previous: Option<Previous>,
+}
+
+/// What a ledger's held workflows became: the workflow namespace's cache,
+/// then the previous namespace's.
+impl crate::quota::HeldWorkflows for Core {
+    fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
+        use crate::quota::Held;
+        match (self.cache.cached(name, owned), &self.previous) {
+            (Held::NotSeen, Some(previous)) => previous.cache.cached(name, owned),
+            (held, _) => held,
+        }
+    }
+}
+
+/// The namespace that held MCP workflows before an upgrade.
+pub struct Previous {
+    pub api: Api<MiningWorkflow>,
+    pub cache: Arc<WorkflowCache>,
 }
 
 /// What a caller may see of one workflow.
@@ -92,7 +114,7 @@ impl Core {
     }
 
     async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
-        match self.cache.get(id.as_str()) {
+        match self.cache_holding(id.as_str()).get(id.as_str()) {
             Cached::Found(workflow) if self.owns(&workflow, caller) => Ok(View::Found(workflow)),
             Cached::Found(_) => Ok(View::Missing),
             Cached::Unreadable { caller_label, problem, .. }
@@ -103,7 +125,7 @@ impl Core {
                 Ok(View::Unreadable(problem))
             }
             Cached::Unreadable { .. } => Ok(View::Missing),
-            Cached::Missing => match self.api_call("get", workflows::get(&self.api, id.as_str())).await {
+            Cached::Missing => match self.api_call("get", self.get_anywhere(id.as_str())).await {
                 Ok(Some(workflow)) if self.owns(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
                 Ok(_) => Ok(View::Missing),
                 Err(err) => {
@@ -111,6 +133,38 @@ impl Core {
                     Err(format!("cannot read the workflow: {err}"))
                 }
             },
+        }
+    }
+
+    /// The cache that holds `name`: the workflow namespace's, unless only
+    /// the previous namespace's has it.
+    pub(crate) fn cache_holding(&self, name: &str) -> &WorkflowCache {
+        match &self.previous {
+            Some(previous)
+                if matches!(self.cache.get(name), Cached::Missing)
+                    && !matches!(previous.cache.get(name), Cached::Missing) =>
+            {
+                &previous.cache
+            }
+            _ => &self.cache,
+        }
+    }
+
+    /// The API of the namespace `workflow` lives in.
+    pub(crate) fn api_of(&self, workflow: &MiningWorkflow) -> &Api<MiningWorkflow> {
+        match &self.previous {
+            Some(previous) if workflow.metadata.namespace.as_deref() != Some(self.namespace.as_str()) => {
+                &previous.api
+            }
+            _ => &self.api,
+        }
+    }
+
+    /// `name` read from the API server: the workflow namespace first, then the previous one.
+    async fn get_anywhere(&self, name: &str) -> Result<Option<MiningWorkflow>, crate::Error> {
+        match (workflows::get(&self.api, name).await?, &self.previous) {
+            (None, Some(previous)) => workflows::get(&previous.api, name).await,
+            (found, _) => Ok(found),
         }
     }
 

@@ -19,22 +19,23 @@ impl Core {
     /// Writes the current proof on up to [`REPROVE_PER_PASS`] cached
     /// workflows that carry an older version's valid proof; returns how many.
     pub async fn reprove_some(&self) -> usize {
-        let stale: Vec<(String, String)> = self
-            .cache
-            .all()
-            .into_iter()
+        let caches = std::iter::once(&self.cache).chain(self.previous.as_ref().map(|p| &p.cache));
+        let stale: Vec<(Box<mining_api::MiningWorkflow>, String)> = caches
+            .flat_map(|cache| cache.all())
             .filter_map(|cached| match cached {
                 Cached::Found(workflow) => {
                     let proof = self.keys.reproof(&workflow)?;
-                    Some((workflow.metadata.name.clone()?, proof))
+                    Some((workflow, proof))
                 }
                 _ => None,
             })
             .take(REPROVE_PER_PASS)
             .collect();
         let mut written = 0;
-        for (name, proof) in stale {
-            match self.api_call("patch", workflows::write_proof(&self.api, &name, &proof)).await {
+        for (workflow, proof) in stale {
+            let name = workflow.metadata.name.clone().unwrap_or_default();
+            match self.api_call("patch", workflows::write_proof(self.api_of(&workflow), &name, &proof)).await
+            {
                 Ok(_) => written += 1,
                 Err(err) => {
                     self.count_api_error("patch");

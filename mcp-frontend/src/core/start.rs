@@ -120,12 +120,12 @@ impl Core {
         let ledgers = quota::Ledgers {
             ledgers: &self.ledgers,
             workflows: &self.api,
+            previous: self.previous.as_ref().map(|p| &p.api),
             keys: &self.keys,
             quotas: self.quotas,
         };
-        let reserved = self
-            .api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self.cache.as_ref(), owned))
-            .await;
+        let reserved =
+            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self, owned)).await;
         if let Err(refusal) = reserved {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             tracing::info!(caller = %caller.name, quota = refusal.metric_label(), "start refused by a quota");

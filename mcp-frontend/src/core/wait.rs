@@ -130,11 +130,12 @@ impl Core {
             }
             Err(_) => None,
         };
-        let mut subscription = self.cache.subscribe(&name);
+        let cache = self.cache_holding(&name);
+        let mut subscription = cache.subscribe(&name);
         let mut reported: Option<u32> = None;
         let mut seen_in_cache = false;
         loop {
-            match self.cache.get(&name) {
+            match cache.get(&name) {
                 Cached::Found(workflow) => {
                     seen_in_cache = true;
                     latest = workflow;
@@ -170,7 +171,7 @@ impl Core {
 
     /// The workflow as the caller may see it now, without waiting.
     fn view_now(&self, name: &str, caller: &Caller, latest: Box<MiningWorkflow>) -> View {
-        let latest = match self.cache.get(name) {
+        let latest = match self.cache_holding(name).get(name) {
             Cached::Found(workflow) => workflow,
             Cached::Unreadable { problem, .. } => return View::Unreadable(problem),
             Cached::Missing => latest,

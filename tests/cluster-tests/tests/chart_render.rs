@@ -154,7 +154,7 @@ fn the_default_install_is_the_secure_one() {
     for document in manifests.split("\n---\n") {
         let frontend_role =
             document.contains("kind: Role\n") && document.contains("app.kubernetes.io/component: frontend\n");
-        if frontend_role && document.contains("leases") {
+        if frontend_role && document.contains("resources: [\"leases\"]") {
             assert!(document.contains("verbs: [\"get\"]"), "{document}");
             assert!(!document.contains("update") && !document.contains("create"), "{document}");
         }

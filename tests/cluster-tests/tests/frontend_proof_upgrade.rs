@@ -111,3 +111,76 @@ async fn workflows_proven_before_versions_stay_their_callers_and_get_the_current
         Sdk::Python.call(&url, ALICE, "get_mining_result", json!({"workflow_id": name(&forged)})).await;
     assert_eq!(structured(&seen)["status"], "not_found", "{seen:#}");
 }
+
+/// The upgrade to a workflow namespace: the release before made MCP
+/// workflows in the release namespace, with unkeyed caller labels and
+/// unversioned proofs. After it, they stay their callers': found, listed,
+/// counted against the quota and cancellable where they are, while new work
+/// goes to the workflow namespace.
+#[tokio::test]
+async fn workflows_left_in_the_release_namespace_stay_visible_countable_and_cancellable() {
+    let release_ns = TestNamespace::new("fe-ns-upgrade").await;
+    let work = TestNamespace::new("fe-ns-upgrade-work").await;
+    install_crd(&release_ns.client).await;
+    // One key for both (the chart's Secret): the test frontend's key file is named by its namespace.
+    let key_file = ownership_key_file(&release_ns.name);
+    let keys = OwnershipKeys::from_files(&key_file, None).unwrap();
+    let alice = Caller::new("alice");
+    let old: Api<MiningWorkflow> = release_ns.api();
+    let kept = made_by_previous_release(&keys, &release_ns.name, &alice, 30);
+    let cancelled = made_by_previous_release(&keys, &release_ns.name, &alice, 31);
+    for workflow in [&kept, &cancelled] {
+        old.create(&PostParams::default(), workflow).await.unwrap();
+    }
+    let name = |w: &MiningWorkflow| w.metadata.name.clone().unwrap();
+
+    let tokens = tokens_file("alice-secret alice\n");
+    let frontend = FrontendProcess::start(
+        &work.name,
+        &[
+            "--auth",
+            "tokens",
+            "--tokens-file",
+            tokens.to_str().unwrap(),
+            "--ownership-key-file",
+            key_file.to_str().unwrap(),
+            "--ledger-namespace",
+            &release_ns.name,
+            "--previous-namespace",
+            &release_ns.name,
+            "--max-running-per-caller",
+            "2",
+        ],
+    )
+    .await;
+    let url = frontend.url();
+
+    // Found and listed where they are.
+    let seen = Sdk::Python.call(&url, ALICE, "get_mining_result", json!({"workflow_id": name(&kept)})).await;
+    assert_eq!(structured(&seen)["status"], "running", "{seen:#}");
+    let listed = Sdk::Python.call(&url, ALICE, "list_mining_workflows", json!({})).await;
+    assert_eq!(structured(&listed)["workflows"].as_array().unwrap().len(), 2, "{listed:#}");
+    // Counted: two unfinished of a limit of two.
+    let refused =
+        Sdk::Python.call(&url, ALICE, "start_mining", json!({"difficulty": 8, "wait_seconds": 0})).await;
+    let text = refused["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(text.contains("the limit is 2"), "the old workflows count: {refused:#}");
+    // Cancelled where they are.
+    let answer =
+        Sdk::TypeScript.call(&url, ALICE, "cancel_mining", json!({"workflow_id": name(&cancelled)})).await;
+    let status = structured(&answer)["status"].as_str().unwrap().to_string();
+    assert!(status == "running" || status == "cancelled", "{answer:#}");
+    assert!(old.get(&name(&cancelled)).await.unwrap().spec.cancel, "the cancel was written");
+    // New work goes to the workflow namespace, with a keyed label.
+    let _ = old.delete(&name(&kept), &Default::default()).await;
+    let started = eventually("a start once a place is free", Duration::from_secs(90), || async {
+        let started =
+            Sdk::Python.call(&url, ALICE, "start_mining", json!({"difficulty": 8, "wait_seconds": 0})).await;
+        structured(&started)["workflow_id"].as_str().map(str::to_string)
+    })
+    .await;
+    let new: Api<MiningWorkflow> = work.api();
+    let made = new.get(&started).await.expect("new work is in the workflow namespace");
+    assert_eq!(made.metadata.labels.unwrap()[labels::CALLER], keys.caller_label(&alice.digest));
+    assert!(old.get_opt(&started).await.unwrap().is_none());
+}
