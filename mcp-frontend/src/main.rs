@@ -56,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
         AuthMode::Kubernetes => Authenticator::Kubernetes(KubernetesReviews::new(
             client.clone(),
             &namespace,
+            config.previous_namespace.as_deref(),
             config.token_audiences.clone(),
             std::time::Duration::from_secs(u64::from(config.auth_cache_seconds)),
         )),

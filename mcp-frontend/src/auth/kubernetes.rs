@@ -101,6 +101,9 @@ impl VerdictCache {
 pub struct KubernetesReviews {
     client: kube::Client,
     namespace: String,
+    /// Where callers were bound before an upgrade moved the workflows (the
+    /// release namespace): a binding there still admits them.
+    previous_namespace: Option<String>,
     audiences: Vec<String>,
     verdicts: RwLock<VerdictCache>,
     in_flight: Semaphore,
@@ -118,12 +121,14 @@ impl KubernetesReviews {
     pub fn new(
         client: kube::Client,
         namespace: &str,
+        previous_namespace: Option<&str>,
         audiences: Vec<String>,
         admitted_ttl: Duration,
     ) -> Self {
         Self {
             client,
             namespace: namespace.to_string(),
+            previous_namespace: previous_namespace.filter(|p| *p != namespace).map(str::to_string),
             audiences,
             verdicts: RwLock::new(VerdictCache::new(admitted_ttl)),
             in_flight: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
@@ -222,6 +227,16 @@ impl KubernetesReviews {
     }
 
     async fn may_use_tools(&self, user: &UserInfo) -> Result<bool, Refusal> {
+        if self.may_use_tools_in(user, &self.namespace).await? {
+            return Ok(true);
+        }
+        match &self.previous_namespace {
+            Some(previous) => self.may_use_tools_in(user, previous).await,
+            None => Ok(false),
+        }
+    }
+
+    async fn may_use_tools_in(&self, user: &UserInfo, namespace: &str) -> Result<bool, Refusal> {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: user.username.clone(),
@@ -236,7 +251,7 @@ impl KubernetesReviews {
                     resource: Some(mcp_permission::RESOURCE.into()),
                     subresource: Some(mcp_permission::SUBRESOURCE.into()),
                     verb: Some(mcp_permission::VERB.into()),
-                    namespace: Some(self.namespace.clone()),
+                    namespace: Some(namespace.to_string()),
                     ..Default::default()
                 }),
                 ..Default::default()

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use cluster_tests::release::Release;
-use cluster_tests::{assert_reference_chain, eventually};
+use cluster_tests::{TOKEN_AUDIENCE, account_token, assert_reference_chain, eventually};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -117,6 +117,22 @@ async fn every_right_in_the_workflow_namespace_reaches_no_trust_root_and_the_fro
     assert!(forbidden(its_leases.create(&PostParams::default(), &squat).await));
     // Its ledgers are its own to keep.
     Api::<MiningLedger>::namespaced(frontend, &trust.name).get(&ledger_name).await.unwrap();
+
+    // A caller bound where releases before the split told admins to bind
+    // them (the release namespace) still gets in after the upgrade.
+    let veteran: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "veteran"}})).unwrap();
+    trust.api::<ServiceAccount>().create(&PostParams::default(), &veteran).await.unwrap();
+    let old_binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "veteran"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": format!("{}-mcp-caller", release.fullname())},
+        "subjects": [{"kind": "ServiceAccount", "name": "veteran", "namespace": trust.name}],
+    }))
+    .unwrap();
+    trust.api::<RoleBinding>().create(&PostParams::default(), &old_binding).await.unwrap();
+    let old_token = account_token(&trust.client, &trust.name, "veteran", Some(TOKEN_AUDIENCE)).await;
+    let listed = release.call(&old_token, "list_mining_workflows", json!({})).await;
+    assert!(listed["result"]["structuredContent"]["workflows"].is_array(), "{listed:#}");
 
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
 }
