@@ -117,6 +117,11 @@ pub fn task_result_json(task: TaskSnapshot) -> Value {
     value
 }
 
+/// `notifications/tasks/status`: the task's full state, as `tasks/get` returns it.
+pub fn status_notification(task: &TaskSnapshot) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_json(task)})
+}
+
 /// The tools as 2025-11-25 lists them: with `execution.taskSupport`.
 pub fn tools_json(tools: &[rmcp::model::Tool]) -> Value {
     let tools: Vec<Value> = tools
@@ -380,7 +385,10 @@ impl CoreTasks {
             .is_some_and(|accept| accept.contains("text/event-stream"));
         let (sender, mut receiver) = mpsc::channel::<Value>(4);
         let listener = ResultStreamListener { token: token.filter(|_| takes_sse), sender };
-        tokio::spawn(self.wait_for_result(id, task_id, workflow, listener));
+        // On a stream, a status change seen during the wait is told as
+        // `notifications/tasks/status` (the full task, as tasks/get gives it).
+        let status_before = takes_sse.then(|| self.snapshot(&workflow).state.as_str());
+        tokio::spawn(self.wait_for_result(id, task_id, workflow, listener, status_before));
         if !takes_sse {
             let message = receiver.recv().await.unwrap_or(Value::Null);
             return json_response(message);
@@ -402,11 +410,18 @@ impl CoreTasks {
         task_id: String,
         workflow: Box<MiningWorkflow>,
         mut listener: ResultStreamListener,
+        status_before: Option<&'static str>,
     ) {
         let deadline = Instant::now() + self.core.task_result_wait;
         let view = self.core.wait(&self.caller, workflow, deadline, &mut listener).await;
         if listener.sender.is_closed() {
             return;
+        }
+        if let (Some(before), View::Found(workflow)) = (status_before, &view) {
+            let task = self.snapshot(workflow);
+            if task.state.as_str() != before {
+                let _ = listener.sender.send(status_notification(&task)).await;
+            }
         }
         let outcome = found(&task_id, Ok(view)).and_then(|workflow| {
             let task = self.snapshot(&workflow);

@@ -101,3 +101,12 @@ fn cursors_round_trip_and_garbage_is_refused() {
         assert_eq!(parse_cursor(garbage), None, "{garbage:?}");
     }
 }
+
+#[test]
+fn a_status_notification_carries_the_full_task_as_tasks_get_does() {
+    let task = snapshot_of(TaskState::Completed, None);
+    let notification = status_notification(&task);
+    assert_eq!(notification["method"], "notifications/tasks/status");
+    assert_eq!(notification["params"], task_json(&task));
+    assert!(notification.get("id").is_none(), "a notification has no id");
+}
