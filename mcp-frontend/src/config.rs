@@ -225,6 +225,17 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_waits: u32,
 
+    /// Most `subscriptions/listen` streams one caller holds open at once on
+    /// this replica; one more is refused, saying so, until one closes.
+    #[arg(long, env = "MAX_LISTENS_PER_CALLER", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_listens_per_caller: u32,
+
+    /// Most `subscriptions/listen` streams open at once on this replica, over every caller.
+    #[arg(long, env = "MAX_LISTENS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_listens: u32,
+
     /// How long the operator keeps finished workflows that set no
     /// ttlSecondsAfterFinished (its --default-ttl-seconds): the `ttl` tasks report.
     #[arg(long, env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,

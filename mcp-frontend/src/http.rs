@@ -22,6 +22,7 @@ use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
 use crate::core::Core;
 use crate::faces::mcp_tools::MiningServer;
+use crate::faces::listen_2026::{ListenState, answer_listens};
 use crate::faces::tasks_2025::answer_core_tasks;
 use crate::faces::tasks_2026::mirror_task_id_header;
 use crate::host_guard::{HostGuard, guard_host_and_origin};
@@ -89,6 +90,7 @@ pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptio
         allowed_hosts: hosts.clone(),
         allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
     });
+    let listens = ListenState { core: core.clone(), stopping: options.shutdown.clone() };
     // Shared state is built once, outside the per-request factory.
     let factory_core = core.clone();
     let service = StreamableHttpService::new(
@@ -103,6 +105,7 @@ pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptio
     Router::new()
         .route_service(MCP_PATH, service)
         .route_layer(middleware::from_fn(mirror_task_id_header))
+        .route_layer(middleware::from_fn_with_state(listens, answer_listens))
         .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))

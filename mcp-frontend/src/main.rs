@@ -121,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
         task_list_page_size: config.task_list_page_size as usize,
         task_result_wait: std::time::Duration::from_secs(u64::from(config.task_result_wait_seconds)),
         waits: WaitSlots::new(config.max_waits_per_caller as usize, config.max_waits as usize),
+        listens: WaitSlots::new(config.max_listens_per_caller as usize, config.max_listens as usize),
     });
     let reprover = core.clone();
     let reprove_task = tokio::spawn(async move { reprover.reprove_forever().await });

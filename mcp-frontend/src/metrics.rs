@@ -41,6 +41,9 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub connections_refused: Counter,
     pub operator_leading: Gauge,
+    pub listens_open: Gauge,
+    pub listens_refused: Family<ReasonLabels, Counter>,
+    pub task_notifications: Counter,
 }
 
 impl Default for Metrics {
@@ -111,6 +114,24 @@ impl Default for Metrics {
             "1 while an operator holds its leader Lease, 0 while none does, -1 when unknown (no Lease configured or readable)",
             operator_leading.clone(),
         );
+        let listens_open = Gauge::default();
+        registry.register(
+            "listens_open",
+            "Open subscriptions/listen streams of this replica",
+            listens_open.clone(),
+        );
+        let listens_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "listens_refused",
+            "subscriptions/listen requests refused because a cap on open listens was reached, by cap",
+            listens_refused.clone(),
+        );
+        let task_notifications = Counter::default();
+        registry.register(
+            "task_notifications",
+            "notifications/tasks sent on subscriptions/listen streams",
+            task_notifications.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -126,6 +147,9 @@ impl Default for Metrics {
             connections_open,
             connections_refused,
             operator_leading,
+            listens_open,
+            listens_refused,
+            task_notifications,
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct Core {
     pub task_list_page_size: usize,
     /// Concurrent waits of this replica, per caller and in total.
     pub waits: WaitSlots,
+    /// Open `subscriptions/listen` streams of this replica, per caller and in total.
+    pub listens: WaitSlots,
     /// Whether an operator leads, so unfinished work nobody does says so.
     pub operator: Arc<OperatorWatch>,
     /// Where releases before the workflow namespace put MCP workflows (the

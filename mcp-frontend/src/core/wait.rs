@@ -85,6 +85,11 @@ impl WaitSlots {
         Ok(WaitSlot { slots: self, caller_label: caller_label.to_string() })
     }
 
+    /// The caps: (per caller, in total).
+    pub fn caps(&self) -> (usize, usize) {
+        (self.per_caller, self.total)
+    }
+
     /// Slots held now, in total.
     pub fn held(&self) -> usize {
         self.lock().0

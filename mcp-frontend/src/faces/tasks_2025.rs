@@ -19,7 +19,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
-use super::unknown_task;
+use super::{json_response, response_json, unknown_task};
 use crate::contract::Progress;
 use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
 use crate::ids::{Caller, WorkflowId};
@@ -144,17 +144,6 @@ fn cursor_of(created: i64, name: &str) -> String {
 fn parse_cursor(cursor: &str) -> Option<(i64, String)> {
     let (created, name) = cursor.split_once('.')?;
     Some((created.parse().ok()?, WorkflowId::parse(name)?.as_str().to_string()))
-}
-
-fn response_json(id: &Value, outcome: Result<Value, McpError>) -> Value {
-    match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-    }
-}
-
-fn json_response(message: Value) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], message.to_string()).into_response()
 }
 
 /// The middleware. Runs after authentication and after the body was checked
