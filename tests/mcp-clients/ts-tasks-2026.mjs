@@ -7,6 +7,8 @@
 //   node ts-tasks-2026.mjs URL start 'JSON-ARGUMENTS'  callTool, print the handle, hand it off
 //   node ts-tasks-2026.mjs URL get|settle|cancel TASK_ID
 //   node ts-tasks-2026.mjs URL raw METHOD 'JSON-PARAMS' [no-tasks]
+//   node ts-tasks-2026.mjs URL listen 'JSON-ARGUMENTS'  start a task, then the client's
+//                                                    own listen() until it is told the end
 // $MCP_TOKEN is the bearer token. Prints one JSON document on stdout.
 //
 // ext-tasks sends 2026-07-28 task traffic through a host-owned `rawDispatch`
@@ -125,6 +127,27 @@ try {
     if (execution.kind === "task") await execution.handoff((r) => { reference = r; });
     keepSession = true;
     print({ kind: execution.kind, taskId, reference });
+  } else if (command === "listen") {
+    // The SDK's own subscriptions/listen: it sends the filter as given and
+    // hands notifications it has no handler for to the fallback handler.
+    const execution = await session.callTool("start_mining", args(), { task: { preference: "require" } });
+    const taskId = execution.handle?.taskId ?? null;
+    if (execution.kind === "task") await execution.handoff(() => {});
+    keepSession = true;
+    const pushes = [];
+    let told;
+    const finished = new Promise((resolve) => { told = resolve; });
+    client.fallbackNotificationHandler = async (notification) => {
+      pushes.push({ method: notification.method, params: notification.params });
+      if (notification.method === "notifications/tasks" && notification.params?.status !== "working") told();
+    };
+    const subscription = await client.listen({ taskIds: [taskId] });
+    const ended = await Promise.race([
+      subscription.closed,
+      finished.then(() => subscription.closed),
+      new Promise((resolve) => setTimeout(() => resolve("timeout"), 120_000)),
+    ]);
+    print({ taskId, honored: subscription.honoredFilter, pushes, ended });
   } else if (command === "get") {
     const view = await session.task(arg).snapshot();
     print({ task: { taskId: view.taskId, status: view.status, statusMessage: view.statusMessage, ttl: view.ttl, pollInterval: view.pollInterval, raw: view.raw } });

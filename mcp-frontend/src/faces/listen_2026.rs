@@ -163,8 +163,8 @@ pub async fn answer_listens(State(state): State<ListenState>, request: Request, 
         return next.run(request).await;
     };
     let protocol = request.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-    let is_listen = message.get("method").and_then(Value::as_str) == Some(METHOD)
-        && protocol == Some(PROTOCOL_VERSION);
+    let is_listen =
+        message.get("method").and_then(Value::as_str) == Some(METHOD) && protocol == Some(PROTOCOL_VERSION);
     let (Some(id), Some(caller), true) =
         (message.get("id").cloned(), request.extensions().get::<Caller>().cloned(), is_listen)
     else {

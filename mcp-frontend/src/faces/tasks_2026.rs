@@ -59,7 +59,10 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
 
 /// A task as `tasks/get` gives it (without the result's discriminator),
 /// with its state: what `notifications/tasks` carries.
-pub(crate) fn detailed_json(core: &Core, workflow: &mining_api::MiningWorkflow) -> (TaskState, serde_json::Value) {
+pub(crate) fn detailed_json(
+    core: &Core,
+    workflow: &mining_api::MiningWorkflow,
+) -> (TaskState, serde_json::Value) {
     let task = extension_snapshot(core, workflow);
     let state = task.state;
     (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))

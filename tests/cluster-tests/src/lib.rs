@@ -20,6 +20,7 @@ pub mod helm;
 pub mod mcp;
 pub mod reaction;
 pub mod release;
+pub mod sse;
 pub mod tasks;
 
 /// Label on every namespace a test creates, for cleaning up after a crash.
