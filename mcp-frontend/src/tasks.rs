@@ -129,9 +129,15 @@ pub fn snapshot(
     }
 }
 
-/// The newest moment the workflow's status records a change.
+/// The newest moment the workflow's status records a change; once it has
+/// finished, the moment it finished (later edits change no task).
 fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
     let status = workflow.status.as_ref()?;
+    if let Some(finished) = &status.finished_at
+        && status.phase.is_some_and(|phase| phase.is_finished())
+    {
+        return Some(finished.0);
+    }
     let times = [status.started_at.as_ref(), status.finished_at.as_ref()]
         .into_iter()
         .flatten()
@@ -248,5 +254,34 @@ mod tests {
             snapshot(&kept, at(1_010), Generation::Core2025, u64::MAX, Presence::Unknown).ttl_ms,
             u64::MAX
         );
+    }
+
+    #[test]
+    fn last_updated_at_stops_when_the_work_finishes() {
+        let mut failed = workflow(WorkflowPhase::Failed, false);
+        let status = failed.status.as_mut().unwrap();
+        status.finished_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(1_030)));
+        // Someone's later edit (or a late condition) after the work finished.
+        status.conditions.push(testing::condition(
+            "Edited",
+            ConditionStatus::True,
+            "Edit",
+            "later",
+            at(5_000),
+        ));
+        let task = snapshot(&failed, at(6_000), Generation::Core2025, 60, Presence::Unknown);
+        assert_eq!(task.last_updated_at, at(1_030).to_string());
+        // While working, the newest change counts.
+        let mut mining = workflow(WorkflowPhase::Mining, false);
+        let status = mining.status.as_mut().unwrap();
+        status.conditions.push(testing::condition(
+            "Progress",
+            ConditionStatus::True,
+            "Mined",
+            "1",
+            at(1_020),
+        ));
+        let task = snapshot(&mining, at(1_050), Generation::Core2025, 60, Presence::Unknown);
+        assert_eq!(task.last_updated_at, at(1_020).to_string());
     }
 }

@@ -25,17 +25,21 @@ pub struct Started {
 
 impl Core {
     /// Checks `start_mining`'s arguments and creates its workflow (or finds
-    /// the one an idempotency key already started). The error is the answer.
+    /// the one an idempotency key already started), kept `retention_seconds`
+    /// after it finishes when given (else the operator's default). The
+    /// error is the answer.
     pub async fn start(
         &self,
         caller: &Caller,
         arguments: Option<JsonObject>,
         annotations: &[(&str, String)],
+        retention_seconds: Option<i64>,
     ) -> Result<Started, Answer> {
         let limits = &self.limits;
-        let request = parse_args::<StartMiningArgs>(limits, START_MINING, arguments)
+        let mut request = parse_args::<StartMiningArgs>(limits, START_MINING, arguments)
             .and_then(|args| limits.start_request(args))
             .map_err(Answer::InvalidArguments)?;
+        request.spec.ttl_seconds_after_finished = retention_seconds;
         let (id, workflow) = match &request.idempotency_key {
             Some(key) => self.start_idempotent(caller, key, &request, annotations).await?,
             None => {

@@ -90,7 +90,7 @@ impl MiningServer {
     ) -> Answer {
         // The budget covers the whole call, API calls included.
         let started = Instant::now();
-        let created = match self.core.start(caller, arguments, &[]).await {
+        let created = match self.core.start(caller, arguments, &[], None).await {
             Ok(created) => created,
             Err(answer) => return answer,
         };

@@ -122,6 +122,24 @@ pub fn status_notification(task: &TaskSnapshot) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_json(task)})
 }
 
+/// How long a task asked to be kept after it finishes, in whole seconds
+/// (rounded up), within what the server keeps: at least 1 s, at most its
+/// default retention (pure). `None` when it asked nothing. The task's `ttl`
+/// then reports what is kept.
+pub fn task_retention_seconds(
+    requested_ms: Option<&Value>,
+    most_seconds: u64,
+) -> Result<Option<i64>, String> {
+    let ms = match requested_ms {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => {
+            value.as_u64().ok_or("task.ttl must be a whole, non-negative number of milliseconds")?
+        }
+    };
+    let seconds = ms.div_ceil(1000).clamp(1, most_seconds.max(1));
+    Ok(Some(i64::try_from(seconds).unwrap_or(i64::MAX)))
+}
+
 /// The tools as 2025-11-25 lists them: with `execution.taskSupport`.
 pub fn tools_json(tools: &[rmcp::model::Tool]) -> Value {
     let tools: Vec<Value> = tools
@@ -286,7 +304,9 @@ impl CoreTasks {
         }
         let annotations: Vec<(&str, String)> =
             token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
-        match self.core.start(&self.caller, arguments, &annotations).await {
+        let retention = task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
+            .map_err(|problem| McpError::invalid_params(problem, None))?;
+        match self.core.start(&self.caller, arguments, &annotations, retention).await {
             Ok(started) => {
                 self.core.record_call(START_MINING, "task", None);
                 Ok(json!({ "task": task_json(&self.snapshot(&started.workflow)) }))

@@ -110,3 +110,21 @@ fn a_status_notification_carries_the_full_task_as_tasks_get_does() {
     assert_eq!(notification["params"], task_json(&task));
     assert!(notification.get("id").is_none(), "a notification has no id");
 }
+
+#[test]
+fn a_tasks_ttl_is_kept_within_the_servers_retention_and_rounded_up_to_seconds() {
+    let day: u64 = 86_400;
+    assert_eq!(task_retention_seconds(None, day), Ok(None));
+    assert_eq!(task_retention_seconds(Some(&Value::Null), day), Ok(None));
+    assert_eq!(task_retention_seconds(Some(&json!(60_000)), day), Ok(Some(60)));
+    assert_eq!(task_retention_seconds(Some(&json!(1_500)), day), Ok(Some(2)), "rounded up");
+    assert_eq!(task_retention_seconds(Some(&json!(0)), day), Ok(Some(1)), "kept at least a second");
+    assert_eq!(
+        task_retention_seconds(Some(&json!(u64::MAX)), day),
+        Ok(Some(86_400)),
+        "no longer than the server keeps"
+    );
+    for bad in [json!(-1), json!(1.5), json!("60000"), json!({})] {
+        assert!(task_retention_seconds(Some(&bad), day).is_err(), "{bad}");
+    }
+}

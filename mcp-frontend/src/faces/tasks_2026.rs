@@ -86,7 +86,7 @@ pub(crate) async fn start_mining_task(
     caller: &Caller,
     arguments: Option<JsonObject>,
 ) -> (CallToolResponse, &'static str) {
-    match core.start(caller, arguments, &[]).await {
+    match core.start(caller, arguments, &[], None).await {
         Ok(started) => {
             let task = extension_snapshot(core, &started.workflow);
             (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
