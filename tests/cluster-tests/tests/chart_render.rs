@@ -136,6 +136,7 @@ fn the_default_install_is_the_secure_one() {
         // Every quota and connection bound is set.
         "- --max-starts-per-minute=10\n",
         "- --max-waits-per-caller=16\n",
+        "- --max-listens-per-caller=8\n",
         "- --max-connections=1000\n",
         "- --header-read-timeout-seconds=10\n",
         // It says when no operator leads, reading only the operator's Lease.
