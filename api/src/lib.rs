@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod pow;
 mod result;
+pub mod trace;
 pub use result::{BlockResult, NoWinner, RangeReport};
 
 #[cfg(feature = "kubernetes")]
@@ -68,6 +69,10 @@ pub mod annotations {
     /// On a workflow started through MCP: the frontend's proof (an HMAC under
     /// its own key) that it made this workflow, as it is, for its caller.
     pub const OWNER_PROOF: &str = "mining-operator.dev/owner-proof";
+    /// On a workflow started through MCP: the W3C `traceparent` of the
+    /// frontend's span for the call, so the operator's spans and the block
+    /// Jobs join the caller's trace (see [`crate::trace`]).
+    pub const TRACEPARENT: &str = "mining-operator.dev/traceparent";
 
     /// Longest progress token kept with a task (JSON bytes).
     pub const MAX_PROGRESS_TOKEN_BYTES: usize = 256;
@@ -81,6 +86,7 @@ pub mod annotations {
             PROGRESS_TOKEN => Some(MAX_PROGRESS_TOKEN_BYTES),
             // "v2." and 64 hex digits, with room for one more version.
             OWNER_PROOF => Some(160),
+            TRACEPARENT => Some(crate::trace::TRACEPARENT_BYTES),
             _ => None,
         }
     }

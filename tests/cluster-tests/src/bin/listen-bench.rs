@@ -115,9 +115,12 @@ async fn main() {
     let (told, mut completions) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let mut streams = Vec::with_capacity(listens);
     for id in &ids {
-        let mut stream =
-            SseStream::open(listening.addr, &request_head("2026-07-28", "subscriptions/listen", "listener-secret"), &listen_body(id))
-                .await;
+        let mut stream = SseStream::open(
+            listening.addr,
+            &request_head("2026-07-28", "subscriptions/listen", "listener-secret"),
+            &listen_body(id),
+        )
+        .await;
         let ack = stream.next(Duration::from_secs(10)).await.expect("an acknowledgement");
         assert_eq!(ack["params"]["notifications"]["taskIds"][0], id.as_str(), "{ack}");
         let working = stream.next(Duration::from_secs(10)).await.expect("the task as it is");
