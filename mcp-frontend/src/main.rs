@@ -24,15 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn,rmcp=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal: in a Pod's log they are noise.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Kept to the end of main: dropping it flushes the spans still buffered.
+    let _telemetry = telemetry::init("mcp-frontend", "info,kube=warn,rmcp=warn");
     let config = Config::parse();
     let limits = config.limits().map_err(anyhow::Error::msg)?;
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;

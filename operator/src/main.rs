@@ -35,14 +35,8 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal: in a Pod's log they are noise.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Kept to the end of main: dropping it flushes the spans still buffered.
+    let _telemetry = telemetry::init("mining-operator", "info,kube=warn");
     let config = Config::parse();
     // Read before anything starts: a key configured but unreadable is a
     // broken deployment, not a reason to trust every caller label.

@@ -32,7 +32,7 @@ use crate::workflows;
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use list::Listed;
-pub use start::Started;
+pub use start::{StartOptions, Started};
 pub use wait::{WaitCap, WaitListener, WaitSlots};
 
 /// Shared by every request of every protocol face.

@@ -2,7 +2,9 @@
 //! and the idempotent retry that finds the workflow a key already started.
 
 use mining_api::MiningWorkflow;
+use mining_api::trace::TraceParent;
 use rmcp::model::JsonObject;
+use tracing::Instrument as _;
 
 use super::{Answer, Core};
 use crate::cache::Cached;
@@ -16,6 +18,17 @@ use crate::workflows::{self, Created};
 /// the frontend did not make took it.
 const IDEMPOTENT_ATTEMPTS: u8 = 4;
 
+/// What a face adds to a start besides the tool's arguments.
+#[derive(Debug, Default, Clone)]
+pub struct StartOptions<'a> {
+    /// Annotations kept on the workflow (e.g. a 2025-11-25 progress token).
+    pub annotations: &'a [(&'a str, String)],
+    /// How long to keep the workflow after it finishes (else the operator's default).
+    pub retention_seconds: Option<i64>,
+    /// The caller's trace context, from the request's `_meta` or HTTP header.
+    pub trace: Option<TraceParent>,
+}
+
 /// A workflow `start` created or found, with the checked request.
 pub struct Started {
     pub id: WorkflowId,
@@ -25,10 +38,30 @@ pub struct Started {
 
 impl Core {
     /// Checks `start_mining`'s arguments and creates its workflow (or finds
-    /// the one an idempotency key already started), kept `retention_seconds`
-    /// after it finishes when given (else the operator's default). The
-    /// error is the answer.
+    /// the one an idempotency key already started). The error is the answer.
+    ///
+    /// The call is one span of the caller's trace (continued from
+    /// `options.trace`, else a new one); the workflow keeps that span's
+    /// traceparent, so the operator and the block Jobs join the same trace.
     pub async fn start(
+        &self,
+        caller: &Caller,
+        arguments: Option<JsonObject>,
+        options: StartOptions<'_>,
+    ) -> Result<Started, Answer> {
+        let span = tracing::info_span!("start_mining", trace_id = tracing::field::Empty);
+        if let Some(parent) = &options.trace {
+            telemetry::continue_trace(&span, parent);
+        }
+        let mut annotations = options.annotations.to_vec();
+        if let Some(own) = telemetry::traceparent_of(&span) {
+            span.record("trace_id", own.trace_id_hex());
+            annotations.push((mining_api::annotations::TRACEPARENT, own.to_string()));
+        }
+        self.start_traced(caller, arguments, &annotations, options.retention_seconds).instrument(span).await
+    }
+
+    async fn start_traced(
         &self,
         caller: &Caller,
         arguments: Option<JsonObject>,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tasks_2026;
 use crate::contract::{Progress, outcome, with_operator};
-use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
+use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS,
@@ -47,6 +47,12 @@ pub(crate) fn caller_of(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpE
         .ok_or_else(|| {
             McpError::internal_error("the request reached the tools without an authenticated caller", None)
         })
+}
+
+/// The caller's trace context, from the request's `_meta` or its HTTP header.
+fn trace_of(ctx: &RequestContext<RoleServer>) -> Option<mining_api::trace::TraceParent> {
+    let headers = ctx.extensions.get::<http::request::Parts>().map(|parts| &parts.headers);
+    super::incoming_trace(Some(&**ctx.meta), headers)
 }
 
 /// A tool call's wait: progress goes out as `notifications/progress` when
@@ -90,7 +96,8 @@ impl MiningServer {
     ) -> Answer {
         // The budget covers the whole call, API calls included.
         let started = Instant::now();
-        let created = match self.core.start(caller, arguments, &[], None).await {
+        let options = StartOptions { trace: trace_of(ctx), ..StartOptions::default() };
+        let created = match self.core.start(caller, arguments, options).await {
             Ok(created) => created,
             Err(answer) => return answer,
         };
@@ -232,7 +239,7 @@ impl ServerHandler for MiningServer {
         let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
         if tool == MiningTool::StartMining && declares_tasks {
             let (response, outcome) =
-                tasks_2026::start_mining_task(&self.core, &caller, request.arguments).await;
+                tasks_2026::start_mining_task(&self.core, &caller, request.arguments, trace_of(&ctx)).await;
             self.core.record_call(tool.name(), outcome, None);
             return Ok(response);
         }

@@ -15,6 +15,18 @@ use axum::response::{IntoResponse, Response};
 use rmcp::ErrorData as McpError;
 use serde_json::{Value, json};
 
+/// The caller's trace context: `_meta.traceparent` (SEP-414) first, else
+/// the HTTP `traceparent` header; anything malformed is none (pure).
+pub(crate) fn incoming_trace(
+    meta: Option<&serde_json::Map<String, Value>>,
+    headers: Option<&axum::http::HeaderMap>,
+) -> Option<mining_api::trace::TraceParent> {
+    use mining_api::trace::TraceParent;
+    let from_meta = meta.and_then(|meta| meta.get("traceparent")).and_then(Value::as_str);
+    let from_header = headers.and_then(|h| h.get("traceparent")).and_then(|v| v.to_str().ok());
+    from_meta.and_then(TraceParent::parse).or_else(|| from_header.and_then(TraceParent::parse))
+}
+
 /// One JSON-RPC response message.
 pub(crate) fn response_json(id: &Value, outcome: Result<Value, McpError>) -> Value {
     match outcome {
@@ -32,4 +44,26 @@ pub(crate) fn json_response(message: Value) -> Response {
 /// malformed, expired or another caller's.
 pub fn unknown_task(task_id: &str) -> McpError {
     McpError::invalid_params(format!("unknown task {task_id:?} (it may have expired)"), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FROM_META: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const FROM_HEADER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn the_callers_trace_comes_from_meta_first_then_the_header() {
+        let meta = json!({"traceparent": FROM_META});
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("traceparent", FROM_HEADER.parse().unwrap());
+        let both = incoming_trace(meta.as_object(), Some(&headers)).unwrap();
+        assert_eq!(both.to_string(), FROM_META);
+        let header_only = incoming_trace(None, Some(&headers)).unwrap();
+        assert_eq!(header_only.to_string(), FROM_HEADER);
+        let garbled = json!({"traceparent": "00-zz"});
+        assert_eq!(incoming_trace(garbled.as_object(), Some(&headers)).unwrap().to_string(), FROM_HEADER);
+        assert_eq!(incoming_trace(garbled.as_object(), None), None);
+    }
 }

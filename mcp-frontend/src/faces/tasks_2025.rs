@@ -36,9 +36,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
-use super::{json_response, response_json, unknown_task};
+use super::{incoming_trace, json_response, response_json, unknown_task};
 use crate::contract::Progress;
-use crate::core::{Answer, CancelOutcome, Core, View, WaitListener};
+use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::{Caller, WorkflowId};
 use crate::tasks::{Generation, TaskSnapshot, snapshot};
 use crate::tools::START_MINING;
@@ -226,7 +226,7 @@ impl CoreTasks {
         let outcome = match route {
             Route::Initialize => Ok(self.initialize()),
             Route::ListTools => Ok(tools_json(&self.core.tools)),
-            Route::CreateTask => self.create(params).await,
+            Route::CreateTask => self.create(params, headers).await,
             Route::Get => self.get(&params).await,
             Route::List => self.list(&params),
             Route::Cancel => self.cancel(&params).await,
@@ -268,7 +268,7 @@ impl CoreTasks {
         found(&task_id, view).map(|workflow| (task_id, workflow))
     }
 
-    async fn create(&self, params: Value) -> Result<Value, McpError> {
+    async fn create(&self, params: Value, headers: &HeaderMap) -> Result<Value, McpError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
         if !self.core.tools.iter().any(|tool| tool.name == name) {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
@@ -306,7 +306,12 @@ impl CoreTasks {
             token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
         let retention = task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
             .map_err(|problem| McpError::invalid_params(problem, None))?;
-        match self.core.start(&self.caller, arguments, &annotations, retention).await {
+        let options = StartOptions {
+            annotations: &annotations,
+            retention_seconds: retention,
+            trace: incoming_trace(params.get("_meta").and_then(Value::as_object), Some(headers)),
+        };
+        match self.core.start(&self.caller, arguments, options).await {
             Ok(started) => {
                 self.core.record_call(START_MINING, "task", None);
                 Ok(json!({ "task": task_json(&self.snapshot(&started.workflow)) }))

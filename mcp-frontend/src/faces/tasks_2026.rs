@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 
 use super::unknown_task;
-use crate::core::{Answer, CancelOutcome, Core, View};
+use crate::core::{Answer, CancelOutcome, Core, StartOptions, View};
 use crate::http::JsonBody;
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot};
@@ -85,8 +85,9 @@ pub(crate) async fn start_mining_task(
     core: &Core,
     caller: &Caller,
     arguments: Option<JsonObject>,
+    trace: Option<mining_api::trace::TraceParent>,
 ) -> (CallToolResponse, &'static str) {
-    match core.start(caller, arguments, &[], None).await {
+    match core.start(caller, arguments, StartOptions { trace, ..StartOptions::default() }).await {
         Ok(started) => {
             let task = extension_snapshot(core, &started.workflow);
             (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
