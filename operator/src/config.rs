@@ -17,6 +17,15 @@ pub struct Config {
     pub miner_image: String,
     #[arg(long, env = "MINER_IMAGE_PULL_POLICY", default_value = "IfNotPresent")]
     pub miner_image_pull_policy: String,
+    /// The OTLP/HTTP collector block Jobs report their spans to (the Jobs'
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); unset: Jobs export nothing, and still
+    /// log their trace id. Pods must be able to reach it.
+    #[arg(long, env = "MINER_OTLP_ENDPOINT")]
+    pub miner_otlp_endpoint: Option<String>,
+    /// The Jobs' `OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` or `http/json`.
+    #[arg(long, env = "MINER_OTLP_PROTOCOL", default_value = "http/protobuf",
+          value_parser = ["http/protobuf", "http/json"])]
+    pub miner_otlp_protocol: String,
     /// Search threads per miner (`miner mine --threads`).
     #[arg(long, env = "MINER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub miner_threads: u32,

@@ -13,8 +13,9 @@ use kube::api::Api;
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use mining_api::{MiningWorkflow, WorkflowPhase, labels, reasons};
-use tracing::warn;
+use mining_api::trace::TraceParent;
+use mining_api::{MiningWorkflow, WorkflowPhase, annotations, labels, reasons};
+use tracing::{Instrument as _, warn};
 
 use crate::admission::{
     Seen, ahead_of, freshest_phases, mining_others, next_in_queue, queue_positions, should_yield,
@@ -99,6 +100,11 @@ impl Context {
             image_pull_policy: &self.config.miner_image_pull_policy,
             threads: self.config.miner_threads,
             job: &self.config.job,
+            otlp: self
+                .config
+                .miner_otlp_endpoint
+                .as_deref()
+                .map(|endpoint| (endpoint, self.config.miner_otlp_protocol.as_str())),
         }
     }
 
@@ -290,12 +296,28 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let workflow = ctx.memory.freshest(&workflow, &ctx.store);
-    let (result, calls) = counting_calls(async {
-        match reconcile_inner(&workflow, &ctx).await {
-            Err(Error::ForeignJob { name, why }) => fail_for_foreign_job(&workflow, &ctx, &name, &why).await,
-            other => other,
+    // One span per reconcile; a workflow started through MCP carries the
+    // caller's trace, so its reconciles join it.
+    let span = tracing::info_span!(
+        "reconcile",
+        workflow = workflow.metadata.name.as_deref().unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(parent) = workflow.annotation(annotations::TRACEPARENT).and_then(TraceParent::parse) {
+        telemetry::continue_trace(&span, &parent);
+        span.record("trace_id", parent.trace_id_hex());
+    }
+    let (result, calls) = counting_calls(
+        async {
+            match reconcile_inner(&workflow, &ctx).await {
+                Err(Error::ForeignJob { name, why }) => {
+                    fail_for_foreign_job(&workflow, &ctx, &name, &why).await
+                }
+                other => other,
+            }
         }
-    })
+        .instrument(span),
+    )
     .await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.api_calls_per_reconcile.observe(calls as f64);

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Resource;
+use mining_api::trace::{TRACEPARENT_ENV, TraceParent};
 use mining_api::{MiningWorkflow, annotations, labels};
 use serde_json::json;
 
@@ -22,7 +23,30 @@ pub struct MinerSettings<'a> {
     pub image_pull_policy: &'a str,
     pub threads: u32,
     pub job: &'a JobSettings,
+    /// Where the miner reports its span, and in which protocol.
+    pub otlp: Option<(&'a str, &'a str)>,
 }
+
+/// The environment a block Job's miner gets: only trace context and where to
+/// report it (pure). Its values never change what the miner computes, so
+/// provenance checks their names, not their values.
+pub fn miner_env(workflow: &MiningWorkflow, settings: &MinerSettings) -> Vec<(String, String)> {
+    let parent = workflow.annotation(annotations::TRACEPARENT).and_then(TraceParent::parse);
+    let mut env: Vec<(String, String)> =
+        parent.map(|p| (TRACEPARENT_ENV.to_string(), p.to_string())).into_iter().collect();
+    if let Some((endpoint, protocol)) = settings.otlp {
+        env.push((OTLP_ENDPOINT_ENV.into(), endpoint.into()));
+        env.push((OTLP_PROTOCOL_ENV.into(), protocol.into()));
+    }
+    env
+}
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`, as the OpenTelemetry spec names it.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`.
+pub const OTLP_PROTOCOL_ENV: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+/// Every environment variable a block Job may carry.
+pub const MINER_ENV_NAMES: [&str; 3] = [TRACEPARENT_ENV, OTLP_ENDPOINT_ENV, OTLP_PROTOCOL_ENV];
 
 /// Labels on a block's Job and its Pods.
 pub fn block_labels(workflow: &str, block: u32) -> BTreeMap<String, String> {
@@ -111,6 +135,11 @@ fn build_job(
         .collect();
     all_args.append(&mut args);
     let labels = block_labels(&name, block);
+    let env: Vec<_> = miner_env(workflow, settings)
+        .into_iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
+        .collect();
+    let env = (!env.is_empty()).then_some(env);
     let owner = workflow.controller_owner_ref(&()).expect("a stored workflow has a name and uid");
     let quantities = |pairs: [(&str, &Option<String>); 2]| -> Option<BTreeMap<String, Quantity>> {
         let map: BTreeMap<_, _> = pairs
@@ -153,6 +182,7 @@ fn build_job(
                         "image": settings.image,
                         "imagePullPolicy": settings.image_pull_policy,
                         "args": all_args,
+                        "env": env,
                         "resources": resources,
                         "terminationMessagePath": "/dev/termination-log",
                         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -176,7 +206,7 @@ mod tests {
     use crate::testing::workflow;
 
     fn settings(job: &JobSettings) -> MinerSettings<'_> {
-        MinerSettings { image: "reg/miner:1", image_pull_policy: "IfNotPresent", threads: 2, job }
+        MinerSettings { image: "reg/miner:1", image_pull_policy: "IfNotPresent", threads: 2, job, otlp: None }
     }
 
     fn job_settings() -> JobSettings {
@@ -263,5 +293,35 @@ mod tests {
         assert_eq!(ctx.allow_privilege_escalation, Some(false));
         assert_eq!(ctx.read_only_root_filesystem, Some(true));
         assert_eq!(ctx.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+    }
+
+    #[test]
+    fn the_miner_gets_the_workflows_trace_and_the_collector_when_one_is_set() {
+        let js = job_settings();
+        let mut traced = workflow("demo", 12, 4);
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        traced.metadata.annotations =
+            Some([(annotations::TRACEPARENT.to_string(), parent.to_string())].into());
+        let env = |workflow: &MiningWorkflow, otlp| {
+            let settings = MinerSettings { otlp, ..settings(&js) };
+            let job = build_block_job(workflow, 1, "GENESIS", 12, &settings);
+            let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
+            container
+                .env
+                .iter()
+                .flatten()
+                .map(|v| (v.name.clone(), v.value.clone().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(env(&traced, None), vec![("TRACEPARENT".to_string(), parent.to_string())]);
+        let exported = env(&traced, Some(("http://collector:4318", "http/json")));
+        assert_eq!(exported.len(), 3);
+        assert!(exported.contains(&("OTEL_EXPORTER_OTLP_ENDPOINT".into(), "http://collector:4318".into())));
+        // A claim that does not parse is no trace; the Job carries none.
+        let mut garbled = traced.clone();
+        garbled.metadata.annotations =
+            Some([(annotations::TRACEPARENT.to_string(), "00-zz".to_string())].into());
+        assert!(env(&garbled, None).is_empty());
+        assert!(env(&workflow("plain", 12, 4), None).is_empty());
     }
 }

@@ -212,8 +212,16 @@ fn container_mismatch(got: &Container, want: &Container) -> Option<String> {
     if got.args != want.args {
         return differs("arguments");
     }
-    if got.env.as_ref().is_some_and(|e| !e.is_empty()) || got.env_from.as_ref().is_some_and(|e| !e.is_empty())
-    {
+    // Only the trace context and where to report it, as plain values: the
+    // miner reads nothing else from its environment, and these change no
+    // result. Their values are not compared, so an edit of a workflow's
+    // traceparent annotation cannot make its own Job look foreign.
+    let traced_only = got
+        .env
+        .iter()
+        .flatten()
+        .all(|var| crate::job::MINER_ENV_NAMES.contains(&var.name.as_str()) && var.value_from.is_none());
+    if !traced_only || got.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
         return differs("environment");
     }
     if got.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
@@ -305,6 +313,46 @@ mod tests {
             let mut foreign = built();
             forge(foreign.spec.as_mut().unwrap().template.spec.as_mut().unwrap());
             assert!(job_mismatch(&foreign, &built()).is_some(), "a Job with a forged {what} passed");
+        }
+    }
+
+    #[test]
+    fn trace_context_in_the_environment_is_read_by_name_and_nothing_else_passes() {
+        use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector};
+        let job = built();
+        let with_env = |env: Vec<EnvVar>| {
+            let mut pod = pod_of(&job, "job-uid");
+            pod.spec.as_mut().unwrap().containers[0].env = Some(env);
+            pod
+        };
+        let plain = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        // Another trace, another collector: the result cannot differ, so the Pod is the Job's.
+        let traced = with_env(vec![
+            plain("TRACEPARENT", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            plain("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4318"),
+        ]);
+        assert_eq!(pod_mismatch(&traced, &job), None);
+        for forged in [
+            vec![plain("LD_PRELOAD", "/tmp/evil.so")],
+            vec![plain("TRACEPARENT", "x"), plain("RUST_MIN_STACK", "1")],
+            vec![EnvVar {
+                name: "TRACEPARENT".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        ] {
+            let pod = with_env(forged.clone());
+            assert!(pod_mismatch(&pod, &job).is_some(), "{forged:?} passed");
         }
     }
 

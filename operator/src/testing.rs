@@ -23,6 +23,7 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
         image_pull_policy: "IfNotPresent",
         threads: 1,
         job: &job_settings,
+        otlp: None,
     };
     crate::job::build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings)
 }

@@ -163,6 +163,7 @@ fn settings(config: &Config) -> MinerSettings<'_> {
         image_pull_policy: &config.miner_image_pull_policy,
         threads: config.miner_threads,
         job: &config.job,
+        otlp: None,
     }
 }
 
