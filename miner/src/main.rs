@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use mining_api::trace::{TRACEPARENT_ENV, TraceParent};
 use mining_api::{BlockResult, GENESIS};
 
 #[derive(Parser)]
@@ -114,11 +115,42 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cli.command) {
+    // A block Job's trace (TRACEPARENT, from the workflow): its id goes on
+    // every line; with OTEL_EXPORTER_OTLP_ENDPOINT set, the work is also
+    // reported as one span of that trace, flushed before the process exits.
+    let parent = std::env::var(TRACEPARENT_ENV).ok().and_then(|text| TraceParent::parse(&text));
+    let _ = TRACE_SUFFIX.set(parent.map(|p| format!(" trace_id={}", p.trace_id_hex())).unwrap_or_default());
+    let exporting = telemetry::export_configured(|name| std::env::var(name).ok());
+    let telemetry = exporting.then(|| telemetry::init("miner", "warn"));
+    let span = tracing::info_span!("mine", command = cli.command.name());
+    if let Some(parent) = &parent {
+        telemetry::continue_trace(&span, parent);
+    }
+    let code = match span.in_scope(|| run(cli.command)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("miner: {err}");
+            eprintln!("miner: {err}{}", trace_suffix());
             ExitCode::FAILURE
+        }
+    };
+    drop(span);
+    drop(telemetry);
+    code
+}
+
+/// ` trace_id=…` when the miner runs in a traced Job, else nothing.
+static TRACE_SUFFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn trace_suffix() -> &'static str {
+    TRACE_SUFFIX.get().map_or("", String::as_str)
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Mine { .. } => "mine",
+            Self::Chain { .. } => "chain",
+            Self::Verify { .. } => "verify",
         }
     }
 }
@@ -168,11 +200,12 @@ fn mine_and_report(index: u64, prev: &str, search: &SearchArgs) -> Result<BlockR
     let _ = writeln!(stdout, "{}", result.to_json_line()).and_then(|()| stdout.flush());
     let rate = result.attempts as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6;
     eprintln!(
-        "miner: block={index} nonce={} attempts={} elapsed_ms={} rate_mhs={rate:.1} threads={threads} engine={}",
+        "miner: block={index} nonce={} attempts={} elapsed_ms={} rate_mhs={rate:.1} threads={threads} engine={}{}",
         result.nonce,
         result.attempts,
         result.elapsed_ms,
-        miner::Engine::best().name()
+        miner::Engine::best().name(),
+        trace_suffix()
     );
     Ok(result)
 }
@@ -196,8 +229,9 @@ fn mine_range_and_report(
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
     eprintln!(
-        "miner: block={index} range={start}+{count} winner={} elapsed_ms={elapsed_ms} threads={threads}",
-        found.map_or("none".to_string(), |f| f.nonce.to_string())
+        "miner: block={index} range={start}+{count} winner={} elapsed_ms={elapsed_ms} threads={threads}{}",
+        found.map_or("none".to_string(), |f| f.nonce.to_string()),
+        trace_suffix()
     );
     Ok(line)
 }

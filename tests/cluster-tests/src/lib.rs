@@ -18,6 +18,7 @@ pub mod floor;
 pub use fixtures::*;
 pub mod helm;
 pub mod mcp;
+pub mod otlp;
 pub mod reaction;
 pub mod release;
 pub mod sse;
@@ -275,6 +276,16 @@ impl OperatorProcess {
 
     /// Starts a given operator build (benchmarks compare two side by side).
     pub fn start_binary(binary: &std::path::Path, namespace: &str, extra_args: &[&str]) -> Self {
+        Self::start_with_env(binary, namespace, extra_args, &[])
+    }
+
+    /// Starts it with extra environment variables.
+    pub fn start_with_env(
+        binary: &std::path::Path,
+        namespace: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let http = free_port();
         let child = std::process::Command::new(binary)
             .args(["--namespace", namespace, "--http-addr", &http.to_string()])
@@ -286,6 +297,7 @@ impl OperatorProcess {
             // older builds a benchmark compares ignore it).
             .env("OWNERSHIP_KEY_FILE", mcp::ownership_key_file(namespace))
             .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
+            .envs(env.iter().copied())
             .spawn()
             .expect("start the operator");
         Self { child: std::sync::Mutex::new(child), http }
