@@ -121,7 +121,7 @@ fn main() -> ExitCode {
     let parent = std::env::var(TRACEPARENT_ENV).ok().and_then(|text| TraceParent::parse(&text));
     let _ = TRACE_SUFFIX.set(parent.map(|p| format!(" trace_id={}", p.trace_id_hex())).unwrap_or_default());
     let exporting = telemetry::export_configured(|name| std::env::var(name).ok());
-    let telemetry = exporting.then(|| telemetry::init("miner", "warn"));
+    let telemetry = exporting.then(|| telemetry::init("miner", "warn,miner=info"));
     let span = tracing::info_span!("mine", command = cli.command.name());
     if let Some(parent) = &parent {
         telemetry::continue_trace(&span, parent);

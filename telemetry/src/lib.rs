@@ -14,6 +14,7 @@ use opentelemetry::trace::{
     SpanContext, TraceContextExt as _, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue, SpanId};
+use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -63,7 +64,17 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
     );
     let mut export_error = None;
     if exporting {
-        match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+        // The spec's default is http/protobuf; with the JSON encoder also
+        // compiled in, the crate would otherwise default to JSON.
+        let protocol = match std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("http/json") => opentelemetry_otlp::Protocol::HttpJson,
+            _ => opentelemetry_otlp::Protocol::HttpBinary,
+        };
+        match opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(protocol).build() {
             Ok(exporter) => provider = provider.with_batch_exporter(exporter),
             Err(err) => export_error = Some(err.to_string()),
         }

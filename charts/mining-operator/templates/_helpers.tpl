@@ -145,3 +145,15 @@ topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The OTLP exporter's environment, when tracing.otlpEndpoint is set.
+*/}}
+{{- define "mining.otlpEnv" -}}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $.Values.tracing.protocol | quote }}
+{{- end }}
+{{- end }}

@@ -58,6 +58,8 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("frontend.auth.mode=oauth", "frontend/auth/mode"),
         ("frontend.waitBudgetSeconds=51", "frontend/waitBudgetSeconds"),
         ("operator.image.pullPolicy=Sometimes", "operator/image/pullPolicy"),
+        ("tracing.otlpEndpoint=collector:4318", "tracing/otlpEndpoint"),
+        ("tracing.protocol=grpc", "tracing/protocol"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
         ("workflowNamespace.name=Not_A_Namespace", "workflowNamespace/name"),
         // Workflows never share the release namespace with the trust roots.
@@ -350,6 +352,25 @@ fn an_ingress_makes_its_host_the_public_url_and_an_allowed_host() {
         render(&helm, "default", &["--set", "frontend.publicUrl=https://agents.example.org:8443/mcp"]);
     assert!(behind_proxy.contains("- --public-url=https://agents.example.org:8443/mcp\n"));
     assert!(behind_proxy.contains(",agents.example.org\n"), "the public host is allowed");
+}
+
+#[test]
+fn tracing_is_off_by_default_and_one_value_turns_it_on_for_every_component() {
+    let helm = helm();
+    let quiet = render(&helm, "default", &[]);
+    assert!(!quiet.contains("OTEL_EXPORTER_OTLP"), "no export unless asked");
+    assert!(!quiet.contains("--miner-otlp-endpoint"));
+    let traced = render(&helm, "default", &["--set", "tracing.otlpEndpoint=http://collector.obs:4318"]);
+    let endpoint =
+        "- name: OTEL_EXPORTER_OTLP_ENDPOINT\n              value: \"http://collector.obs:4318\"\n";
+    assert_eq!(traced.matches(endpoint).count(), 2, "the operator and the frontend export: {traced}");
+    assert!(traced.contains("- --miner-otlp-endpoint=http://collector.obs:4318\n"), "and the block Jobs");
+    let no_jobs = render(
+        &helm,
+        "default",
+        &["--set", "tracing.otlpEndpoint=http://collector.obs:4318", "--set", "tracing.jobs=false"],
+    );
+    assert!(!no_jobs.contains("--miner-otlp-endpoint"));
 }
 
 #[test]

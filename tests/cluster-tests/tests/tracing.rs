@@ -36,6 +36,27 @@ async fn start_mining(frontend: &FrontendProcess, traceparent: &str, in_meta: bo
     answer["result"]["structuredContent"].clone()
 }
 
+/// The spans of `trace_id` once `enough` says so; panics with everything received after 60 s.
+async fn spans_of(
+    receiver: &OtlpReceiver,
+    trace_id: &str,
+    enough: impl Fn(&[ReceivedSpan]) -> bool,
+) -> Vec<ReceivedSpan> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let all = receiver.spans();
+        let mine: Vec<ReceivedSpan> = of_trace(&all, trace_id).into_iter().cloned().collect();
+        if enough(&mine) {
+            return mine;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "trace {trace_id} incomplete after 60 s; received: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn of_trace<'a>(spans: &'a [ReceivedSpan], trace_id: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|span| span.trace_id == trace_id).collect()
 }
@@ -69,18 +90,11 @@ async fn one_call_is_one_trace_from_the_caller_through_the_operator_to_the_jobs(
         let id = answer["workflow_id"].as_str().unwrap();
 
         // Every part of the work reports into the caller's trace.
-        let spans =
-            eventually("spans of the frontend, the operator and both Jobs", Duration::from_secs(60), || {
-                let spans = receiver.spans();
-                let trace_id = trace_id.clone();
-                async move {
-                    let mine = of_trace(&spans, &trace_id);
-                    let count = |service: &str| mine.iter().filter(|s| s.service == service).count();
-                    (count("mcp-frontend") >= 1 && count("mining-operator") >= 1 && count("miner") >= 2)
-                        .then(|| mine.into_iter().cloned().collect::<Vec<_>>())
-                }
-            })
-            .await;
+        let spans = spans_of(&receiver, &trace_id, |mine| {
+            let count = |service: &str| mine.iter().filter(|s| s.service == service).count();
+            count("mcp-frontend") >= 1 && count("mining-operator") >= 1 && count("miner") >= 2
+        })
+        .await;
         let frontend_span = spans
             .iter()
             .find(|s| s.service == "mcp-frontend" && s.name == "start_mining")
@@ -111,13 +125,8 @@ async fn one_call_is_one_trace_from_the_caller_through_the_operator_to_the_jobs(
     let workflow: MiningWorkflow = ns.api().get(answer["workflow_id"].as_str().unwrap()).await.unwrap();
     let stored = workflow.annotation(mining_api::annotations::TRACEPARENT).unwrap_or_default().to_string();
     let parsed = mining_api::trace::TraceParent::parse(&stored).unwrap_or_else(|| panic!("{stored:?}"));
-    eventually("the new trace's spans", Duration::from_secs(60), || {
-        let spans = receiver.spans();
-        let trace_id = parsed.trace_id_hex();
-        async move {
-            let mine = of_trace(&spans, &trace_id);
-            mine.iter().any(|s| s.service == "mcp-frontend" && s.parent_span_id.is_empty()).then_some(())
-        }
+    spans_of(&receiver, &parsed.trace_id_hex(), |mine| {
+        mine.iter().any(|s| s.service == "mcp-frontend" && s.parent_span_id.is_empty())
     })
     .await;
 }
