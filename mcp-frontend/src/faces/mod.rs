@@ -15,6 +15,9 @@ use axum::response::{IntoResponse, Response};
 use rmcp::ErrorData as McpError;
 use serde_json::{Value, json};
 
+use crate::core::Core;
+use crate::ids::{Caller, WorkflowId};
+
 /// The caller's trace context: `_meta.traceparent` (SEP-414) first, else
 /// the HTTP `traceparent` header; anything malformed is none (pure).
 pub(crate) fn incoming_trace(
@@ -40,10 +43,26 @@ pub(crate) fn json_response(message: Value) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], message.to_string()).into_response()
 }
 
-/// The one answer, in both task generations, for a task id that is unknown,
-/// malformed, expired or another caller's.
-pub fn unknown_task(task_id: &str) -> McpError {
-    McpError::invalid_params(format!("unknown task {task_id:?} (it may have expired)"), None)
+/// The answer, in both task generations, for a task this caller cannot see
+/// (the spec's `-32602`). An id this server issued to this caller (its tag
+/// proves it) whose workflow is gone has expired: its retention ran out.
+/// Every other id — unknown, malformed, another caller's — is "not found",
+/// all alike, so nothing is learnt of anyone else's tasks.
+pub fn missing_task(core: &Core, caller: &Caller, task_id: &str) -> McpError {
+    if WorkflowId::parse_for(&core.keys, caller, task_id).is_some() {
+        McpError::invalid_params(
+            format!(
+                "Failed to retrieve task: Task has expired (task {task_id:?} finished and was kept for its ttl, \
+                 then deleted)"
+            ),
+            None,
+        )
+    } else {
+        McpError::invalid_params(
+            format!("Failed to retrieve task: Task not found (unknown task {task_id:?})"),
+            None,
+        )
+    }
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
-use super::{incoming_trace, json_response, response_json, unknown_task};
+use super::{incoming_trace, json_response, missing_task, response_json};
 use crate::contract::Progress;
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::{Caller, WorkflowId};
@@ -265,7 +265,7 @@ impl CoreTasks {
     async fn workflow(&self, params: &Value) -> Result<(String, Box<MiningWorkflow>), McpError> {
         let task_id = task_id_of(params);
         let view = self.core.find(&self.caller, &task_id).await;
-        found(&task_id, view).map(|workflow| (task_id, workflow))
+        self.found(&task_id, view).map(|workflow| (task_id, workflow))
     }
 
     async fn create(&self, params: Value, headers: &HeaderMap) -> Result<Value, McpError> {
@@ -365,7 +365,7 @@ impl CoreTasks {
         let task_id = task_id_of(params);
         let cancelled = self.core.cancel(&self.caller, &task_id).await;
         let workflow = match cancelled.map_err(|problem| McpError::internal_error(problem, None))? {
-            CancelOutcome::NotCancelled(view) => return found(&task_id, Ok(view)).map(|_| Value::Null),
+            CancelOutcome::NotCancelled(view) => return self.found(&task_id, Ok(view)).map(|_| Value::Null),
             CancelOutcome::Requested(workflow) => workflow,
             // Finished, or cancelled by an earlier call: this generation
             // calls either state terminal and refuses a second cancel.
@@ -437,7 +437,7 @@ impl CoreTasks {
                 let _ = listener.sender.send(status_notification(&task)).await;
             }
         }
-        let outcome = found(&task_id, Ok(view)).and_then(|workflow| {
+        let outcome = self.found(&task_id, Ok(view)).and_then(|workflow| {
             let task = self.snapshot(&workflow);
             if task.result_ready {
                 return Ok(task_result_json(task));
@@ -461,11 +461,21 @@ fn task_id_of(params: &Value) -> String {
     params.get("taskId").and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-/// A task this caller may see, or the error this generation gives for it.
-fn found(task_id: &str, view: Result<View, String>) -> Result<Box<MiningWorkflow>, McpError> {
+impl CoreTasks {
+    /// A task this caller may see, or the error this generation gives for it.
+    fn found(&self, task_id: &str, view: Result<View, String>) -> Result<Box<MiningWorkflow>, McpError> {
+        found(task_id, view, || missing_task(&self.core, &self.caller, task_id))
+    }
+}
+
+fn found(
+    task_id: &str,
+    view: Result<View, String>,
+    missing: impl FnOnce() -> McpError,
+) -> Result<Box<MiningWorkflow>, McpError> {
     match view {
         Ok(View::Found(workflow)) => Ok(workflow),
-        Ok(View::Missing) => Err(unknown_task(task_id)),
+        Ok(View::Missing) => Err(missing()),
         Ok(View::Unreadable(problem)) => Err(McpError::internal_error(
             format!("task {task_id}'s stored state cannot be read: {problem}"),
             None,

@@ -11,7 +11,7 @@ use rmcp::model::{
     TaskStatus,
 };
 
-use super::unknown_task;
+use super::missing_task;
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View};
 use crate::http::JsonBody;
 use crate::ids::Caller;
@@ -109,14 +109,14 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
             let error = json_object(&McpError::internal_error(problem, None));
             Ok(GetTaskResult::new(DetailedTask::new(base, TaskPayload::Failed { error })))
         }
-        View::Missing => Err(unknown_task(task_id)),
+        View::Missing => Err(missing_task(core, caller, task_id)),
     }
 }
 
 /// Sets `spec.cancel` and acknowledges; a finished task is a no-op ack.
 pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> Result<(), McpError> {
     match core.cancel(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))? {
-        CancelOutcome::NotCancelled(View::Missing) => Err(unknown_task(task_id)),
+        CancelOutcome::NotCancelled(View::Missing) => Err(missing_task(core, caller, task_id)),
         CancelOutcome::NotCancelled(_)
         | CancelOutcome::AlreadyFinished(_)
         | CancelOutcome::AlreadyRequested(_)

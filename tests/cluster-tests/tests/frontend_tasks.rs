@@ -465,3 +465,67 @@ async fn a_2025_tasks_result_stream_tells_the_status_change_as_the_full_task() {
     let answer = only_message(&body);
     assert_eq!(answer["id"], 2, "{body}");
 }
+
+#[tokio::test]
+async fn a_task_kept_for_the_ttl_it_asked_then_answers_expired_and_others_not_found() {
+    let ns = TestNamespace::new("tasks-expiry").await;
+    install_crd(&ns.client).await;
+    let _operator = OperatorProcess::start(&ns.name, &[]);
+    let tokens = tokens_file("alice-secret alice\nbob-secret bob\n");
+    let frontend =
+        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
+            .await;
+    let post = |token: &'static str, body: Value| {
+        let frontend = &frontend;
+        async move {
+            let auth = format!("Authorization: Bearer {token}");
+            let (_, _, text) = frontend
+                .post_mcp_version(
+                    "localhost",
+                    "2025-11-25",
+                    &[auth.as_str(), "Accept: application/json"],
+                    &body.to_string(),
+                )
+                .await;
+            only_message(&text)
+        }
+    };
+    // Kept one second after it finishes, as asked.
+    let create = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "start_mining", "arguments": {"difficulty": 8, "blocks": 1}, "task": {"ttl": 1000}}});
+    let created = post("alice-secret", create).await;
+    let task_id =
+        created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_string();
+    assert_eq!(created["result"]["task"]["ttl"], 1000, "{created}");
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": task_id}});
+    let expired = cluster_tests::eventually(
+        "the task to be deleted after its ttl",
+        std::time::Duration::from_secs(60),
+        || {
+            let get = get.clone();
+            let post = &post;
+            async move {
+                let answer = post("alice-secret", get).await;
+                answer.get("error").is_some().then_some(answer)
+            }
+        },
+    )
+    .await;
+    assert_eq!(expired["error"]["code"], -32602, "{expired}");
+    let message = expired["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Task has expired"), "{expired}");
+    // Bob asking for Alice's id, or anyone for an id never issued: not found, alike.
+    let bobs = post("bob-secret", get.clone()).await;
+    let never = post(
+        "alice-secret",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": "mw-aaaaaaaaaaaaaaaaaaaaaaaaaa"}}),
+    )
+    .await;
+    for answer in [&bobs, &never] {
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap_or_default().contains("Task not found"),
+            "{answer}"
+        );
+    }
+}
