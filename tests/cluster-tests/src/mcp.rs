@@ -168,6 +168,23 @@ impl FrontendProcess {
     }
 }
 
+impl FrontendProcess {
+    /// Creates a `start_mining` task through the 2025-11-25 face as the
+    /// caller of bearer `token` (the workflow is the task in both
+    /// generations) and returns its id; panics with the answer otherwise.
+    pub async fn start_2025_task(&self, token: &str, arguments: &Value) -> String {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "start_mining", "arguments": arguments, "task": {}}});
+        let auth = format!("Authorization: Bearer {token}");
+        let (code, _, text) =
+            self.post_mcp_version("localhost", "2025-11-25", &[auth.as_str()], &body.to_string()).await;
+        assert_eq!(code, 200, "{text}");
+        let start = text.find('{').expect(&text);
+        let answer: Value = serde_json::from_str(text[start..].trim()).expect(&text);
+        answer["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {answer}")).to_string()
+    }
+}
+
 impl Drop for FrontendProcess {
     fn drop(&mut self) {
         self.kill();

@@ -38,18 +38,9 @@ async fn listen(
     SseStream::open(frontend.addr, &head(token), &body.to_string()).await
 }
 
-/// Creates a `start_mining` task through the 2025-11-25 face (the workflow
-/// is the task in both generations) and returns its id.
+/// A two-block `start_mining` task of `token`'s caller.
 async fn create_task(frontend: &FrontendProcess, token: &str, difficulty: u32) -> String {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "start_mining", "arguments": {"difficulty": difficulty, "blocks": 2}, "task": {}}});
-    let auth = format!("Authorization: Bearer {token}");
-    let (code, _, text) =
-        frontend.post_mcp_version("localhost", "2025-11-25", &[auth.as_str()], &body.to_string()).await;
-    assert_eq!(code, 200, "{text}");
-    let start = text.find('{').expect(&text);
-    let answer: Value = serde_json::from_str(text[start..].trim()).expect(&text);
-    answer["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {answer}")).to_string()
+    frontend.start_2025_task(token, &json!({"difficulty": difficulty, "blocks": 2})).await
 }
 
 /// The task as the 2026-07-28 `tasks/get` returns it, without the result's discriminator.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use cluster_tests::bench::{percentile, summary};
 use cluster_tests::mcp::{FrontendProcess, tokens_file};
 use cluster_tests::sse::SseStream;
-use cluster_tests::{TestNamespace, install_crd};
+use cluster_tests::{TestNamespace, install_crd, resident_mib};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use mining_api::MiningWorkflow;
@@ -41,26 +41,9 @@ const LIFTED: &[&str] = &[
     "1000",
 ];
 
-fn resident_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-async fn create_task(frontend: &FrontendProcess, token: &str) -> String {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "start_mining", "arguments": {"difficulty": 8, "blocks": 1}, "task": {}}});
-    let auth = format!("Authorization: Bearer {token}");
-    let (code, _, text) =
-        frontend.post_mcp_version("localhost", "2025-11-25", &[auth.as_str()], &body.to_string()).await;
-    assert_eq!(code, 200, "{text}");
-    let start = text.find('{').expect(&text);
-    let answer: Value = serde_json::from_str(text[start..].trim()).expect(&text);
-    answer["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {answer}")).to_string()
-}
+/// A one-block chain at difficulty 8 (mining it is the bench's own status write).
+static ONE_BLOCK: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"difficulty": 8, "blocks": 1}));
 
 fn request_head(version: &str, method: &str, token: &str) -> String {
     format!(
@@ -102,13 +85,13 @@ async fn main() {
 
     let mut ids = Vec::with_capacity(listens);
     for _ in 0..listens {
-        ids.push(create_task(&creating, "listener-secret").await);
+        ids.push(creating.start_2025_task("listener-secret", &ONE_BLOCK).await);
     }
     let mut pull_ids = Vec::new();
     for _ in 0..(listens / 10).max(1) {
-        pull_ids.push(create_task(&creating, "puller-secret").await);
+        pull_ids.push(creating.start_2025_task("puller-secret", &ONE_BLOCK).await);
     }
-    let before = resident_kib(listening.pid());
+    let before = resident_mib(listening.pid());
 
     // One listen per workflow on replica B, each acknowledged and told
     // `working` before the bench goes on.
@@ -128,11 +111,11 @@ async fn main() {
         streams.push((id.clone(), stream));
     }
     let open = listening.metric("mcp_frontend_listens_open").await;
-    let during = resident_kib(listening.pid());
+    let during = resident_mib(listening.pid());
     println!("== {open} listens open on replica B, one task each");
     println!(
-        "resident memory: {before} KiB before, {during} KiB with the listens ({:.1} KiB a listen)",
-        during.saturating_sub(before) as f64 / listens as f64
+        "resident memory: {before:.1} MiB before, {during:.1} MiB with the listens ({:.1} KiB a listen)",
+        (during - before).max(0.0) * 1024.0 / listens as f64
     );
     let readers: Vec<_> = streams
         .into_iter()
