@@ -41,6 +41,15 @@ impl FrontendProcess {
         .await
     }
 
+    /// Starts it with `--auth tokens` over a tokens file of `lines`
+    /// (`SECRET NAME` each), then `extra_args`, and waits until it is ready.
+    pub async fn start_with_tokens(namespace: &str, lines: &str, extra_args: &[&str]) -> Self {
+        let tokens = tokens_file(lines);
+        let mut args = vec!["--auth", "tokens", "--tokens-file", tokens.to_str().expect("a UTF-8 temp path")];
+        args.extend_from_slice(extra_args);
+        Self::start(namespace, &args).await
+    }
+
     /// Starts it on the given (MCP, metrics) addresses (for arguments that
     /// name its own URL) and waits until it is ready.
     pub async fn start_at(addrs: (SocketAddr, SocketAddr), namespace: &str, args: Vec<String>) -> Self {

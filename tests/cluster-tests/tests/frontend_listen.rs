@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, tokens_file};
+use cluster_tests::mcp::FrontendProcess;
 use cluster_tests::sse::SseStream;
 use cluster_tests::tasks::TaskClient;
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use serde_json::{Value, json};
 
+const ALICE_AND_BOB: &str = "alice-secret alice\nbob-secret bob\n";
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const DECLARED: &str = r#"{"io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}"#;
 
@@ -78,10 +79,10 @@ async fn a_listen_on_the_other_replica_is_told_each_status_change_of_the_callers
     let ns = TestNamespace::new("listen-push").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let tokens = tokens_file("alice-secret alice\nbob-secret bob\n");
-    let args = ["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()];
-    let (creating, listening) =
-        tokio::join!(FrontendProcess::start(&ns.name, &args), FrontendProcess::start(&ns.name, &args));
+    let (creating, listening) = tokio::join!(
+        FrontendProcess::start_with_tokens(&ns.name, ALICE_AND_BOB, &[]),
+        FrontendProcess::start_with_tokens(&ns.name, ALICE_AND_BOB, &[])
+    );
 
     // Slow enough that the listen opens while it is still working.
     let mine = create_task(&creating, "alice-secret", 21).await;
@@ -152,10 +153,8 @@ async fn a_listen_on_the_other_replica_is_told_each_status_change_of_the_callers
 async fn listens_are_refused_without_the_extension_and_over_the_caps_and_released_when_closed() {
     let ns = TestNamespace::new("listen-caps").await;
     install_crd(&ns.client).await;
-    let tokens = tokens_file("alice-secret alice\nbob-secret bob\n");
-    let args =
-        ["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap(), "--max-listens-per-caller", "2"];
-    let frontend = FrontendProcess::start(&ns.name, &args).await;
+    let frontend =
+        FrontendProcess::start_with_tokens(&ns.name, ALICE_AND_BOB, &["--max-listens-per-caller", "2"]).await;
 
     // Task notifications asked without declaring the extension: -32021.
     let mut undeclared = listen(&frontend, "alice-secret", "u", json!({"taskIds": ["mw-x"]}), false).await;
@@ -218,10 +217,7 @@ async fn the_typescript_sdks_own_listen_is_pushed_the_finished_task() {
     let ns = TestNamespace::new("listen-sdk").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let tokens = tokens_file("alice-secret alice\n");
-    let frontend =
-        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
-            .await;
+    let frontend = FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\n", &[]).await;
     let arguments = r#"{"difficulty":12,"blocks":2}"#;
     let document = TaskClient::Extension2026
         .run(&frontend.url(), Some("alice-secret"), false, &["listen", arguments])

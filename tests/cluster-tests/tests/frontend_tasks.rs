@@ -163,10 +163,8 @@ async fn extension_2026_tasks_complete_cancel_and_stay_private() {
     let ns = TestNamespace::new("tasks-2026").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let tokens = tokens_file("alice-secret alice\nbob-secret bob\n");
     let frontend =
-        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
-            .await;
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
     let url = frontend.url();
     let (alice, bob) = (Some("alice-secret"), Some("bob-secret"));
     let client = TaskClient::Extension2026;
@@ -471,10 +469,8 @@ async fn a_task_kept_for_the_ttl_it_asked_then_answers_expired_and_others_not_fo
     let ns = TestNamespace::new("tasks-expiry").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let tokens = tokens_file("alice-secret alice\nbob-secret bob\n");
     let frontend =
-        FrontendProcess::start(&ns.name, &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap()])
-            .await;
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
     let post = |token: &'static str, body: Value| {
         let frontend = &frontend;
         async move {
