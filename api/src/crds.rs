@@ -20,8 +20,8 @@ impl CrdFile {
     }
 }
 
-/// Every CRD of the project: the workflows, and the frontend's quota ledgers.
-pub fn crd_files() -> [CrdFile; 2] {
+/// Every CRD of the project: the workflows, the frontend's quota ledgers, the tools and their runs.
+pub fn crd_files() -> [CrdFile; 4] {
     [
         CrdFile {
             crd: crate::MiningWorkflow::crd(),
@@ -32,6 +32,16 @@ pub fn crd_files() -> [CrdFile; 2] {
             crd: crate::MiningLedger::crd(),
             path: "crds/mining-operator.dev_miningledgers.yaml",
             chart_path: "charts/mining-operator/files/crd-ledgers.yaml",
+        },
+        CrdFile {
+            crd: crate::McpTool::crd(),
+            path: "crds/mining-operator.dev_mcptools.yaml",
+            chart_path: "charts/mining-operator/files/crd-mcptools.yaml",
+        },
+        CrdFile {
+            crd: crate::ToolRun::crd(),
+            path: "crds/mining-operator.dev_toolruns.yaml",
+            chart_path: "charts/mining-operator/files/crd-toolruns.yaml",
         },
     ]
 }

@@ -29,6 +29,10 @@ mod ledger;
 #[cfg(feature = "kubernetes")]
 pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningLedgerSpec};
 #[cfg(feature = "kubernetes")]
+pub mod tool;
+#[cfg(feature = "kubernetes")]
+pub use tool::{McpTool, McpToolSpec, ProvenToolRun, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
+#[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;
@@ -51,9 +55,11 @@ pub mod labels {
     /// On workflows started through MCP: a hash of the caller that started it
     /// (never the caller's name), so every caller sees only its own.
     pub const CALLER: &str = "mining-operator.dev/caller";
+    /// Names the `ToolRun` a Job belongs to.
+    pub const TOOL_RUN: &str = "mining-operator.dev/tool-run";
 
     /// Every label any component reads; caches keep no other.
-    pub const ALL: [&str; 4] = [WORKFLOW, BLOCK, MANAGED_BY, CALLER];
+    pub const ALL: [&str; 5] = [WORKFLOW, BLOCK, MANAGED_BY, CALLER, TOOL_RUN];
 }
 
 /// Annotation keys on the objects the operator and the frontend create.

@@ -25,6 +25,9 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// The MAC domain of tool run proofs.
+const TOOL_RUN_DOMAIN: &str = "tool-run-proof/v1";
+
 /// Shortest key accepted: 256 bits.
 pub const MIN_KEY_BYTES: usize = 32;
 
@@ -111,6 +114,23 @@ impl OwnershipKeys {
     pub fn reproof(&self, workflow: &MiningWorkflow) -> Option<String> {
         let version = self.proven_version(workflow)?;
         (version != ProofVersion::CURRENT).then(|| self.proof(workflow))
+    }
+
+    /// The proof that the frontend made the tool run `run`, as it is now,
+    /// for its caller: a domain of its own, so no workflow's proof is a
+    /// run's and no run's a workflow's.
+    pub fn tool_run_proof(&self, run: &crate::ToolRun) -> String {
+        hex(&mac(&self.current, TOOL_RUN_DOMAIN, &[crate::ProvenToolRun::of(run).canonical()]))
+    }
+
+    /// Whether `run` carries the frontend's proof (either key) for exactly
+    /// its name, namespace, caller, tool, arguments, template and schema.
+    /// The operator runs no other: a run's template names an image and a
+    /// ServiceAccount, which only a tool's author may choose.
+    pub fn proves_tool_run(&self, run: &crate::ToolRun) -> bool {
+        let Some(claimed) = run.annotation(annotations::OWNER_PROOF).and_then(unhex) else { return false };
+        let parts = [crate::ProvenToolRun::of(run).canonical()];
+        self.keys().any(|key| mac_of(key, TOOL_RUN_DOMAIN, &parts).verify_slice(&claimed).is_ok())
     }
 
     /// The proof on a quota ledger: `text` as the frontend wrote it to the
@@ -341,5 +361,59 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    fn proven_run(keys: &OwnershipKeys) -> crate::ToolRun {
+        let template = serde_json::from_value(serde_json::json!({"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "tool", "image": "example/sum"}]}}}}))
+        .unwrap();
+        let spec = crate::ToolRunSpec {
+            tool: "sum".into(),
+            arguments: "{}".into(),
+            output_schema: None,
+            job_template: template,
+            ttl_seconds_after_finished: None,
+            cancel: false,
+        };
+        let mut run = crate::ToolRun::new("mw-x", spec);
+        run.metadata.namespace = Some("ns".into());
+        run.metadata.labels = Some([(labels::CALLER.to_string(), "alice-label".to_string())].into());
+        let proof = keys.tool_run_proof(&run);
+        run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
+        run
+    }
+
+    #[test]
+    fn a_tool_run_proof_binds_the_caller_and_the_whole_work() {
+        let keys = keys();
+        let run = proven_run(&keys);
+        assert!(keys.proves_tool_run(&run));
+        assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves_tool_run(&run), "another key");
+        type Forgery = fn(&mut crate::ToolRun);
+        let forgeries: [(&str, Forgery); 5] = [
+            ("another caller", |r| {
+                r.metadata.labels.as_mut().unwrap().insert(labels::CALLER.into(), "bob-label".into());
+            }),
+            ("other arguments", |r| r.spec.arguments = r#"{"x":1}"#.into()),
+            ("another image", |r| {
+                let pod = r.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+                pod.containers[0].image = Some("attacker/image".into());
+            }),
+            ("another ServiceAccount", |r| {
+                let pod = r.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+                pod.service_account_name = Some("admin".into());
+            }),
+            ("another name", |r| r.metadata.name = Some("mw-y".into())),
+        ];
+        for (what, forge) in forgeries {
+            let mut forged = run.clone();
+            forge(&mut forged);
+            assert!(!keys.proves_tool_run(&forged), "{what}");
+        }
+        // A workflow's proof is no run's, whatever it covers.
+        let workflow = signed(&keys);
+        let mut moved = run.clone();
+        moved.metadata.annotations = workflow.metadata.annotations.clone();
+        assert!(!keys.proves_tool_run(&moved));
     }
 }

@@ -1,0 +1,380 @@
+//! Any container as a durable MCP tool: an `McpTool` defines one (what the
+//! model reads, the schemas, the Job that does the work), and a `ToolRun`
+//! records each call (made only by the MCP frontend, carrying its proof).
+//!
+//! A run keeps a snapshot of its tool's Job template and output schema, so
+//! editing or deleting the `McpTool` never changes a run in flight. The
+//! arguments are kept as the JSON text the frontend validated and reach the
+//! container as one environment variable ([`ARGUMENTS_ENV`]), never
+//! interpolated into a command.
+
+use k8s_openapi::api::batch::v1::JobTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::bounds::MAX_DURATION_SECONDS;
+use crate::labels;
+
+/// The environment variable holding a run's arguments (one JSON document).
+pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
+/// The environment variable holding a run's name (its workflow id), so a
+/// tool can tell its calls apart (e.g. in its own logs).
+pub const RUN_ENV: &str = "MCP_TOOL_RUN";
+/// Largest arguments document (JSON bytes) a call may pass.
+pub const MAX_ARGUMENTS_BYTES: usize = 32 * 1024;
+/// Largest `inputSchema` or `outputSchema` (JSON bytes) a tool may declare.
+pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
+/// Largest Job template (JSON bytes) a tool may declare.
+pub const MAX_TEMPLATE_BYTES: usize = 32 * 1024;
+/// Longest `description`.
+pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Longest `title`.
+pub const MAX_TITLE_BYTES: usize = 128;
+/// Largest result kept: the kubelet keeps at most 4096 bytes of a
+/// termination message per container.
+pub const MAX_RESULT_BYTES: usize = 4096;
+/// Most indexed parts (`completions`) one run may have.
+pub const MAX_COMPLETIONS: i32 = 100;
+/// Most running calls of one tool per caller a tool may allow.
+pub const MAX_RUNNING_PER_CALLER: u32 = 100;
+/// Longest wait budget a tool may ask for (the frontend caps it further).
+pub const MAX_WAIT_BUDGET_SECONDS: u32 = 3600;
+
+/// A container image as an MCP tool. The tool's name is `metadata.name`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mining-operator.dev",
+    version = "v1alpha1",
+    kind = "McpTool",
+    doc = "A container image as a durable MCP tool: each call runs one Job from this template. The resource name is the tool's name.",
+    plural = "mcptools",
+    namespaced,
+    printcolumn = r#"{"name":"Wait","type":"integer","jsonPath":".spec.waitBudgetSeconds"}"#,
+    printcolumn = r#"{"name":"Parts","type":"integer","jsonPath":".spec.jobTemplate.spec.completions"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Description","type":"string","jsonPath":".spec.description","priority":1}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct McpToolSpec {
+    /// A short human-readable name for the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TITLE_BYTES))]
+    pub title: Option<String>,
+    /// What the tool does: the text the model reads to decide to call it.
+    #[schemars(length(min = 1, max = MAX_DESCRIPTION_BYTES))]
+    pub description: String,
+    /// A JSON Schema (type object) the call's arguments must satisfy.
+    #[schemars(schema_with = "any_object")]
+    pub input_schema: serde_json::Map<String, serde_json::Value>,
+    /// A JSON Schema the tool's result (its termination message, as JSON)
+    /// must satisfy; without one the result is text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object_or_none")]
+    pub output_schema: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How long a call waits for the result before answering `running`
+    /// (capped by the frontend's own budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_WAIT_BUDGET_SECONDS))]
+    pub wait_budget_seconds: Option<u32>,
+    /// Delete each run this many seconds after it finished (the operator's
+    /// default applies when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_DURATION_SECONDS))]
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// Most unfinished calls of this tool one caller may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_RUNNING_PER_CALLER))]
+    pub max_running_per_caller: Option<u32>,
+    /// The Job each call runs, as in a CronJob: metadata and a batch/v1
+    /// JobSpec. `completions` makes a run of that many indexed parts.
+    #[schemars(schema_with = "any_object")]
+    pub job_template: JobTemplateSpec,
+}
+
+/// One call of an `McpTool`, made by the MCP frontend. The name is the
+/// call's workflow id.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mining-operator.dev",
+    version = "v1alpha1",
+    kind = "ToolRun",
+    doc = "One call of an McpTool: its arguments and a snapshot of the tool's Job template, run as one Job. The resource name is the call's id.",
+    plural = "toolruns",
+    namespaced,
+    status = "ToolRunStatus",
+    printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".spec.tool"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","priority":1}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRunSpec {
+    /// The `McpTool` called (its name when the call was made).
+    #[schemars(length(min = 1, max = 63))]
+    pub tool: String,
+    /// The call's arguments: one JSON document, validated against the
+    /// tool's `inputSchema` before the run was made.
+    #[schemars(length(max = MAX_ARGUMENTS_BYTES))]
+    pub arguments: String,
+    /// The tool's `outputSchema` when the call was made, as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_SCHEMA_BYTES))]
+    pub output_schema: Option<String>,
+    /// The tool's Job template when the call was made.
+    #[schemars(schema_with = "any_object")]
+    pub job_template: JobTemplateSpec,
+    /// Delete the run this many seconds after it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_DURATION_SECONDS))]
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// Set to true to stop the run; it ends Cancelled.
+    #[serde(default)]
+    pub cancel: bool,
+}
+
+/// Where a run is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum ToolRunPhase {
+    /// Made, its Job not created yet.
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl ToolRunPhase {
+    /// Succeeded, Failed and Cancelled never change again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// What the operator has observed of a run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRunStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ToolRunPhase>,
+    /// Completed parts over all, e.g. "2/4".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub progress: Option<String>,
+    /// A human-readable summary of the latest state change (a failure's cause).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub message: Option<String>,
+    /// The tool's output: its termination message (JSON when the tool has an
+    /// `outputSchema`; for N parts, a JSON array of each part's, in order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 409_600))]
+    pub result: Option<String>,
+    /// A failed container's exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -2_147_483_648i64, max = 2_147_483_647))]
+    pub exit_code: Option<i32>,
+    /// The uid of the Job this run made: results come only from its Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub job_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+fn any_object_or_none(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "nullable": true, "x-kubernetes-preserve-unknown-fields": true})
+}
+
+impl ToolRun {
+    /// Where the run is; `Pending` until the operator has said.
+    pub fn phase(&self) -> ToolRunPhase {
+        self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.phase().is_finished()
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    /// The caller label of a run made through MCP.
+    pub fn caller_label(&self) -> Option<&str> {
+        self.label(labels::CALLER)
+    }
+
+    /// How many indexed parts the run has (1 when the template says none).
+    pub fn parts(&self) -> i32 {
+        self.spec.job_template.spec.as_ref().and_then(|s| s.completions).unwrap_or(1).max(1)
+    }
+}
+
+impl McpToolSpec {
+    /// Why this definition cannot be offered as a tool, if it cannot: every
+    /// part the frontend copies into memory or into a run is bounded here,
+    /// so whoever may write McpTools cannot grow the frontend without limit.
+    pub fn problem(&self) -> Option<String> {
+        if self.description.len() > MAX_DESCRIPTION_BYTES {
+            return Some(format!("description is longer than {MAX_DESCRIPTION_BYTES} bytes"));
+        }
+        if self.title.as_ref().is_some_and(|t| t.len() > MAX_TITLE_BYTES) {
+            return Some(format!("title is longer than {MAX_TITLE_BYTES} bytes"));
+        }
+        if json_len(&self.input_schema) > MAX_SCHEMA_BYTES {
+            return Some(format!("inputSchema is larger than {MAX_SCHEMA_BYTES} bytes"));
+        }
+        if self.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+            return Some("inputSchema must have \"type\": \"object\"".into());
+        }
+        if self.output_schema.as_ref().is_some_and(|s| json_len(s) > MAX_SCHEMA_BYTES) {
+            return Some(format!("outputSchema is larger than {MAX_SCHEMA_BYTES} bytes"));
+        }
+        if json_len(&self.job_template) > MAX_TEMPLATE_BYTES {
+            return Some(format!("jobTemplate is larger than {MAX_TEMPLATE_BYTES} bytes"));
+        }
+        let Some(job) = self.job_template.spec.as_ref() else {
+            return Some("jobTemplate.spec is required".into());
+        };
+        if job.template.spec.as_ref().is_none_or(|pod| pod.containers.is_empty()) {
+            return Some("jobTemplate.spec.template.spec.containers is required".into());
+        }
+        if job.completions.is_some_and(|n| !(1..=MAX_COMPLETIONS).contains(&n)) {
+            return Some(format!("jobTemplate.spec.completions must be from 1 to {MAX_COMPLETIONS}"));
+        }
+        None
+    }
+}
+
+/// The size of `value` as JSON.
+fn json_len<T: Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |json| json.len())
+}
+
+/// Everything a tool run's ownership proof binds: who made it, for whom,
+/// and all of the work (so whoever may patch the object cannot change the
+/// image, the arguments or the schema under its owner).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvenToolRun<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub caller: &'a str,
+    pub tool: &'a str,
+    pub arguments: &'a str,
+    pub output_schema: Option<&'a str>,
+    pub job_template: &'a JobTemplateSpec,
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+impl<'a> ProvenToolRun<'a> {
+    pub fn of(run: &'a ToolRun) -> Self {
+        Self {
+            name: run.metadata.name.as_deref().unwrap_or_default(),
+            namespace: run.metadata.namespace.as_deref().unwrap_or_default(),
+            caller: run.caller_label().unwrap_or_default(),
+            tool: &run.spec.tool,
+            arguments: &run.spec.arguments,
+            output_schema: run.spec.output_schema.as_deref(),
+            job_template: &run.spec.job_template,
+            ttl_seconds_after_finished: run.spec.ttl_seconds_after_finished,
+        }
+    }
+
+    /// Compact JSON in declaration order (k8s-openapi serialises its
+    /// structs field by field, maps sorted): one encoding per document.
+    pub fn canonical(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(value: serde_json::Value) -> McpToolSpec {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn sum_numbers() -> serde_json::Value {
+        json!({
+            "description": "Adds numbers.",
+            "inputSchema": {"type": "object", "properties": {"numbers": {"type": "array"}}},
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "tool", "image": "example/sum"}]}}}},
+        })
+    }
+
+    #[test]
+    fn the_shape_users_write_reads() {
+        let spec = tool(sum_numbers());
+        assert_eq!(spec.problem(), None);
+        assert_eq!(spec.job_template.spec.unwrap().backoff_limit, Some(0));
+    }
+
+    #[test]
+    fn unbounded_or_empty_definitions_are_refused_with_the_reason() {
+        let mut big = sum_numbers();
+        big["description"] = json!("x".repeat(MAX_DESCRIPTION_BYTES + 1));
+        assert!(tool(big).problem().unwrap().contains("description"));
+        let mut not_object = sum_numbers();
+        not_object["inputSchema"] = json!({"type": "string"});
+        assert!(tool(not_object).problem().unwrap().contains("\"type\": \"object\""));
+        let mut no_containers = sum_numbers();
+        no_containers["jobTemplate"]["spec"]["template"]["spec"]["containers"] = json!([]);
+        assert!(tool(no_containers).problem().unwrap().contains("containers"));
+        let mut parts = sum_numbers();
+        parts["jobTemplate"]["spec"]["completions"] = json!(MAX_COMPLETIONS + 1);
+        assert!(tool(parts).problem().unwrap().contains("completions"));
+        let mut schema = sum_numbers();
+        schema["inputSchema"]["description"] = json!("x".repeat(MAX_SCHEMA_BYTES));
+        assert!(tool(schema).problem().unwrap().contains("inputSchema"));
+    }
+
+    #[test]
+    fn the_proven_document_covers_the_whole_work() {
+        let spec = tool(sum_numbers());
+        let mut run = ToolRun::new(
+            "tr-1",
+            ToolRunSpec {
+                tool: "sum-numbers".into(),
+                arguments: r#"{"numbers":[1,2]}"#.into(),
+                output_schema: None,
+                job_template: spec.job_template,
+                ttl_seconds_after_finished: None,
+                cancel: false,
+            },
+        );
+        let before = ProvenToolRun::of(&run).canonical();
+        run.spec.cancel = true;
+        assert_eq!(ProvenToolRun::of(&run).canonical(), before, "cancel is a later write");
+        run.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image =
+            Some("attacker/image".into());
+        assert_ne!(ProvenToolRun::of(&run).canonical(), before, "the image is bound");
+    }
+}
