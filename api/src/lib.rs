@@ -32,6 +32,8 @@ pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningL
 pub mod tool;
 #[cfg(feature = "kubernetes")]
 pub use tool::{McpTool, McpToolSpec, ProvenToolRun, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
+#[cfg(feature = "schemas")]
+pub mod tool_schema;
 #[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]

@@ -32,6 +32,7 @@ const TOOL_RUN_DOMAIN: &str = "tool-run-proof/v1";
 pub const MIN_KEY_BYTES: usize = 32;
 
 /// The frontend's keys: the current one, and the previous one during a rotation.
+#[derive(Clone)]
 pub struct OwnershipKeys {
     current: Vec<u8>,
     previous: Option<Vec<u8>>,
