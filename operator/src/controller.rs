@@ -173,6 +173,16 @@ pub async fn run(
         metrics.leader.set(1);
         (Leadership::alone(), None)
     };
+    // Tool runs: their own controller, under the same leadership.
+    let tools = crate::tools::ToolContext {
+        client: client.clone(),
+        keys: keys.clone(),
+        leadership: leadership.clone(),
+        default_ttl_seconds: config.limits.default_ttl_seconds,
+        metrics: metrics.clone(),
+    };
+    let tool_namespace = config.namespace.clone();
+    let tool_runs = tokio::spawn(async move { crate::tools::run(tool_namespace.as_deref(), tools).await });
     let workflows = workflows_api(&client, &config);
     let jobs: Api<Job> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -255,6 +265,7 @@ pub async fn run(
             }
         })
         .await;
+    tool_runs.abort();
     if let Some(election) = election {
         election.step_down().await;
     }

@@ -25,6 +25,7 @@ pub mod provenance;
 pub mod ranges;
 #[cfg(test)]
 mod testing;
+pub mod tools;
 pub mod verify;
 
 /// Everything a reconcile can fail with.
@@ -62,6 +63,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("cannot {action} tool run {name}")]
+    ToolRun {
+        action: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("workflow has no {0}")]
     MissingMetadata(&'static str),
 }
@@ -74,7 +82,8 @@ impl Error {
             | Self::CreateJob { source, .. }
             | Self::DeleteJob { source, .. }
             | Self::DeleteWorkflow { source, .. }
-            | Self::WriteStatus { source, .. } => source,
+            | Self::WriteStatus { source, .. }
+            | Self::ToolRun { source, .. } => source,
             Self::ForeignJob { .. } | Self::MissingMetadata(_) => return false,
         };
         matches!(source, kube::Error::Api(status) if status.code == 403)
@@ -89,6 +98,7 @@ impl Error {
             Self::DeleteJob { .. } => "delete_job",
             Self::DeleteWorkflow { .. } => "delete_workflow",
             Self::WriteStatus { .. } => "write_status",
+            Self::ToolRun { .. } => "tool_run",
             Self::MissingMetadata(_) => "missing_metadata",
         }
     }

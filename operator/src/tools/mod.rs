@@ -1,0 +1,247 @@
+//! Tool runs: each `ToolRun` the MCP frontend made becomes one Job from the
+//! run's snapshot of its tool's template; its result is what the Job's own
+//! Pods wrote as their termination message. The I/O around [`plan::plan`].
+
+pub mod job;
+pub mod plan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, ResourceExt as _};
+use mining_api::ownership::OwnershipKeys;
+use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus, labels};
+use tracing::{info, warn};
+
+use crate::job::MANAGER;
+use crate::leader::Leadership;
+use crate::metrics::{ErrorLabels, Metrics};
+use crate::{Error, Result};
+use plan::{JobPhase, JobState, Observed, PodOutcome};
+
+/// Runs reconciled at once.
+const CONCURRENCY: u16 = 16;
+/// How often a standby looks again whether it leads.
+const STANDBY_RETRY: Duration = Duration::from_secs(5);
+/// The annotation the Job controller puts the completion index in.
+const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+pub struct ToolContext {
+    pub client: Client,
+    /// The frontend's key: only runs it proved are run.
+    pub keys: Option<OwnershipKeys>,
+    pub leadership: Leadership,
+    pub default_ttl_seconds: u64,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Reconciles every `ToolRun` in `namespace` (all when `None`) until shutdown.
+pub async fn run(namespace: Option<&str>, context: ToolContext) {
+    let (runs, jobs): (Api<ToolRun>, Api<Job>) = match namespace {
+        Some(ns) => {
+            (Api::namespaced(context.client.clone(), ns), Api::namespaced(context.client.clone(), ns))
+        }
+        None => (Api::all(context.client.clone()), Api::all(context.client.clone())),
+    };
+    let (store, writer) = reflector::store::<ToolRun>();
+    // Kept trimmed, as workflows are: whoever may edit a run cannot grow
+    // the operator through its metadata.
+    let events = watcher(runs, watcher::Config::default().page_size(50))
+        .default_backoff()
+        .modify(|run| mining_api::trim_for_cache(&mut run.metadata))
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(events, store)
+        .owns(jobs, watcher::Config::default().labels(labels::TOOL_RUN))
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, Arc::new(context))
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                warn!(error = %err, "tool run reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_run: Arc<ToolRun>, error: &Error, ctx: Arc<ToolContext>) -> Requeue {
+    warn!(error = %error, source = ?std::error::Error::source(error), "tool run reconcile error");
+    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+fn tool_error<'a>(action: &'static str, name: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |source| Error::ToolRun { action, name: name.to_string(), source }
+}
+
+async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> {
+    if !ctx.leadership.is_leading() {
+        return Ok(Requeue::requeue(STANDBY_RETRY));
+    }
+    if run.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change()); // its Job goes with it (owner reference)
+    }
+    let name = run.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
+    let namespace = run.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
+    let runs: Api<ToolRun> = Api::namespaced(ctx.client.clone(), &namespace);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    let job = jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?;
+    let state = job_state(&run, job.as_ref());
+    let pods = match &state {
+        JobState::Ours { uid, phase, .. } if *phase != JobPhase::Running && !run.is_finished() => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+            let listed = pods
+                .list(&ListParams::default().labels(&format!("job-name={name}")))
+                .await
+                .map_err(tool_error("list the Pods of", &name))?;
+            outcomes(uid, &listed.items)
+        }
+        _ => Vec::new(),
+    };
+    let observed = Observed {
+        run: &run,
+        proven: ctx.keys.as_ref().is_some_and(|keys| keys.proves_tool_run(&run)),
+        job: state,
+        pods,
+        now: Timestamp::now(),
+        default_ttl_seconds: ctx.default_ttl_seconds,
+    };
+    let mut plan = plan::plan(&observed);
+    if plan.delete_job {
+        let background = DeleteParams::background();
+        match jobs.delete(&name, &background).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(tool_error("delete the Job of", &name)(err)),
+        }
+    }
+    if plan.create_job {
+        match job::job_for_run(&run) {
+            Some(built) => match jobs
+                .create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &built)
+                .await
+            {
+                Ok(created) => {
+                    info!(run = %name, tool = %run.spec.tool, "tool run started");
+                    if let Some(status) = plan.status.as_mut() {
+                        status.job_uid = created.metadata.uid;
+                    }
+                }
+                // Made a moment ago and not watched yet: the watch brings it.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    return Ok(Requeue::requeue(Duration::from_millis(500)));
+                }
+                // The template is the tool author's: one the API server refuses fails the run.
+                Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
+                    plan.status = Some(refused(&run, &status.message));
+                }
+                Err(err) => return Err(tool_error("create the Job of", &name)(err)),
+            },
+            None => plan.status = Some(refused(&run, "the run's jobTemplate has no Pod spec")),
+        }
+    }
+    if let Some(status) = &plan.status {
+        let patch = serde_json::json!({"status": status});
+        runs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(tool_error("write the status of", &name))?;
+        if status.phase.is_some_and(ToolRunPhase::is_finished) {
+            info!(run = %name, phase = status.phase.map(ToolRunPhase::as_str), "tool run finished");
+        }
+    }
+    if plan.delete_run {
+        match runs.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(tool_error("delete", &name)(err)),
+        }
+        return Ok(Requeue::await_change());
+    }
+    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// The Failed status of a run whose Job the API server refused.
+fn refused(run: &ToolRun, why: &str) -> ToolRunStatus {
+    ToolRunStatus {
+        phase: Some(ToolRunPhase::Failed),
+        message: Some(format!("the API server refused the tool's Job: {why}")),
+        finished_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        ..run.status.clone().unwrap_or_default()
+    }
+}
+
+/// What the Job named as the run is to the run.
+fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
+    let Some(job) = job else { return JobState::Missing };
+    let run_uid = run.metadata.uid.as_deref();
+    let controlled = job.owner_references().iter().any(|owner| {
+        owner.controller == Some(true) && Some(owner.uid.as_str()) == run_uid && owner.kind == "ToolRun"
+    });
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    if !controlled || uid.is_empty() {
+        return JobState::Foreign;
+    }
+    let status = job.status.clone().unwrap_or_default();
+    let holds = |type_: &str| {
+        status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
+    };
+    let phase = if holds("Complete").is_some() {
+        JobPhase::Complete
+    } else if let Some(failed) = holds("Failed") {
+        JobPhase::Failed {
+            reason: failed.reason.unwrap_or_default(),
+            message: failed.message.unwrap_or_default(),
+        }
+    } else {
+        JobPhase::Running
+    };
+    JobState::Ours { uid, phase, succeeded: status.succeeded.unwrap_or(0) }
+}
+
+/// What each Pod controlled by the Job `job_uid` ended with. A Pod another
+/// party made with the same labels is not among them: results come only
+/// from the run's own Job. Without completion indexes (API servers before
+/// Indexed Jobs) succeeded Pods are numbered in the order they finished.
+fn outcomes(job_uid: &str, pods: &[Pod]) -> Vec<PodOutcome> {
+    let mut outcomes: Vec<PodOutcome> = pods
+        .iter()
+        .filter(|pod| {
+            pod.owner_references().iter().any(|owner| owner.controller == Some(true) && owner.uid == job_uid)
+        })
+        .filter_map(|pod| {
+            let phase = pod.status.as_ref()?.phase.as_deref()?;
+            let first = pod.spec.as_ref()?.containers.first()?.name.as_str();
+            let terminated = pod
+                .status
+                .as_ref()?
+                .container_statuses
+                .iter()
+                .flatten()
+                .find(|status| status.name == first)
+                .and_then(|status| status.state.as_ref()?.terminated.clone());
+            let index = pod.annotations().get(COMPLETION_INDEX).and_then(|i| i.parse().ok());
+            Some(PodOutcome {
+                index: index.unwrap_or(-1),
+                succeeded: phase == "Succeeded",
+                exit_code: terminated.as_ref().map(|t| t.exit_code),
+                message: terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default(),
+                finished_at: terminated.and_then(|t| t.finished_at).map(|t| t.0),
+            })
+        })
+        .collect();
+    if outcomes.iter().all(|o| o.index < 0) {
+        let mut succeeded: Vec<&mut PodOutcome> = outcomes.iter_mut().filter(|o| o.succeeded).collect();
+        succeeded.sort_by_key(|o| o.finished_at);
+        for (index, outcome) in succeeded.into_iter().enumerate() {
+            outcome.index = index as i32;
+        }
+    }
+    outcomes
+}

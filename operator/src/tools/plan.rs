@@ -1,0 +1,235 @@
+//! What to do with one tool run (pure): create its Job, read its result,
+//! fail, cancel or delete it, and the status that says so.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use mining_api::tool::MAX_RESULT_BYTES;
+use mining_api::tool_schema::Schema;
+use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
+
+/// What the run's Job is, as observed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobState {
+    /// No Job of the run's name.
+    Missing,
+    /// A Job of the run's name that the run does not control.
+    Foreign,
+    /// The run's own Job.
+    Ours { uid: String, phase: JobPhase, succeeded: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobPhase {
+    Running,
+    Complete,
+    /// The Job controller gave up; its condition's reason and message.
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+/// What one Pod of the run's own Job (controlled by its uid) ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodOutcome {
+    /// The completion index (0 when the Job is not indexed).
+    pub index: i32,
+    pub succeeded: bool,
+    /// The first container's exit code and termination message.
+    pub exit_code: Option<i32>,
+    pub message: String,
+    /// When it finished, to tell the last failure.
+    pub finished_at: Option<Timestamp>,
+}
+
+pub struct Observed<'a> {
+    pub run: &'a ToolRun,
+    /// The run carries the frontend's proof.
+    pub proven: bool,
+    pub job: JobState,
+    /// The Pods of the run's own Job (read once it finished).
+    pub pods: Vec<PodOutcome>,
+    pub now: Timestamp,
+    pub default_ttl_seconds: u64,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    pub create_job: bool,
+    pub delete_job: bool,
+    pub delete_run: bool,
+    /// The status to write, when it changes.
+    pub status: Option<ToolRunStatus>,
+    pub requeue_after: Option<Duration>,
+}
+
+pub fn plan(observed: &Observed) -> Plan {
+    let run = observed.run;
+    let current = run.status.clone().unwrap_or_default();
+    let now = Time(observed.now);
+    let finish = |phase: ToolRunPhase, message: String| ToolRunStatus {
+        phase: Some(phase),
+        message: Some(message),
+        finished_at: Some(now.clone()),
+        ..current.clone()
+    };
+    let mut plan = Plan::default();
+    if run.phase().is_finished() {
+        plan.delete_job =
+            run.phase() == ToolRunPhase::Cancelled && matches!(observed.job, JobState::Ours { .. });
+        let ttl =
+            run.spec.ttl_seconds_after_finished.map_or(observed.default_ttl_seconds, |s| s.max(0) as u64);
+        let finished = current.finished_at.as_ref().map_or(observed.now, |t| t.0);
+        let age = observed.now.duration_since(finished).as_secs().max(0) as u64;
+        match ttl.checked_sub(age) {
+            Some(left) if left > 0 => plan.requeue_after = Some(Duration::from_secs(left)),
+            _ => plan.delete_run = true,
+        }
+        return plan;
+    }
+    let status = if !observed.proven {
+        finish(
+            ToolRunPhase::Failed,
+            "this run carries no valid proof of the MCP frontend: the operator runs only tool runs the \
+             frontend made (call the tool through MCP)"
+                .into(),
+        )
+    } else if run.spec.cancel {
+        plan.delete_job = matches!(observed.job, JobState::Ours { .. });
+        finish(ToolRunPhase::Cancelled, "cancelled".into())
+    } else {
+        match &observed.job {
+            JobState::Missing if current.job_uid.is_some() => {
+                finish(ToolRunPhase::Failed, "the run's Job was deleted before it finished".into())
+            }
+            JobState::Missing => {
+                plan.create_job = true;
+                ToolRunStatus {
+                    phase: Some(ToolRunPhase::Running),
+                    progress: Some(format!("0/{}", run.parts())),
+                    message: Some("the tool's Job is created".into()),
+                    started_at: current.started_at.clone().or(Some(now.clone())),
+                    ..current.clone()
+                }
+            }
+            JobState::Foreign => finish(
+                ToolRunPhase::Failed,
+                format!(
+                    "a Job named {} exists that this run did not make; its result cannot be trusted",
+                    run.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            JobState::Ours { uid, phase, succeeded } => {
+                let mut seen = ToolRunStatus {
+                    job_uid: Some(uid.clone()),
+                    progress: Some(format!("{}/{}", (*succeeded).clamp(0, run.parts()), run.parts())),
+                    started_at: current.started_at.clone().or(Some(now.clone())),
+                    ..current.clone()
+                };
+                match phase {
+                    JobPhase::Running => ToolRunStatus {
+                        phase: Some(ToolRunPhase::Running),
+                        message: Some("running".into()),
+                        ..seen
+                    },
+                    JobPhase::Complete => {
+                        seen.finished_at = Some(now.clone());
+                        match result_of(run, &observed.pods) {
+                            Ok(result) => ToolRunStatus {
+                                phase: Some(ToolRunPhase::Succeeded),
+                                message: Some("the tool finished".into()),
+                                result: Some(result),
+                                ..seen
+                            },
+                            Err(why) => ToolRunStatus {
+                                phase: Some(ToolRunPhase::Failed),
+                                message: Some(why),
+                                ..seen
+                            },
+                        }
+                    }
+                    JobPhase::Failed { reason, message } => {
+                        let failed = observed
+                            .pods
+                            .iter()
+                            .filter(|pod| !pod.succeeded && pod.exit_code.is_some())
+                            .max_by_key(|pod| pod.finished_at);
+                        seen.finished_at = Some(now.clone());
+                        seen.exit_code = failed.and_then(|pod| pod.exit_code);
+                        seen.phase = Some(ToolRunPhase::Failed);
+                        seen.message = Some(match failed {
+                            Some(pod) if !pod.message.trim().is_empty() => format!(
+                                "the tool failed (exit code {}): {}",
+                                pod.exit_code.unwrap_or_default(),
+                                pod.message.trim()
+                            ),
+                            Some(pod) => {
+                                format!("the tool failed (exit code {})", pod.exit_code.unwrap_or_default())
+                            }
+                            None => format!("the tool's Job failed ({reason}): {message}"),
+                        });
+                        seen
+                    }
+                }
+            }
+        }
+    };
+    if status != current {
+        plan.status = Some(status);
+    }
+    plan
+}
+
+/// The run's result from its own Pods' termination messages, checked
+/// against the output schema of its snapshot; or why there is none.
+fn result_of(run: &ToolRun, pods: &[PodOutcome]) -> Result<String, String> {
+    let schema = match run.spec.output_schema.as_deref() {
+        Some(text) => Some(
+            serde_json::from_str(text)
+                .map_err(|e| e.to_string())
+                .and_then(|schema| Schema::compile(&schema))
+                .map_err(|why| format!("the tool's outputSchema is not a usable JSON Schema: {why}"))?,
+        ),
+        None => None,
+    };
+    let parts = run.parts();
+    let mut outputs = Vec::with_capacity(parts as usize);
+    for index in 0..parts {
+        let Some(pod) = pods.iter().find(|pod| pod.succeeded && pod.index == index) else {
+            let part = if parts > 1 { format!(" of part {index}") } else { String::new() };
+            return Err(format!("the result{part} was lost with its Pod before it was read"));
+        };
+        let text = pod.message.trim();
+        if text.len() > MAX_RESULT_BYTES {
+            return Err(format!("the tool's result is larger than {MAX_RESULT_BYTES} bytes"));
+        }
+        let output = match &schema {
+            Some(schema) => {
+                let value: serde_json::Value = serde_json::from_str(text).map_err(|err| {
+                    if text.is_empty() {
+                        "the tool wrote no result to /dev/termination-log (its outputSchema needs one)"
+                            .to_string()
+                    } else {
+                        format!("the tool's result is not JSON ({err})")
+                    }
+                })?;
+                schema
+                    .check(&value)
+                    .map_err(|why| format!("the tool's result does not match its outputSchema: {why}"))?;
+                value
+            }
+            None => serde_json::Value::String(text.to_string()),
+        };
+        outputs.push(output);
+    }
+    Ok(match (parts, schema.is_some()) {
+        (1, true) => outputs[0].to_string(),
+        (1, false) => outputs[0].as_str().unwrap_or_default().to_string(),
+        _ => serde_json::Value::Array(outputs).to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+use k8s_openapi::jiff::Timestamp;
+use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
+use serde_json::json;
+
+use super::*;
+
+fn run(output_schema: Option<serde_json::Value>, parts: i32) -> ToolRun {
+    let mut value = json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+        "metadata": {"name": "mw-abc", "namespace": "tools", "uid": "run-uid"},
+        "spec": {"tool": "sum", "arguments": "{}", "jobTemplate": {"spec": {"completions": parts,
+            "template": {"spec": {"containers": [{"name": "tool", "image": "example/sum"}]}}}}},
+    });
+    if let Some(schema) = output_schema {
+        value["spec"]["outputSchema"] = json!(schema.to_string());
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+fn now() -> Timestamp {
+    "2026-11-25T01:00:00Z".parse().unwrap()
+}
+
+fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observed<'a> {
+    Observed { run, proven: true, job, pods, now: now(), default_ttl_seconds: 60 }
+}
+
+fn ours(phase: JobPhase, succeeded: i32) -> JobState {
+    JobState::Ours { uid: "job-uid".into(), phase, succeeded }
+}
+
+fn pod(index: i32, succeeded: bool, exit_code: i32, message: &str) -> PodOutcome {
+    PodOutcome {
+        index,
+        succeeded,
+        exit_code: Some(exit_code),
+        message: message.into(),
+        finished_at: Some(now()),
+    }
+}
+
+fn status(plan: &Plan) -> &ToolRunStatus {
+    plan.status.as_ref().expect("a status to write")
+}
+
+#[test]
+fn a_run_without_the_frontends_proof_never_gets_a_job() {
+    let run = run(None, 1);
+    let plan = plan(&Observed { proven: false, ..observe(&run, JobState::Missing, vec![]) });
+    assert!(!plan.create_job);
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Failed));
+    assert!(status(&plan).message.as_deref().unwrap().contains("no valid proof"));
+}
+
+#[test]
+fn a_new_run_creates_its_job_and_says_running() {
+    let run = run(None, 3);
+    let plan = plan(&observe(&run, JobState::Missing, vec![]));
+    assert!(plan.create_job);
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Running));
+    assert_eq!(status(&plan).progress.as_deref(), Some("0/3"));
+}
+
+#[test]
+fn progress_counts_completed_parts_and_an_unchanged_status_is_not_written() {
+    let mut run = run(None, 4);
+    let first = plan(&observe(&run, ours(JobPhase::Running, 2), vec![]));
+    assert_eq!(status(&first).progress.as_deref(), Some("2/4"));
+    run.status = first.status;
+    assert_eq!(plan(&observe(&run, ours(JobPhase::Running, 2), vec![])).status, None);
+}
+
+#[test]
+fn a_result_is_the_termination_message_checked_against_the_output_schema() {
+    let schema = json!({"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]});
+    let run = run(Some(schema), 1);
+    let done = plan(&observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, "{\"sum\": 6}\n")]));
+    assert_eq!(status(&done).phase, Some(ToolRunPhase::Succeeded));
+    assert_eq!(status(&done).result.as_deref(), Some(r#"{"sum":6}"#));
+    for (message, expect) in [
+        ("{\"total\": 6}", "does not match its outputSchema"),
+        ("six", "is not JSON"),
+        ("", "wrote no result"),
+    ] {
+        let failed = plan(&observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, message)]));
+        assert_eq!(status(&failed).phase, Some(ToolRunPhase::Failed), "{message}");
+        assert!(
+            status(&failed).message.as_deref().unwrap().contains(expect),
+            "{:?}",
+            status(&failed).message
+        );
+        assert_eq!(status(&failed).result, None);
+    }
+}
+
+#[test]
+fn without_an_output_schema_the_result_is_text() {
+    let run = run(None, 1);
+    let done = plan(&observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, "hello\n")]));
+    assert_eq!(status(&done).result.as_deref(), Some("hello"));
+}
+
+#[test]
+fn parts_give_an_array_in_index_order_and_a_lost_part_fails_the_run() {
+    let run = run(None, 2);
+    let pods = vec![pod(1, true, 0, "b"), pod(0, false, 1, "crash"), pod(0, true, 0, "a")];
+    let done = plan(&observe(&run, ours(JobPhase::Complete, 2), pods));
+    assert_eq!(status(&done).result.as_deref(), Some(r#"["a","b"]"#));
+    let lost = plan(&observe(&run, ours(JobPhase::Complete, 2), vec![pod(1, true, 0, "b")]));
+    assert!(status(&lost).message.as_deref().unwrap().contains("part 0 was lost"));
+}
+
+#[test]
+fn a_failed_pods_message_and_exit_code_become_the_error() {
+    let run = run(None, 1);
+    let failed = JobPhase::Failed { reason: "BackoffLimitExceeded".into(), message: "too many".into() };
+    let plan_ = plan(&observe(&run, ours(failed.clone(), 0), vec![pod(0, false, 3, "no such file\n")]));
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Failed));
+    assert_eq!(status(&plan_).exit_code, Some(3));
+    assert_eq!(status(&plan_).message.as_deref(), Some("the tool failed (exit code 3): no such file"));
+    let deadline = JobPhase::Failed { reason: "DeadlineExceeded".into(), message: "ran too long".into() };
+    let plan_ = plan(&observe(&run, ours(deadline, 0), vec![]));
+    assert_eq!(
+        status(&plan_).message.as_deref(),
+        Some("the tool's Job failed (DeadlineExceeded): ran too long")
+    );
+}
+
+#[test]
+fn a_foreign_job_or_a_deleted_one_fails_the_run_and_no_result_is_taken() {
+    let run_ = run(None, 1);
+    let plan_ = plan(&observe(&run_, JobState::Foreign, vec![pod(0, true, 0, "planted")]));
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Failed));
+    assert_eq!(status(&plan_).result, None);
+    assert!(!plan_.create_job);
+    let mut started = run(None, 1);
+    started.status = Some(ToolRunStatus { job_uid: Some("job-uid".into()), ..Default::default() });
+    let plan_ = plan(&observe(&started, JobState::Missing, vec![]));
+    assert!(!plan_.create_job, "a run's Job is made once");
+    assert!(status(&plan_).message.as_deref().unwrap().contains("deleted"));
+}
+
+#[test]
+fn cancel_deletes_the_job_and_ends_cancelled() {
+    let mut run = run(None, 1);
+    run.spec.cancel = true;
+    let plan_ = plan(&observe(&run, ours(JobPhase::Running, 0), vec![]));
+    assert!(plan_.delete_job);
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Cancelled));
+}
+
+#[test]
+fn a_finished_run_is_kept_for_its_ttl_then_deleted() {
+    let mut run = run(None, 1);
+    let finished_at = Time("2026-11-25T00:59:30Z".parse().unwrap());
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Succeeded),
+        finished_at: Some(finished_at),
+        ..Default::default()
+    });
+    let kept = plan(&observe(&run, ours(JobPhase::Complete, 1), vec![]));
+    assert_eq!((kept.delete_run, kept.requeue_after), (false, Some(Duration::from_secs(30))));
+    run.spec.ttl_seconds_after_finished = Some(10);
+    assert!(plan(&observe(&run, ours(JobPhase::Complete, 1), vec![])).delete_run);
+}
