@@ -1,13 +1,15 @@
-//! One watch of the namespace's MCP-started MiningWorkflows, shared by every
-//! request: tools read from its store, and waiting callers are woken by its
-//! events — no watch per request, no polling, no API read per poll.
+//! One watch of the namespace's MCP-started MiningWorkflows (and one of its
+//! ToolRuns), shared by every request: tools read from its store, and
+//! waiting callers are woken by its events — no watch per request, no
+//! polling, no API read per poll.
 //!
-//! Objects are cached untyped and read into `MiningWorkflow` on use, so an
+//! Objects are cached untyped and read into their type on use, so an
 //! object the Rust types cannot hold (a value the schema allows but a field
 //! cannot, a hand-edited status) is answered with a clear error for that one
-//! workflow instead of failing the list that every other workflow needs.
+//! object instead of failing the list that every other object needs.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,25 +17,55 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use mining_api::{MiningWorkflow, labels};
+use mining_api::{MiningWorkflow, ToolRun, labels};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 
+/// A kind the frontend caches: MCP-started objects with a caller label.
+pub trait Kind: kube::Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static {
+    /// What it is called in errors ("workflow", "tool run").
+    const NOUN: &'static str;
+    /// Why its stored status could not be read, when it could not.
+    fn unreadable(&self) -> Option<String>;
+}
+
+impl Kind for MiningWorkflow {
+    const NOUN: &'static str = "workflow";
+    fn unreadable(&self) -> Option<String> {
+        self.status.as_ref().and_then(|s| s.unreadable.clone())
+    }
+}
+
+impl Kind for ToolRun {
+    const NOUN: &'static str = "tool run";
+    fn unreadable(&self) -> Option<String> {
+        None
+    }
+}
+
 /// What the cache knows of one name.
 #[derive(Debug, Clone)]
-pub enum Cached {
+pub enum Entry<K> {
     /// Not in the cache (never created, deleted, or not seen yet).
     Missing,
-    /// There, but not readable as a MiningWorkflow; the text says why.
+    /// There, but not readable as its type; the text says why.
     Unreadable {
         caller_label: Option<String>,
         problem: String,
     },
-    Found(Box<MiningWorkflow>),
+    Found(Box<K>),
 }
 
-pub struct WorkflowCache {
+/// A cached workflow.
+pub type Cached = Entry<MiningWorkflow>;
+/// The workflow namespace's MCP workflows.
+pub type WorkflowCache = ObjectCache<MiningWorkflow>;
+/// The workflow namespace's tool runs.
+pub type RunCache = ObjectCache<ToolRun>;
+
+pub struct ObjectCache<K> {
     store: Store<DynamicObject>,
     resource: ApiResource,
     namespace: String,
@@ -41,16 +73,17 @@ pub struct WorkflowCache {
     /// One sender per name somebody waits on; woken on that name's events.
     waiters: Mutex<HashMap<String, watch::Sender<()>>>,
     metrics: Arc<Metrics>,
+    kind: PhantomData<fn() -> K>,
 }
 
-/// A caller's interest in one workflow; leaving it dropped unregisters it.
-pub struct Subscription<'a> {
-    cache: &'a WorkflowCache,
+/// A caller's interest in one object; leaving it dropped unregisters it.
+pub struct Subscription<'a, K> {
+    cache: &'a ObjectCache<K>,
     name: String,
     receiver: Option<watch::Receiver<()>>,
 }
 
-impl Subscription<'_> {
+impl<K> Subscription<'_, K> {
     /// Resolves at the next event for this workflow (or a re-list).
     pub async fn changed(&mut self) {
         if let Some(receiver) = self.receiver.as_mut()
@@ -62,7 +95,7 @@ impl Subscription<'_> {
     }
 }
 
-impl Drop for Subscription<'_> {
+impl<K> Drop for Subscription<'_, K> {
     fn drop(&mut self) {
         drop(self.receiver.take());
         let mut waiters = self.cache.lock_waiters();
@@ -73,14 +106,21 @@ impl Drop for Subscription<'_> {
     }
 }
 
-impl WorkflowCache {
+impl<K> ObjectCache<K> {
+    fn lock_waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<K: Kind> ObjectCache<K> {
     /// The cache and the future that keeps it filled (run it on a task).
     pub fn new(
         client: kube::Client,
         namespace: &str,
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, impl std::future::Future<Output = ()> + Send + 'static) {
-        let resource = ApiResource::erase::<MiningWorkflow>(&());
+        let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -91,6 +131,7 @@ impl WorkflowCache {
             ready: AtomicBool::new(false),
             waiters: Mutex::new(HashMap::new()),
             metrics,
+            kind: PhantomData,
         });
         // Only workflows started through MCP carry the caller label.
         // Paged: anyone may pad a workflow's metadata, so no list is held whole.
@@ -109,7 +150,7 @@ impl WorkflowCache {
                     Ok(event) => runner.on_event(event),
                     Err(err) => {
                         runner.metrics.watch_errors.inc();
-                        tracing::warn!(error = %err, "watching MiningWorkflows failed; retrying");
+                        tracing::warn!(error = %err, kind = K::NOUN, "watching failed; retrying");
                     }
                 }
             }
@@ -134,11 +175,6 @@ impl WorkflowCache {
         }
     }
 
-    fn lock_waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
-        // A panic while holding this lock cannot leave the map inconsistent.
-        self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     fn wake(&self, name: &str) {
         if let Some(sender) = self.lock_waiters().get(name) {
             sender.send_replace(());
@@ -153,7 +189,7 @@ impl WorkflowCache {
 
     /// Registers interest in `name` before reading it, so no change between
     /// the read and the wait is missed.
-    pub fn subscribe(&self, name: &str) -> Subscription<'_> {
+    pub fn subscribe(&self, name: &str) -> Subscription<'_, K> {
         let receiver =
             self.lock_waiters().entry(name.to_string()).or_insert_with(|| watch::channel(()).0).subscribe();
         self.metrics.waiters.inc();
@@ -165,27 +201,35 @@ impl WorkflowCache {
         self.ready.load(Ordering::Acquire)
     }
 
-    pub fn get(&self, name: &str) -> Cached {
+    pub fn get(&self, name: &str) -> Entry<K> {
         let key = ObjectRef::new_with(name, self.resource.clone()).within(&self.namespace);
         match self.store.get(&key) {
-            None => Cached::Missing,
-            Some(object) => read_workflow(&object),
+            None => Entry::Missing,
+            Some(object) => read(&object),
         }
     }
 
-    /// Every cached workflow.
-    pub fn all(&self) -> Vec<Cached> {
-        self.store.state().iter().map(|object| read_workflow(object)).collect()
+    /// Every cached object.
+    pub fn all(&self) -> Vec<Entry<K>> {
+        self.store.state().iter().map(|object| read(object)).collect()
     }
 
-    /// Every cached workflow carrying `caller_label`.
-    pub fn list_for(&self, caller_label: &str) -> Vec<Cached> {
+    /// Every cached object carrying `caller_label`.
+    pub fn list_for(&self, caller_label: &str) -> Vec<Entry<K>> {
         self.store
             .state()
             .iter()
             .filter(|object| caller_label_of(object) == Some(caller_label))
-            .map(|object| read_workflow(object))
+            .map(|object| read(object))
             .collect()
+    }
+
+    /// How many cached objects carry `caller_label`, and match `counted`.
+    pub fn count_for(&self, caller_label: &str, counted: impl Fn(&K) -> bool) -> usize {
+        self.list_for(caller_label)
+            .into_iter()
+            .filter(|entry| matches!(entry, Entry::Found(object) if counted(object)))
+            .count()
     }
 }
 
@@ -217,17 +261,22 @@ fn caller_label_of(object: &DynamicObject) -> Option<&str> {
 
 /// Reads a cached object as a MiningWorkflow, or says why it cannot be.
 pub fn read_workflow(object: &DynamicObject) -> Cached {
-    let parsed = serde_json::to_value(object).and_then(serde_json::from_value::<MiningWorkflow>);
+    read(object)
+}
+
+/// Reads a cached object as its kind, or says why it cannot be.
+pub fn read<K: Kind>(object: &DynamicObject) -> Entry<K> {
+    let parsed = serde_json::to_value(object).and_then(serde_json::from_value::<K>);
     match parsed {
-        Ok(workflow) => match workflow.status.as_ref().and_then(|s| s.unreadable.clone()) {
+        Ok(found) => match found.unreadable() {
             Some(problem) => {
-                Cached::Unreadable { caller_label: caller_label_of(object).map(str::to_string), problem }
+                Entry::Unreadable { caller_label: caller_label_of(object).map(str::to_string), problem }
             }
-            None => Cached::Found(Box::new(workflow)),
+            None => Entry::Found(Box::new(found)),
         },
-        Err(err) => Cached::Unreadable {
+        Err(err) => Entry::Unreadable {
             caller_label: caller_label_of(object).map(str::to_string),
-            problem: format!("the stored workflow cannot be read: {err}"),
+            problem: format!("the stored {} cannot be read: {err}", K::NOUN),
         },
     }
 }

@@ -8,7 +8,8 @@
 //! `http`, `auth` and `host_guard`. Decisions are pure (`contract` maps a
 //! status to an answer, `tasks` maps it to a task, `tools` checks arguments,
 //! `ids` makes and checks ids); `cache` is the one watch that every waiting
-//! call shares; `workflows` holds the few API calls.
+//! call shares; `workflows` holds the few API calls. `tool_runs` turns the
+//! McpTools of the namespace into tools whose calls are ToolRuns.
 
 pub mod auth;
 pub mod cache;
@@ -25,6 +26,7 @@ pub mod ownership;
 pub mod quota;
 pub mod serve;
 pub mod tasks;
+pub mod tool_runs;
 pub mod tools;
 pub mod workflows;
 

@@ -95,12 +95,26 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => OperatorWatch::unknown(),
     };
+    let tools = limits.tools();
+    let mut reserved: Vec<String> = tools.iter().map(|tool| tool.name.to_string()).collect();
+    reserved.extend(mcp_frontend::tool_runs::contract::COMPANIONS.map(str::to_string));
+    let (catalog, run_catalog) = mcp_frontend::tool_runs::catalog::ToolCatalog::new(
+        Api::namespaced(client.clone(), &namespace),
+        reserved,
+        metrics.clone(),
+    );
+    tokio::spawn(run_catalog);
+    let (runs, run_runs) = mcp_frontend::cache::RunCache::new(client.clone(), &namespace, metrics.clone());
+    tokio::spawn(run_runs);
     let core = Arc::new(Core {
+        catalog,
+        runs,
+        run_api: Api::namespaced(client.clone(), &namespace),
         previous,
         operator,
         keys: Arc::new(keys),
         namespace: namespace.clone(),
-        tools: limits.tools(),
+        tools,
         limits,
         quotas: Quotas {
             max_running: config.max_running_per_caller,

@@ -313,7 +313,7 @@ pub fn parse_args<T: DeserializeOwned>(
         .map_err(|err| format!("invalid arguments: {err}. {}", limits.allowed(tool)))
 }
 
-fn input_schema<T: JsonSchema + 'static>() -> JsonObject {
+pub(crate) fn input_schema<T: JsonSchema + 'static>() -> JsonObject {
     // Generated from our own types, which are objects: a failure is a bug caught by the unit tests.
     let mut schema =
         Value::Object(schema_for_input::<T>().map(|schema| schema.as_ref().clone()).unwrap_or_default());

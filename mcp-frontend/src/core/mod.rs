@@ -20,7 +20,7 @@ use kube::api::Api;
 use mining_api::{MiningLedger, MiningWorkflow};
 use rmcp::model::Tool;
 
-use crate::cache::{Cached, WorkflowCache};
+use crate::cache::{Cached, Entry, RunCache, WorkflowCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::operator_presence::{OperatorWatch, Presence};
@@ -62,6 +62,11 @@ pub struct Core {
     pub listens: WaitSlots,
     /// Whether an operator leads, so unfinished work nobody does says so.
     pub operator: Arc<OperatorWatch>,
+    /// The tools defined as McpTools in the workflow namespace.
+    pub catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
+    /// The tool runs of the workflow namespace, and their API.
+    pub runs: Arc<RunCache>,
+    pub run_api: Api<mining_api::ToolRun>,
     /// Where releases before the workflow namespace put MCP workflows (the
     /// release namespace): still found, listed, counted, waited on and
     /// cancelled there, never created there.
@@ -69,12 +74,22 @@ pub struct Core {
 }
 
 /// What a ledger's held workflows became: the workflow namespace's cache,
-/// then the previous namespace's.
+/// then the previous namespace's, then the tool runs (one ledger counts a
+/// caller's workflows and tool runs together). A run's proof binds its name
+/// and caller, and the ledger holds only names made for its caller: a
+/// proven run under a held name is the caller's.
 impl crate::quota::HeldWorkflows for Core {
     fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
         use crate::quota::Held;
-        match (self.cache.cached(name, owned), &self.previous) {
+        let held = match (self.cache.cached(name, owned), &self.previous) {
             (Held::NotSeen, Some(previous)) => previous.cache.cached(name, owned),
+            (held, _) => held,
+        };
+        match (held, self.runs.get(name)) {
+            (Held::NotSeen, Entry::Found(run)) if self.keys.proves_tool_run(&run) && !run.is_finished() => {
+                Held::Unfinished
+            }
+            (Held::NotSeen, Entry::Found(_) | Entry::Unreadable { .. }) => Held::Released,
             (held, _) => held,
         }
     }

@@ -202,7 +202,7 @@ pub async fn answer_listens(State(state): State<ListenState>, request: Request, 
 /// One acknowledged task, as this listen follows it.
 struct Followed<'a> {
     name: String,
-    subscription: Subscription<'a>,
+    subscription: Subscription<'a, mining_api::MiningWorkflow>,
     latest: Box<MiningWorkflow>,
     seen_in_cache: bool,
     /// The status and message last told.

@@ -16,7 +16,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::tasks_2026;
+use super::{tasks_2026, tool_calls};
 use crate::contract::{Progress, outcome, with_operator};
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
@@ -197,6 +197,16 @@ impl MiningServer {
     }
 }
 
+/// A companion tool's name as a metric label (a fixed set).
+fn companion_label(name: &str) -> &'static str {
+    use crate::tool_runs::contract::{CANCEL_TOOL_RUN, GET_TOOL_RESULT};
+    match name {
+        GET_TOOL_RESULT => GET_TOOL_RESULT,
+        CANCEL_TOOL_RUN => CANCEL_TOOL_RUN,
+        _ => crate::tool_runs::contract::LIST_TOOL_RUNS,
+    }
+}
+
 impl ServerHandler for MiningServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
@@ -215,11 +225,24 @@ impl ServerHandler for MiningServer {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.core.tools.clone()))
+        let mut tools = self.core.tools.clone();
+        // Defined tools, and their companions while any is defined.
+        let defined = self.core.catalog.listed();
+        if !defined.is_empty() {
+            tools.extend(defined);
+            tools.extend(tool_calls::companion_tools());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.core.tools.iter().find(|tool| tool.name == name).cloned()
+        self.core
+            .tools
+            .iter()
+            .find(|tool| tool.name == name)
+            .cloned()
+            .or_else(|| self.core.catalog.get(name).map(|tool| tool.listed.clone()))
+            .or_else(|| tool_calls::companion_tools().into_iter().find(|tool| tool.name == name))
     }
 
     async fn call_tool(
@@ -230,6 +253,33 @@ impl ServerHandler for MiningServer {
         let caller = caller_of(&ctx)?;
         let started = Instant::now();
         let Some(tool) = MiningTool::named(&request.name) else {
+            let name = request.name.to_string();
+            let companion = tool_calls::call_companion(
+                &self.core,
+                &caller,
+                &name,
+                request.arguments.clone(),
+                ctx.ct.cancelled(),
+            )
+            .await;
+            let answer = match companion {
+                Some(answer) => Some((answer, "companion")),
+                None => tool_calls::call_defined(
+                    &self.core,
+                    &caller,
+                    &name,
+                    request.arguments,
+                    ctx.ct.cancelled(),
+                )
+                .await
+                .map(|answer| (answer, "defined")),
+            };
+            if let Some((answer, kind)) = answer {
+                // Metric labels stay bounded: defined tools are counted as one.
+                let label = if kind == "defined" { "defined_tool" } else { companion_label(&name) };
+                self.core.record_call(label, answer.metric_outcome(), Some(started.elapsed()));
+                return Ok(answer.into_result().into());
+            }
             self.core.record_call("unknown", "error", None);
             return Err(McpError::invalid_params(
                 format!("unknown tool {:?}; this server has {}", request.name, MiningTool::names_in_words()),

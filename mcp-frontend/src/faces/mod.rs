@@ -9,6 +9,7 @@ pub mod listen_2026;
 pub mod mcp_tools;
 pub mod tasks_2025;
 pub mod tasks_2026;
+pub mod tool_calls;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};

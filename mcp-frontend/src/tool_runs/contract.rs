@@ -1,0 +1,272 @@
+//! What a tool run means to a model (pure): the same result contract as
+//! mining — `status`, `workflow_id`, `poll_after_seconds`, `result`,
+//! `error` — with `result` the tool's own output.
+
+use k8s_openapi::jiff::Timestamp;
+use mining_api::{ToolRun, ToolRunPhase};
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::contract::{MAX_POLL_AFTER_SECONDS, OutcomeStatus};
+
+pub const GET_TOOL_RESULT: &str = "get_tool_result";
+pub const CANCEL_TOOL_RUN: &str = "cancel_tool_run";
+pub const LIST_TOOL_RUNS: &str = "list_tool_runs";
+/// The companion tools every defined tool shares.
+pub const COMPANIONS: [&str; 3] = [GET_TOOL_RESULT, CANCEL_TOOL_RUN, LIST_TOOL_RUNS];
+
+/// The answer of a defined tool, `get_tool_result` and `cancel_tool_run`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ToolOutcome {
+    pub status: OutcomeStatus,
+    /// The id to pass to `get_tool_result` and `cancel_tool_run`.
+    pub workflow_id: String,
+    /// The tool called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Completed parts over all, e.g. "1/4".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// One sentence on where the run is.
+    pub status_message: String,
+    /// Present when `status` is `completed`: the tool's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// When `status` is `failed`: what went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the tool's container failed: its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// When `status` is `running`: seconds to wait before polling again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_after_seconds: Option<u32>,
+    /// When `status` is `running` or `not_found`: exactly what to do next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+impl ToolOutcome {
+    /// The same answer for an unknown, malformed, expired or foreign id.
+    pub fn not_found(workflow_id: &str) -> Self {
+        Self {
+            status: OutcomeStatus::NotFound,
+            workflow_id: workflow_id.to_string(),
+            tool: None,
+            progress: None,
+            status_message: "No tool run with this id exists for you (it may have expired).".into(),
+            result: None,
+            error: None,
+            exit_code: None,
+            poll_after_seconds: None,
+            next: Some("Call the tool again, or find the id with list_tool_runs.".into()),
+        }
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut text = format!("{} [{}] {}", self.workflow_id, self.status.as_str(), self.status_message);
+        if let Some(result) = &self.result {
+            text.push_str(&format!("\nresult: {}", result_text(result)));
+        }
+        if let Some(error) = &self.error {
+            text.push_str(&format!("\nerror: {error}"));
+        }
+        if let Some(next) = &self.next {
+            text.push_str(&format!("\n{next}"));
+        }
+        text
+    }
+}
+
+fn result_text(result: &Value) -> String {
+    match result {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What `run` means to the model that called it, at `now`.
+pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
+    let id = run.metadata.name.clone().unwrap_or_default();
+    let status = run.status.clone().unwrap_or_default();
+    let base = ToolOutcome {
+        tool: Some(run.spec.tool.clone()),
+        progress: status.progress.clone(),
+        next: None,
+        ..ToolOutcome::not_found(&id)
+    };
+    match run.phase() {
+        ToolRunPhase::Pending | ToolRunPhase::Running => {
+            let started = run.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+            let age = now.duration_since(started).as_secs().max(0) as u64;
+            let poll = (age / 4).clamp(1, u64::from(MAX_POLL_AFTER_SECONDS)) as u32;
+            ToolOutcome {
+                status: OutcomeStatus::Running,
+                status_message: match &status.progress {
+                    Some(progress) => format!("Running ({progress} parts done)"),
+                    None => "Waiting for the tool's Job to start".into(),
+                },
+                poll_after_seconds: Some(poll),
+                next: Some(format!("Call get_tool_result with workflow_id {id} after {poll} seconds.")),
+                ..base
+            }
+        }
+        ToolRunPhase::Succeeded => ToolOutcome {
+            status: OutcomeStatus::Completed,
+            status_message: "The tool finished".into(),
+            result: Some(parse_result(run)),
+            ..base
+        },
+        ToolRunPhase::Failed => ToolOutcome {
+            status: OutcomeStatus::Failed,
+            status_message: "The tool failed".into(),
+            error: Some(status.message.clone().unwrap_or_else(|| "the run failed".into())),
+            exit_code: status.exit_code,
+            ..base
+        },
+        ToolRunPhase::Cancelled => {
+            ToolOutcome { status: OutcomeStatus::Cancelled, status_message: "Cancelled".into(), ..base }
+        }
+    }
+}
+
+/// The stored result as the model reads it: JSON when the tool declares an
+/// output schema (the operator checked it), else text.
+fn parse_result(run: &ToolRun) -> Value {
+    let text = run.status.as_ref().and_then(|s| s.result.clone()).unwrap_or_default();
+    let parts = run.parts() > 1;
+    if run.spec.output_schema.is_some() || parts {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    } else {
+        Value::String(text)
+    }
+}
+
+/// `ToolOutcome`'s JSON Schema with `result` typed by the tool's
+/// `outputSchema` (text when it has none).
+pub fn outcome_schema(result: Option<&JsonObject>) -> JsonObject {
+    let mut schema = crate::tools::output_schema::<ToolOutcome>().as_ref().clone();
+    let typed = match result {
+        Some(result) => Value::Object(result.clone()),
+        None => json!({"type": "string"}),
+    };
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        properties.insert(
+            "result".into(),
+            json!({"description": "Present when `status` is `completed`: the tool's output.",
+                   "anyOf": [typed, {"type": "array"}]}),
+        );
+    }
+    schema
+}
+
+/// `get_tool_result`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetToolResultArgs {
+    /// The workflow_id a tool call answered with.
+    pub workflow_id: String,
+    /// Seconds to wait for the run to finish before answering.
+    #[serde(default)]
+    pub wait_seconds: Option<u32>,
+}
+
+/// `cancel_tool_run`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelToolRunArgs {
+    /// The workflow_id a tool call answered with.
+    pub workflow_id: String,
+}
+
+/// `list_tool_runs`'s arguments.
+#[derive(Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ListToolRunsArgs {
+    /// Only runs of this tool.
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Most runs listed, newest first (default 20).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One row of `list_tool_runs`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ListedRun {
+    pub workflow_id: String,
+    pub tool: String,
+    pub status: OutcomeStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// RFC 3339 creation time.
+    pub created: String,
+    pub status_message: String,
+}
+
+/// `list_tool_runs`' answer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct RunList {
+    pub runs: Vec<ListedRun>,
+    /// How many runs matched (more than listed when over the limit).
+    pub total: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mining_api::ToolRunStatus;
+
+    fn run(phase: ToolRunPhase, result: Option<&str>, schema: bool) -> ToolRun {
+        let mut run: ToolRun = serde_json::from_value(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+            "metadata": {"name": "mw-abc", "creationTimestamp": "2026-11-25T01:00:00Z"},
+            "spec": {"tool": "sum", "arguments": "{}", "jobTemplate": {}},
+        }))
+        .unwrap();
+        if schema {
+            run.spec.output_schema = Some(r#"{"type":"object"}"#.into());
+        }
+        run.status = Some(ToolRunStatus {
+            phase: Some(phase),
+            result: result.map(str::to_string),
+            message: Some("the tool failed (exit code 2): boom".into()),
+            exit_code: Some(2),
+            ..Default::default()
+        });
+        run
+    }
+
+    #[test]
+    fn each_phase_tells_the_model_what_to_do() {
+        let now: Timestamp = "2026-11-25T01:00:40Z".parse().unwrap();
+        let running = run_outcome(&run(ToolRunPhase::Running, None, false), now);
+        assert_eq!((running.status, running.poll_after_seconds), (OutcomeStatus::Running, Some(10)));
+        assert!(running.next.unwrap().contains("get_tool_result"));
+        let done = run_outcome(&run(ToolRunPhase::Succeeded, Some(r#"{"sum":3}"#), true), now);
+        assert_eq!(done.result, Some(json!({"sum": 3})));
+        let text = run_outcome(&run(ToolRunPhase::Succeeded, Some(r#"{"sum":3}"#), false), now);
+        assert_eq!(text.result, Some(json!(r#"{"sum":3}"#)), "without a schema the result is text");
+        let failed = run_outcome(&run(ToolRunPhase::Failed, None, false), now);
+        assert_eq!((failed.status, failed.exit_code), (OutcomeStatus::Failed, Some(2)));
+        assert!(failed.error.unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn the_listed_output_schema_types_the_result() {
+        let typed = json!({"type": "object", "properties": {"sum": {"type": "number"}}});
+        let schema = outcome_schema(typed.as_object());
+        assert_eq!(schema["properties"]["result"]["anyOf"][0], typed);
+        assert!(schema["required"].as_array().unwrap().contains(&json!("status")));
+        // The outcome, as answered, satisfies its own listed schema.
+        let answer = serde_json::to_value(run_outcome(
+            &run(ToolRunPhase::Succeeded, Some(r#"{"sum":3}"#), true),
+            Timestamp::now(),
+        ))
+        .unwrap();
+        let compiled = mining_api::tool_schema::Schema::compile(&Value::Object(schema)).unwrap();
+        assert_eq!(compiled.check(&answer), Ok(()));
+    }
+}

@@ -1,0 +1,250 @@
+//! Any container as a tool: calling an `McpTool` makes a `ToolRun` (with
+//! the same ownership proof, caller label and quota ledger as a workflow),
+//! waits for it within the budget, and finds, cancels and lists the
+//! caller's own runs. The protocol face is `faces::tool_calls`.
+
+pub mod catalog;
+pub mod contract;
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use mining_api::tool::MAX_ARGUMENTS_BYTES;
+use mining_api::{ToolRun, ToolRunSpec, annotations, labels};
+use rmcp::model::JsonObject;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::cache::Entry;
+use crate::core::{Answer, Core};
+use crate::ids::{Caller, WorkflowId};
+use crate::metrics::ReasonLabels;
+use crate::quota;
+use crate::workflows::MANAGER;
+use catalog::DefinedTool;
+
+/// What a caller may see of one run.
+pub enum RunView {
+    /// Unknown, malformed, expired or another caller's: all look the same.
+    Missing,
+    Found(Box<ToolRun>),
+}
+
+impl Core {
+    /// Whether `caller` made `run` through this frontend: the caller label
+    /// is theirs and the run carries the frontend's proof for exactly that.
+    pub fn owns_run(&self, run: &ToolRun, caller: &Caller) -> bool {
+        run.caller_label()
+            .is_some_and(|label| self.keys.caller_labels(&caller.digest).iter().any(|l| l == label))
+            && self.keys.proves_tool_run(run)
+    }
+
+    /// Checks a call's arguments against the tool and makes its run. The
+    /// error is the answer; nothing is created unless the call is valid
+    /// and within the caller's limits.
+    pub async fn start_run(
+        &self,
+        caller: &Caller,
+        name: &str,
+        tool: &DefinedTool,
+        arguments: Option<JsonObject>,
+    ) -> Result<Box<ToolRun>, Answer> {
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let text = arguments.to_string();
+        if text.len() > MAX_ARGUMENTS_BYTES {
+            return Err(Answer::InvalidArguments(format!(
+                "the arguments are {} bytes of JSON; {name} takes at most {MAX_ARGUMENTS_BYTES}",
+                text.len()
+            )));
+        }
+        tool.input.check(&arguments).map_err(|why| {
+            Answer::InvalidArguments(format!("the arguments do not match {name}'s inputSchema: {why}"))
+        })?;
+        if let Some(limit) = tool.spec.max_running_per_caller {
+            let unfinished = self
+                .keys
+                .caller_labels(&caller.digest)
+                .iter()
+                .map(|label| {
+                    self.runs.count_for(label, |run| {
+                        run.spec.tool == name && !run.is_finished() && self.owns_run(run, caller)
+                    })
+                })
+                .sum::<usize>();
+            if unfinished >= limit as usize {
+                self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: "tool_running" }).inc();
+                return Err(Answer::Refused(format!(
+                    "you already have {unfinished} unfinished calls of {name} (its limit is {limit}); retry \
+                     when one has finished (wait for it with get_tool_result) or stop one with cancel_tool_run"
+                )));
+            }
+        }
+        let id = WorkflowId::random(&self.keys, caller)
+            .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
+        let owned = |workflow: &mining_api::MiningWorkflow| self.owns(workflow, caller);
+        let ledgers = quota::Ledgers {
+            ledgers: &self.ledgers,
+            workflows: &self.api,
+            previous: self.previous.as_ref().map(|p| &p.api),
+            keys: &self.keys,
+            quotas: self.quotas,
+        };
+        let reserved =
+            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self, owned)).await;
+        if let Err(refusal) = reserved {
+            self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
+            return Err(Answer::Refused(refusal.to_string()));
+        }
+        let run = self.build_run(caller, &id, name, tool, text);
+        let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+        match self.api_call("create", self.run_api.create(&params, &run)).await {
+            Ok(created) => {
+                tracing::info!(run = %id, tool = name, caller = %caller.name, "tool run started");
+                Ok(Box::new(created))
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(Answer::Refused("the new run's id is taken; try again".into()))
+            }
+            Err(err) => {
+                self.count_api_error("create");
+                Err(Answer::Refused(format!("could not start {name}: {err}; nothing was created, try again")))
+            }
+        }
+    }
+
+    /// The run a call makes: the tool's definition as it is now, the
+    /// arguments as validated, the caller's label, and the proof of it all.
+    fn build_run(
+        &self,
+        caller: &Caller,
+        id: &WorkflowId,
+        name: &str,
+        tool: &DefinedTool,
+        arguments: String,
+    ) -> ToolRun {
+        let spec = ToolRunSpec {
+            tool: name.to_string(),
+            arguments,
+            output_schema: tool.output_schema.clone(),
+            job_template: tool.spec.job_template.clone(),
+            ttl_seconds_after_finished: tool.spec.ttl_seconds_after_finished,
+            cancel: false,
+        };
+        let mut run = ToolRun::new(id.as_str(), spec);
+        run.metadata.namespace = Some(self.namespace.clone());
+        run.metadata.labels = Some(
+            [
+                (labels::CALLER.to_string(), self.keys.caller_label(&caller.digest)),
+                (labels::MANAGED_BY.to_string(), MANAGER.to_string()),
+            ]
+            .into(),
+        );
+        let proof = self.keys.tool_run_proof(&run);
+        run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
+        run
+    }
+
+    /// The run behind `id_text` as this caller may see it.
+    pub async fn find_run(&self, caller: &Caller, id_text: &str) -> Result<RunView, String> {
+        let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else {
+            return Ok(RunView::Missing);
+        };
+        match self.runs.get(id.as_str()) {
+            Entry::Found(run) if self.owns_run(&run, caller) => Ok(RunView::Found(run)),
+            Entry::Found(_) | Entry::Unreadable { .. } => Ok(RunView::Missing),
+            Entry::Missing => match self.api_call("get", self.run_api.get_opt(id.as_str())).await {
+                Ok(Some(run)) if self.owns_run(&run, caller) => Ok(RunView::Found(Box::new(run))),
+                Ok(_) => Ok(RunView::Missing),
+                Err(err) => {
+                    self.count_api_error("get");
+                    Err(format!("cannot read the tool run: {err}"))
+                }
+            },
+        }
+    }
+
+    /// Waits until `deadline` for the caller's `latest` run to finish (or
+    /// until `gone` resolves); the run as last seen, `Missing` once deleted.
+    pub async fn wait_run(
+        &self,
+        caller: &Caller,
+        mut latest: Box<ToolRun>,
+        deadline: Instant,
+        gone: impl Future<Output = ()>,
+    ) -> RunView {
+        let name = latest.metadata.name.clone().unwrap_or_default();
+        let Ok(_slot) = self.waits.take(&caller.digest) else { return RunView::Found(latest) };
+        let mut subscription = self.runs.subscribe(&name);
+        let mut seen_in_cache = false;
+        let mut gone = std::pin::pin!(gone);
+        loop {
+            match self.runs.get(&name) {
+                Entry::Found(run) => {
+                    seen_in_cache = true;
+                    latest = run;
+                }
+                Entry::Missing if seen_in_cache => return RunView::Missing,
+                Entry::Missing | Entry::Unreadable { .. } => {}
+            }
+            if latest.is_finished() || Instant::now() >= deadline {
+                return RunView::Found(latest);
+            }
+            tokio::select! {
+                () = subscription.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = &mut gone => return RunView::Found(latest),
+            }
+        }
+    }
+
+    /// Asks the operator to stop the caller's run `id_text`, and waits up
+    /// to `confirm` for it to say so.
+    pub async fn cancel_run(
+        &self,
+        caller: &Caller,
+        id_text: &str,
+        confirm: Duration,
+    ) -> Result<RunView, String> {
+        let run = match self.find_run(caller, id_text).await? {
+            RunView::Found(run) => run,
+            RunView::Missing => return Ok(RunView::Missing),
+        };
+        if run.is_finished() {
+            return Ok(RunView::Found(run));
+        }
+        let name = run.metadata.name.clone().unwrap_or_default();
+        if !run.spec.cancel {
+            // `cancel` is no part of the proof: setting it keeps the run the caller's.
+            let patch = serde_json::json!({"spec": {"cancel": true}});
+            let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+            if let Err(err) =
+                self.api_call("patch", self.run_api.patch(&name, &params, &Patch::Merge(&patch))).await
+            {
+                self.count_api_error("patch");
+                return Err(format!("could not cancel: {err}"));
+            }
+            tracing::info!(run = %name, caller = %caller.name, "tool run cancel requested");
+        }
+        Ok(self.wait_run(caller, run, Instant::now() + confirm, std::future::pending()).await)
+    }
+
+    /// The caller's own runs, newest first (optionally of one tool).
+    pub fn list_runs(&self, caller: &Caller, tool: Option<&str>) -> Vec<Box<ToolRun>> {
+        let mut runs: Vec<Box<ToolRun>> = self
+            .keys
+            .caller_labels(&caller.digest)
+            .iter()
+            .flat_map(|label| self.runs.list_for(label))
+            .filter_map(|entry| match entry {
+                Entry::Found(run) if self.owns_run(&run, caller) => Some(run),
+                _ => None,
+            })
+            .filter(|run| tool.is_none_or(|tool| run.spec.tool == tool))
+            .collect();
+        let created =
+            |run: &ToolRun| run.metadata.creation_timestamp.as_ref().map_or(Timestamp::MIN, |t| t.0);
+        runs.sort_by(|a, b| created(b).cmp(&created(a)).then_with(|| a.metadata.name.cmp(&b.metadata.name)));
+        runs
+    }
+}
