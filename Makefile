@@ -21,7 +21,7 @@ MUSL      := $(shell uname -m)-unknown-linux-musl
 # Extra `helm upgrade --install` arguments, e.g. HELM_ARGS='--set frontend.auth.mode=kubernetes'.
 HELM_ARGS ?=
 
-IMAGES = miner operator mcp-frontend
+IMAGES = miner operator mcp-frontend sum-numbers
 
 .PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down
 
@@ -40,16 +40,17 @@ test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 kind-up: ## create the kind cluster $(CLUSTER) (no-op when it exists)
 	$(KIND) get clusters | grep -qx '$(CLUSTER)' || $(KIND) create cluster --name '$(CLUSTER)'
 
-images: ## build mining-operator/{miner,operator,mcp-frontend}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
+images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
 ifeq ($(BINARIES),prebuilt)
-	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend
+	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers
 	@mkdir -p target/images
 	@for image in $(IMAGES); do cp "$${CARGO_TARGET_DIR:-target}/$(MUSL)/release/$$image" target/images/ || exit 1; done
 endif
 	@for image in $(IMAGES); do \
 	  if [ '$(BINARIES)' = prebuilt ]; then context=target/images; else context=.; fi; \
-	  echo "$(ENGINE) build -f $$image/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
-	  $(ENGINE) build -q -f $$image/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
+	  dir=$$image; [ -d "$$dir" ] || dir=examples/$$image; \
+	  echo "$(ENGINE) build -f $$dir/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
+	  $(ENGINE) build -q -f $$dir/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
 	done
 
 kind-load: images ## load the images into the kind cluster as image archives (tags, not :latest, so IfNotPresent uses them)
