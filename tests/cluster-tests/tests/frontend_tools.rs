@@ -1,0 +1,210 @@
+//! Any container as a durable MCP tool, on the real control plane: an admin
+//! applies `McpTool`s (the example image `mining-operator/sum-numbers`),
+//! real SDK clients list and call them, and the operator runs each call as
+//! one Job whose own Pod's termination message is the result.
+
+use std::time::Duration;
+
+use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured};
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use mining_api::{McpTool, ToolRun, ToolRunPhase, labels};
+use serde_json::{Value, json};
+
+const ALICE: Option<&str> = Some("alice-secret");
+const BOB: Option<&str> = Some("bob-secret");
+const IMAGE: &str = "mining-operator/sum-numbers:dev";
+
+fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
+    let mut value = json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
+        "metadata": {"name": name},
+        "spec": {
+            "description": "Adds numbers.",
+            "inputSchema": {"type": "object", "properties": {
+                "numbers": {"type": "array", "items": {"type": "number"}},
+                "delay_seconds": {"type": "integer", "minimum": 0, "maximum": 600},
+                "label": {"type": "string"}, "fail": {"type": "string"}},
+                "required": ["numbers"], "additionalProperties": false},
+            "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]},
+            "waitBudgetSeconds": wait_budget_seconds,
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "tool", "image": IMAGE}]}}}},
+        },
+    });
+    if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+async fn setup(name: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    let ns = TestNamespace::new(name).await;
+    install_crd(&ns.client).await;
+    let key = ownership_key_file(&ns.name);
+    let operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let frontend =
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
+    let tools: Api<McpTool> = ns.api();
+    eventually("McpTools to be served", Duration::from_secs(30), || async {
+        tools.list(&ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await;
+    (ns, operator, frontend)
+}
+
+async fn listed_names(url: &str) -> Vec<String> {
+    let listed = Sdk::TypeScript.run(url, ALICE, false, &["tools"]).await;
+    listed["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_string)).collect()
+}
+
+async fn call(sdk: Sdk, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
+    structured(&sdk.call(url, token, tool, arguments).await).clone()
+}
+
+#[tokio::test]
+async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_its_callers() {
+    let (ns, _operator, frontend) = setup("tools-call").await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    for defined in [tool("sum-numbers", 20, json!({})), tool("slow-sum", 1, json!({}))] {
+        tools.create(&PostParams::default(), &defined).await.unwrap();
+    }
+    eventually("both tools to be listed", Duration::from_secs(30), || async {
+        let names = listed_names(&url).await;
+        (names.contains(&"sum-numbers".to_string())
+            && names.contains(&"slow-sum".to_string())
+            && names.contains(&"get_tool_result".to_string()))
+        .then_some(())
+    })
+    .await;
+
+    // Inline within the budget; shell in the arguments reaches the tool as data.
+    let shell = "\"; rm -rf / $(reboot)\n`id` && echo pwned";
+    let done =
+        call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2, 3], "label": shell})).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["sum"], 6.0);
+    assert_eq!(done["result"]["label"], shell, "the arguments arrived verbatim, as data");
+
+    // Slower than its budget: running, then polled to its result.
+    let running = call(Sdk::Python, &url, ALICE, "slow-sum", json!({"numbers": [2, 2], "delay_seconds": 4})).await;
+    assert_eq!(running["status"], "running", "{running:#}");
+    let id = running["workflow_id"].as_str().unwrap().to_string();
+    assert!(running["poll_after_seconds"].as_u64().is_some());
+    let polled =
+        call(Sdk::Python, &url, ALICE, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 60})).await;
+    assert_eq!(polled["status"], "completed", "{polled:#}");
+    assert_eq!(polled["result"]["sum"], 4.0);
+
+    // Another caller sees nothing of it.
+    let foreign = call(Sdk::Python, &url, BOB, "get_tool_result", json!({"workflow_id": id})).await;
+    assert_eq!(foreign["status"], "not_found", "{foreign:#}");
+    let bobs = call(Sdk::TypeScript, &url, BOB, "list_tool_runs", json!({})).await;
+    assert_eq!(bobs["total"], 0, "{bobs:#}");
+    let alices = call(Sdk::TypeScript, &url, ALICE, "list_tool_runs", json!({})).await;
+    assert_eq!(alices["total"], 2, "{alices:#}");
+
+    // A schema violation is a clear error and creates nothing.
+    let runs: Api<ToolRun> = ns.api();
+    let before = runs.list(&ListParams::default()).await.unwrap().items.len();
+    let invalid = Sdk::Python.call(&url, ALICE, "sum-numbers", json!({"numbers": "many"})).await;
+    let text = invalid.to_string();
+    assert!(text.contains("inputSchema") && text.contains("numbers"), "{invalid:#}");
+    assert_eq!(runs.list(&ListParams::default()).await.unwrap().items.len(), before, "nothing was created");
+
+    // A failing Pod: its message and exit code are the run's error.
+    let failed = call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1], "fail": "boom"})).await;
+    assert_eq!(failed["status"], "failed", "{failed:#}");
+    assert_eq!(failed["exit_code"], 3);
+    assert!(failed["error"].as_str().unwrap().contains("asked to fail: boom"), "{failed:#}");
+
+    // What `kubectl get toolruns` shows.
+    let stored = runs.get(&id).await.unwrap();
+    assert_eq!(stored.phase(), ToolRunPhase::Succeeded);
+    assert_eq!(stored.spec.tool, "slow-sum");
+    assert_eq!(stored.status.unwrap().progress.as_deref(), Some("1/1"));
+}
+
+#[tokio::test]
+async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_runs_never_run() {
+    let (ns, _operator, frontend) = setup("tools-life").await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &tool("slow-sum", 1, json!({"maxRunningPerCaller": 2}))).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
+    })
+    .await;
+
+    // Two long runs fill alice's limit of this tool; a third is refused.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let running = call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [1], "delay_seconds": 300})).await;
+        assert_eq!(running["status"], "running", "{running:#}");
+        ids.push(running["workflow_id"].as_str().unwrap().to_string());
+    }
+    let refused = Sdk::Python.call(&url, ALICE, "slow-sum", json!({"numbers": [1]})).await.to_string();
+    assert!(refused.contains("its limit is 2"), "{refused}");
+    assert!(!refused.contains("bob"), "{refused}");
+    // Bob's limit is his own.
+    let bobs = call(Sdk::Python, &url, BOB, "slow-sum", json!({"numbers": [5], "delay_seconds": 3})).await;
+    assert_eq!(bobs["status"], "running", "{bobs:#}");
+
+    // Cancel: the Job goes, the run ends Cancelled; bob cannot cancel alice's.
+    let foreign = call(Sdk::Python, &url, BOB, "cancel_tool_run", json!({"workflow_id": ids[0]})).await;
+    assert_eq!(foreign["status"], "not_found", "{foreign:#}");
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": ids[0]})).await;
+    let cancelled =
+        call(Sdk::Python, &url, ALICE, "get_tool_result", json!({"workflow_id": ids[0], "wait_seconds": 30})).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+    let jobs: Api<Job> = ns.api();
+    eventually("the cancelled run's Job to go", Duration::from_secs(30), || async {
+        jobs.get_opt(&ids[0]).await.unwrap().is_none_or(|job| job.metadata.deletion_timestamp.is_some()).then_some(())
+    })
+    .await;
+
+    // Edited, then deleted, while bob's run is in flight: it finishes as defined at its start.
+    let broken = json!({"spec": {"jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "tool", "image": "local/failing-miner"}]}}}}}});
+    tools.patch("slow-sum", &PatchParams::default(), &Patch::Merge(&broken)).await.unwrap();
+    tools.delete("slow-sum", &DeleteParams::default()).await.unwrap();
+    let bob_id = bobs["workflow_id"].as_str().unwrap();
+    let finished =
+        call(Sdk::Python, &url, BOB, "get_tool_result", json!({"workflow_id": bob_id, "wait_seconds": 60})).await;
+    assert_eq!(finished["status"], "completed", "{finished:#}");
+    assert_eq!(finished["result"]["sum"], 5.0);
+    eventually("the deleted tool to leave the list", Duration::from_secs(30), || async {
+        (!listed_names(&url).await.contains(&"slow-sum".to_string())).then_some(())
+    })
+    .await;
+
+    // A ToolRun made directly (alice's label, a template of one's choosing)
+    // is never run, and is nobody's.
+    let runs: Api<ToolRun> = ns.api();
+    let alice_label = alice_label_of(&runs, &ids[1]).await;
+    let planted: ToolRun = serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+        "metadata": {"name": "planted-run", "labels": {labels::CALLER: alice_label}},
+        "spec": {"tool": "slow-sum", "arguments": "{\"numbers\":[1]}", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "tool", "image": IMAGE}]}}}}},
+    }))
+    .unwrap();
+    runs.create(&PostParams::default(), &planted).await.unwrap();
+    let failed = eventually("the planted run to be refused", Duration::from_secs(30), || async {
+        let run = runs.get("planted-run").await.ok()?;
+        (run.phase() == ToolRunPhase::Failed).then_some(run)
+    })
+    .await;
+    assert!(failed.status.unwrap().message.unwrap().contains("no valid proof"));
+    assert!(jobs.get_opt("planted-run").await.unwrap().is_none(), "no Job for a run the frontend did not make");
+    let listed = call(Sdk::TypeScript, &url, ALICE, "list_tool_runs", json!({})).await;
+    assert!(!listed.to_string().contains("planted-run"), "{listed:#}");
+    let seen = call(Sdk::TypeScript, &url, ALICE, "get_tool_result", json!({"workflow_id": "planted-run"})).await;
+    assert_eq!(seen["status"], "not_found");
+}
+
+async fn alice_label_of(runs: &Api<ToolRun>, id: &str) -> String {
+    runs.get(id).await.unwrap().caller_label().unwrap().to_string()
+}
