@@ -225,14 +225,7 @@ impl ServerHandler for MiningServer {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut tools = self.core.tools.clone();
-        // Defined tools, and their companions while any is defined.
-        let defined = self.core.catalog.listed();
-        if !defined.is_empty() {
-            tools.extend(defined);
-            tools.extend(tool_calls::companion_tools());
-        }
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(self.core.listed_tools()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -242,7 +235,9 @@ impl ServerHandler for MiningServer {
             .find(|tool| tool.name == name)
             .cloned()
             .or_else(|| self.core.catalog.get(name).map(|tool| tool.listed.clone()))
-            .or_else(|| tool_calls::companion_tools().into_iter().find(|tool| tool.name == name))
+            .or_else(|| {
+                crate::tool_runs::contract::companion_tools().into_iter().find(|tool| tool.name == name)
+            })
     }
 
     async fn call_tool(

@@ -225,7 +225,7 @@ impl CoreTasks {
     async fn answer(self, route: Route, id: Value, params: Value, headers: &HeaderMap) -> Response {
         let outcome = match route {
             Route::Initialize => Ok(self.initialize()),
-            Route::ListTools => Ok(tools_json(&self.core.tools)),
+            Route::ListTools => Ok(tools_json(&self.core.listed_tools())),
             Route::CreateTask => self.create(params, headers).await,
             Route::Get => self.get(&params).await,
             Route::List => self.list(&params),
@@ -270,7 +270,7 @@ impl CoreTasks {
 
     async fn create(&self, params: Value, headers: &HeaderMap) -> Result<Value, McpError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-        if !self.core.tools.iter().any(|tool| tool.name == name) {
+        if !self.core.listed_tools().iter().any(|tool| tool.name == name) {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         }
         if name != START_MINING {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use tokio::time::Instant;
 
 use crate::contract::OutcomeStatus;
@@ -15,7 +15,7 @@ use crate::tool_runs::contract::{
     CANCEL_TOOL_RUN, CancelToolRunArgs, GET_TOOL_RESULT, GetToolResultArgs, LIST_TOOL_RUNS, ListToolRunsArgs,
     ListedRun, RunList, ToolOutcome, run_outcome,
 };
-use crate::tools::{input_schema, output_schema, parse_args};
+use crate::tools::parse_args;
 
 /// How long `cancel_tool_run` waits for the operator to confirm.
 const CANCEL_CONFIRM_WAIT: Duration = Duration::from_secs(5);
@@ -78,39 +78,6 @@ fn structured(text: String, value: &impl serde::Serialize, is_error: bool) -> Ca
     result
 }
 
-/// The companion tools' listings.
-pub fn companion_tools() -> Vec<Tool> {
-    let outcome = output_schema::<ToolOutcome>();
-    vec![
-        Tool::new(
-            GET_TOOL_RESULT,
-            "Get the state or result of a tool run by the workflow_id a tool call answered with. \"completed\" \
-             carries the result; \"running\" means call again after poll_after_seconds; \"failed\" and \
-             \"cancelled\" are final; \"not_found\" means the id is unknown to you.",
-            input_schema::<GetToolResultArgs>(),
-        )
-        .with_title("Get tool result")
-        .with_raw_output_schema(outcome.clone())
-        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
-        Tool::new(
-            CANCEL_TOOL_RUN,
-            "Cancel a tool run by its workflow_id. A finished run is left as it is.",
-            input_schema::<CancelToolRunArgs>(),
-        )
-        .with_title("Cancel tool run")
-        .with_raw_output_schema(outcome)
-        .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false)),
-        Tool::new(
-            LIST_TOOL_RUNS,
-            "List your tool runs, newest first, with their workflow_id, tool and status.",
-            input_schema::<ListToolRunsArgs>(),
-        )
-        .with_title("List tool runs")
-        .with_raw_output_schema(output_schema::<RunList>())
-        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
-    ]
-}
-
 /// Calls the defined tool `name`: a run within the caller's limits, waited
 /// for within the tool's budget. `None` when no such tool is defined.
 pub async fn call_defined(
@@ -149,8 +116,11 @@ pub async fn call_companion(
     Some(match name {
         GET_TOOL_RESULT => {
             let (args, wait) = match parse_args::<GetToolResultArgs>(limits, GET_TOOL_RESULT, arguments)
-                .and_then(|args| limits.wait_seconds(args.wait_seconds, 0).map(|wait| (args, wait)))
-            {
+                .and_then(|args| {
+                    let wait = limits.wait().check(args.wait_seconds.unwrap_or(0));
+                    wait.map(|wait| (args, wait))
+                        .map_err(|err| format!("{err}; poll with get_tool_result for longer"))
+                }) {
                 Ok(parsed) => parsed,
                 Err(text) => return Some(invalid(text)),
             };

@@ -4,12 +4,13 @@
 
 use k8s_openapi::jiff::Timestamp;
 use mining_api::{ToolRun, ToolRunPhase};
-use rmcp::model::JsonObject;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::contract::{MAX_POLL_AFTER_SECONDS, OutcomeStatus};
+use crate::tools::{input_schema, output_schema};
 
 pub const GET_TOOL_RESULT: &str = "get_tool_result";
 pub const CANCEL_TOOL_RUN: &str = "cancel_tool_run";
@@ -212,6 +213,39 @@ pub struct RunList {
     pub runs: Vec<ListedRun>,
     /// How many runs matched (more than listed when over the limit).
     pub total: u32,
+}
+
+/// The companion tools' listings.
+pub fn companion_tools() -> Vec<Tool> {
+    let outcome = output_schema::<ToolOutcome>();
+    vec![
+        Tool::new(
+            GET_TOOL_RESULT,
+            "Get the state or result of a tool run by the workflow_id a tool call answered with. \"completed\" \
+             carries the result; \"running\" means call again after poll_after_seconds; \"failed\" and \
+             \"cancelled\" are final; \"not_found\" means the id is unknown to you.",
+            input_schema::<GetToolResultArgs>(),
+        )
+        .with_title("Get tool result")
+        .with_raw_output_schema(outcome.clone())
+        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+        Tool::new(
+            CANCEL_TOOL_RUN,
+            "Cancel a tool run by its workflow_id. A finished run is left as it is.",
+            input_schema::<CancelToolRunArgs>(),
+        )
+        .with_title("Cancel tool run")
+        .with_raw_output_schema(outcome)
+        .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false)),
+        Tool::new(
+            LIST_TOOL_RUNS,
+            "List your tool runs, newest first, with their workflow_id, tool and status.",
+            input_schema::<ListToolRunsArgs>(),
+        )
+        .with_title("List tool runs")
+        .with_raw_output_schema(output_schema::<RunList>())
+        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+    ]
 }
 
 #[cfg(test)]

@@ -32,6 +32,18 @@ pub enum RunView {
 }
 
 impl Core {
+    /// Every tool as `tools/list` answers: the mining tools, then the
+    /// defined tools and, while any is defined, their companions.
+    pub fn listed_tools(&self) -> Vec<rmcp::model::Tool> {
+        let mut tools = self.tools.clone();
+        let defined = self.catalog.listed();
+        if !defined.is_empty() {
+            tools.extend(defined);
+            tools.extend(contract::companion_tools());
+        }
+        tools
+    }
+
     /// Whether `caller` made `run` through this frontend: the caller label
     /// is theirs and the run carries the frontend's proof for exactly that.
     pub fn owns_run(&self, run: &ToolRun, caller: &Caller) -> bool {

@@ -56,7 +56,25 @@ async fn setup(name: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) 
 
 async fn listed_names(url: &str) -> Vec<String> {
     let listed = Sdk::TypeScript.run(url, ALICE, false, &["tools"]).await;
-    listed["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_string)).collect()
+    listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Polls `get_tool_result` (20 s a call, the frontend's budget) until the
+/// run is no longer running, for at most two minutes.
+async fn settle(sdk: Sdk, url: &str, token: Option<&str>, id: &str) -> Value {
+    for _ in 0..6 {
+        let seen =
+            call(sdk, url, token, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 20})).await;
+        if seen["status"] != "running" {
+            return seen;
+        }
+    }
+    panic!("run {id} still running after two minutes");
 }
 
 async fn call(sdk: Sdk, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
@@ -83,18 +101,19 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     // Inline within the budget; shell in the arguments reaches the tool as data.
     let shell = "\"; rm -rf / $(reboot)\n`id` && echo pwned";
     let done =
-        call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2, 3], "label": shell})).await;
+        call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2, 3], "label": shell}))
+            .await;
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["sum"], 6.0);
     assert_eq!(done["result"]["label"], shell, "the arguments arrived verbatim, as data");
 
     // Slower than its budget: running, then polled to its result.
-    let running = call(Sdk::Python, &url, ALICE, "slow-sum", json!({"numbers": [2, 2], "delay_seconds": 4})).await;
+    let running =
+        call(Sdk::Python, &url, ALICE, "slow-sum", json!({"numbers": [2, 2], "delay_seconds": 4})).await;
     assert_eq!(running["status"], "running", "{running:#}");
     let id = running["workflow_id"].as_str().unwrap().to_string();
     assert!(running["poll_after_seconds"].as_u64().is_some());
-    let polled =
-        call(Sdk::Python, &url, ALICE, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 60})).await;
+    let polled = settle(Sdk::Python, &url, ALICE, &id).await;
     assert_eq!(polled["status"], "completed", "{polled:#}");
     assert_eq!(polled["result"]["sum"], 4.0);
 
@@ -115,7 +134,8 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     assert_eq!(runs.list(&ListParams::default()).await.unwrap().items.len(), before, "nothing was created");
 
     // A failing Pod: its message and exit code are the run's error.
-    let failed = call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1], "fail": "boom"})).await;
+    let failed =
+        call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1], "fail": "boom"})).await;
     assert_eq!(failed["status"], "failed", "{failed:#}");
     assert_eq!(failed["exit_code"], 3);
     assert!(failed["error"].as_str().unwrap().contains("asked to fail: boom"), "{failed:#}");
@@ -132,7 +152,10 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     let (ns, _operator, frontend) = setup("tools-life").await;
     let url = frontend.url();
     let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &tool("slow-sum", 1, json!({"maxRunningPerCaller": 2}))).await.unwrap();
+    tools
+        .create(&PostParams::default(), &tool("slow-sum", 1, json!({"maxRunningPerCaller": 2})))
+        .await
+        .unwrap();
     eventually("the tool to be listed", Duration::from_secs(30), || async {
         listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
     })
@@ -141,7 +164,9 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     // Two long runs fill alice's limit of this tool; a third is refused.
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let running = call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [1], "delay_seconds": 300})).await;
+        let running =
+            call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [1], "delay_seconds": 300}))
+                .await;
         assert_eq!(running["status"], "running", "{running:#}");
         ids.push(running["workflow_id"].as_str().unwrap().to_string());
     }
@@ -156,12 +181,15 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     let foreign = call(Sdk::Python, &url, BOB, "cancel_tool_run", json!({"workflow_id": ids[0]})).await;
     assert_eq!(foreign["status"], "not_found", "{foreign:#}");
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": ids[0]})).await;
-    let cancelled =
-        call(Sdk::Python, &url, ALICE, "get_tool_result", json!({"workflow_id": ids[0], "wait_seconds": 30})).await;
+    let cancelled = settle(Sdk::Python, &url, ALICE, &ids[0]).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
     let jobs: Api<Job> = ns.api();
     eventually("the cancelled run's Job to go", Duration::from_secs(30), || async {
-        jobs.get_opt(&ids[0]).await.unwrap().is_none_or(|job| job.metadata.deletion_timestamp.is_some()).then_some(())
+        jobs.get_opt(&ids[0])
+            .await
+            .unwrap()
+            .is_none_or(|job| job.metadata.deletion_timestamp.is_some())
+            .then_some(())
     })
     .await;
 
@@ -171,8 +199,7 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     tools.patch("slow-sum", &PatchParams::default(), &Patch::Merge(&broken)).await.unwrap();
     tools.delete("slow-sum", &DeleteParams::default()).await.unwrap();
     let bob_id = bobs["workflow_id"].as_str().unwrap();
-    let finished =
-        call(Sdk::Python, &url, BOB, "get_tool_result", json!({"workflow_id": bob_id, "wait_seconds": 60})).await;
+    let finished = settle(Sdk::Python, &url, BOB, bob_id).await;
     assert_eq!(finished["status"], "completed", "{finished:#}");
     assert_eq!(finished["result"]["sum"], 5.0);
     eventually("the deleted tool to leave the list", Duration::from_secs(30), || async {
@@ -198,10 +225,14 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     })
     .await;
     assert!(failed.status.unwrap().message.unwrap().contains("no valid proof"));
-    assert!(jobs.get_opt("planted-run").await.unwrap().is_none(), "no Job for a run the frontend did not make");
+    assert!(
+        jobs.get_opt("planted-run").await.unwrap().is_none(),
+        "no Job for a run the frontend did not make"
+    );
     let listed = call(Sdk::TypeScript, &url, ALICE, "list_tool_runs", json!({})).await;
     assert!(!listed.to_string().contains("planted-run"), "{listed:#}");
-    let seen = call(Sdk::TypeScript, &url, ALICE, "get_tool_result", json!({"workflow_id": "planted-run"})).await;
+    let seen =
+        call(Sdk::TypeScript, &url, ALICE, "get_tool_result", json!({"workflow_id": "planted-run"})).await;
     assert_eq!(seen["status"], "not_found");
 }
 
