@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured};
+use cluster_tests::mcp::{FrontendProcess, Sdk, inspector, ownership_key_file, structured};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -107,6 +107,26 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     assert_eq!(done["result"]["sum"], 6.0);
     assert_eq!(done["result"]["label"], shell, "the arguments arrived verbatim, as data");
 
+    // FastMCP and the Inspector CLI call it alike.
+    let fast = call(Sdk::FastMcp, &url, ALICE, "sum-numbers", json!({"numbers": [40, 2]})).await;
+    assert_eq!(fast["result"]["sum"], 42.0, "{fast:#}");
+    let (ok, inspected, output) = inspector(
+        &url,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "sum-numbers",
+            "--tool-arg",
+            "numbers=[5,5]",
+            "--header",
+            "Authorization: Bearer alice-secret",
+        ],
+    )
+    .await;
+    assert!(ok, "{output}");
+    assert_eq!(inspected["structuredContent"]["result"]["sum"], 10.0, "{output}");
+
     // Slower than its budget: running, then polled to its result.
     let running =
         call(Sdk::Python, &url, ALICE, "slow-sum", json!({"numbers": [2, 2], "delay_seconds": 4})).await;
@@ -123,7 +143,7 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     let bobs = call(Sdk::TypeScript, &url, BOB, "list_tool_runs", json!({})).await;
     assert_eq!(bobs["total"], 0, "{bobs:#}");
     let alices = call(Sdk::TypeScript, &url, ALICE, "list_tool_runs", json!({})).await;
-    assert_eq!(alices["total"], 2, "{alices:#}");
+    assert_eq!(alices["total"], 4, "{alices:#}");
 
     // A schema violation is a clear error and creates nothing.
     let runs: Api<ToolRun> = ns.api();
@@ -238,4 +258,31 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
 
 async fn alice_label_of(runs: &Api<ToolRun>, id: &str) -> String {
     runs.get(id).await.unwrap().caller_label().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
+    let (ns, mut operator, frontend) = setup("tools-chaos").await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &tool("slow-sum", 1, json!({}))).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
+    })
+    .await;
+    let running =
+        call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [3, 4], "delay_seconds": 5})).await;
+    assert_eq!(running["status"], "running", "{running:#}");
+    let id = running["workflow_id"].as_str().unwrap().to_string();
+    // Both die mid-run, as an OOM kill or a node loss would end them.
+    operator.kill();
+    let frontend = frontend.restart().await;
+    let key = ownership_key_file(&ns.name);
+    let _operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let done = settle(Sdk::Python, &frontend.url(), ALICE, &id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["sum"], 7.0);
+    let jobs: Api<Job> = ns.api();
+    let made = jobs.list(&ListParams::default().labels(&format!("{}={id}", labels::TOOL_RUN))).await.unwrap();
+    assert_eq!(made.items.len(), 1, "one Job for the run, whoever reconciled it");
 }
