@@ -174,6 +174,36 @@ fn the_default_install_is_the_secure_one() {
 }
 
 #[test]
+fn tools_get_their_crds_a_tool_author_role_and_no_caller_reads_runs() {
+    let manifests = render(&helm(), "default", &[]);
+    for crd in ["name: mcptools.mining-operator.dev\n", "name: toolruns.mining-operator.dev\n"] {
+        assert!(manifests.contains(crd), "the chart lacks {crd:?}");
+    }
+    let documents: Vec<&str> = manifests.split("\n---\n").collect();
+    let author = documents
+        .iter()
+        .find(|d| d.contains("name: release-mining-operator-tool-author\n"))
+        .expect("a tool-author ClusterRole");
+    assert!(author.contains("resources: [\"mcptools\"]"), "{author}");
+    assert!(!author.contains("aggregate-to"), "running Pods is no built-in role's right: {author}");
+    // ToolRuns hold callers' arguments: no aggregated role reads them.
+    for document in documents.iter().filter(|d| d.contains("aggregate-to-")) {
+        assert!(!document.contains("toolruns"), "{document}");
+    }
+    // The frontend creates runs and reads tools; it never writes a tool.
+    let frontend = documents
+        .iter()
+        .find(|d| {
+            d.contains("kind: Role\n") && d.contains("\"toolruns\"") && d.contains("component: frontend")
+        })
+        .expect("the frontend's Role covers tool runs");
+    assert!(
+        frontend.contains("resources: [\"mcptools\"]\n    verbs: [\"get\", \"list\", \"watch\"]"),
+        "{frontend}"
+    );
+}
+
+#[test]
 fn the_control_plane_is_scheduled_before_its_miners_without_evicting_them() {
     let helm = helm();
     let class_lines = |manifests: &str| -> Vec<String> {
