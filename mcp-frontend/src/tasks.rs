@@ -13,8 +13,13 @@
 use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
 
-use crate::contract::{MiningOutcome, OutcomeStatus, outcome, with_operator};
+use mining_api::ToolRun;
+use rmcp::model::CallToolResult;
+
+use crate::contract::{OutcomeStatus, outcome, with_operator};
+use crate::core::Answer;
 use crate::operator_presence::Presence;
+use crate::tool_runs::contract::run_outcome;
 
 /// Which task protocol a request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +70,8 @@ pub struct TaskSnapshot {
     pub poll_interval_ms: Option<u64>,
     /// The operator has finished the workflow, so its tool result is final.
     pub result_ready: bool,
-    /// The tool answer as the synchronous tools give it.
-    pub outcome: MiningOutcome,
+    /// The tool result as the synchronous tool gives it.
+    pub result: CallToolResult,
 }
 
 /// The workflow as a task of `generation`, with what is known of the
@@ -125,7 +130,59 @@ pub fn snapshot(
         ttl_ms: ttl_seconds.saturating_mul(1000),
         poll_interval_ms,
         result_ready,
-        outcome: answer,
+        result: Answer::Outcome(answer).into_result(),
+    }
+}
+
+/// A tool run as a task of `generation`: the same rules as a workflow's
+/// (a failure is `failed` in 2025 and a completed error in 2026; a recorded
+/// cancel reads `cancelled` at once in 2025).
+pub fn run_snapshot(
+    run: &ToolRun,
+    now: Timestamp,
+    generation: Generation,
+    default_ttl_seconds: u64,
+) -> TaskSnapshot {
+    let answer = run_outcome(run, now);
+    let result_ready = answer.status != OutcomeStatus::Running;
+    let state = match (generation, answer.status) {
+        (Generation::Core2025, OutcomeStatus::Running | OutcomeStatus::NotFound) if run.spec.cancel => {
+            TaskState::Cancelled
+        }
+        (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
+        (_, OutcomeStatus::Completed) => TaskState::Completed,
+        (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
+        (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Completed,
+        (_, OutcomeStatus::Cancelled) => TaskState::Cancelled,
+    };
+    let status_message = match &answer.error {
+        Some(error) => format!("{}: {error}", answer.status_message),
+        None => answer.status_message.clone(),
+    };
+    let ttl_seconds = run
+        .spec
+        .ttl_seconds_after_finished
+        .and_then(|s| u64::try_from(s).ok())
+        .unwrap_or(default_ttl_seconds);
+    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let status = run.status.as_ref();
+    let updated = match status.and_then(|s| s.finished_at.as_ref()) {
+        Some(finished) if run.is_finished() => Some(finished.0),
+        _ => status.and_then(|s| s.started_at.as_ref()).map(|t| t.0),
+    };
+    TaskSnapshot {
+        task_id: answer.workflow_id.clone(),
+        state,
+        status_message,
+        created_at: created.unwrap_or(now).to_string(),
+        last_updated_at: updated.or(created).unwrap_or(now).to_string(),
+        ttl_ms: ttl_seconds.saturating_mul(1000),
+        poll_interval_ms: match state {
+            TaskState::Working => answer.poll_after_seconds.map(|seconds| u64::from(seconds) * 1000),
+            _ => None,
+        },
+        result_ready,
+        result: answer.into_result(),
     }
 }
 
@@ -195,7 +252,7 @@ mod tests {
         assert_eq!(core.last_updated_at, at(1_030).to_string());
         let extension = snapshot(&failed, at(1_100), Generation::Extension2026, 60, Presence::Unknown);
         assert_eq!(extension.state, TaskState::Completed);
-        assert_eq!(extension.outcome.status, OutcomeStatus::Failed);
+        assert_eq!(extension.result.is_error, Some(true), "a failed outcome is a tool error");
         assert!(extension.result_ready);
     }
 

@@ -43,10 +43,10 @@ async def main(url: str, command: str, arg: str | None) -> dict:
                     "tools": [dump(t) for t in (await session.list_tools()).tools],
                 }
             if command == "start":
-                created = await tasks.call_tool_as_task("start_mining", json.loads(arg or "{}"))
+                created = await tasks.call_tool_as_task(os.environ.get("MCP_TOOL", "start_mining"), json.loads(arg or "{}"))
                 return {"task": dump(created.task)}
             if command == "run":
-                created = await tasks.call_tool_as_task("start_mining", json.loads(arg or "{}"))
+                created = await tasks.call_tool_as_task(os.environ.get("MCP_TOOL", "start_mining"), json.loads(arg or "{}"))
                 statuses = [dump(status) async for status in tasks.poll_task(created.task.taskId)]
                 result = await tasks.get_task_result(created.task.taskId, CallToolResult)
                 return {"task": dump(created.task), "statuses": statuses, "result": dump(result)}

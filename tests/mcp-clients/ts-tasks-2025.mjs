@@ -7,6 +7,7 @@
 //   node ts-tasks-2025.mjs URL run 'JSON-ARGUMENTS'     create, then tasks/result
 //   node ts-tasks-2025.mjs URL get|result|cancel TASK_ID
 //   node ts-tasks-2025.mjs URL list [CURSOR]
+// $MCP_TOOL names the tool tasks are made of (default start_mining).
 // $MCP_TOKEN is the bearer token; with $MCP_PROGRESS=1 the creating call
 // passes a progress token and `run` collects the notifications. Prints one JSON
 // document: {task} | {messages} | {result, progress} | {tasks, nextCursor}
@@ -38,12 +39,12 @@ try {
   if (command === "init") {
     print({ capabilities: client.getServerCapabilities(), tools, protocolVersion: transport.protocolVersion ?? null });
   } else if (command === "start") {
-    const request = { method: "tools/call", params: { name: "start_mining", arguments: JSON.parse(arg ?? "{}"), task: { ttl: 60000 } } };
+    const request = { method: "tools/call", params: { name: process.env.MCP_TOOL ?? "start_mining", arguments: JSON.parse(arg ?? "{}"), task: { ttl: 60000 } } };
     const created = await client.request(request, CreateTaskResultSchema, options);
     print({ task: created.task, progress });
   } else if (command === "stream") {
     const messages = [];
-    const stream = tasks.callToolStream({ name: "start_mining", arguments: JSON.parse(arg ?? "{}") }, CallToolResultSchema, { ...options, task: { ttl: 60000 } });
+    const stream = tasks.callToolStream({ name: process.env.MCP_TOOL ?? "start_mining", arguments: JSON.parse(arg ?? "{}") }, CallToolResultSchema, { ...options, task: { ttl: 60000 } });
     for await (const message of stream) {
       messages.push(message.type === "error" ? { type: "error", error: { code: message.error.code, message: message.error.message } } : message);
     }
@@ -55,7 +56,7 @@ try {
   } else if (command === "run") {
     // Create, then block in tasks/result: the SDK keeps the creating call's
     // progress handler for the task, so notifications on this stream reach it.
-    const request = { method: "tools/call", params: { name: "start_mining", arguments: JSON.parse(arg ?? "{}"), task: { ttl: 60000 } } };
+    const request = { method: "tools/call", params: { name: process.env.MCP_TOOL ?? "start_mining", arguments: JSON.parse(arg ?? "{}"), task: { ttl: 60000 } } };
     const created = await client.request(request, CreateTaskResultSchema, options);
     const result = await tasks.getTaskResult(created.task.taskId, CallToolResultSchema, options);
     print({ task: created.task, result, progress });

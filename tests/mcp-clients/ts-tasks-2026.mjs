@@ -9,6 +9,7 @@
 //   node ts-tasks-2026.mjs URL raw METHOD 'JSON-PARAMS' [no-tasks]
 //   node ts-tasks-2026.mjs URL listen 'JSON-ARGUMENTS'  start a task, then the client's
 //                                                    own listen() until it is told the end
+// $MCP_TOOL names the tool tasks are made of (default start_mining).
 // $MCP_TOKEN is the bearer token. Prints one JSON document on stdout.
 //
 // ext-tasks sends 2026-07-28 task traffic through a host-owned `rawDispatch`
@@ -106,10 +107,10 @@ try {
     const plain = new Client(clientInfo, { versionNegotiation: { mode: { pin: PROTOCOL } } });
     await plain.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: auth } }));
     await plain.listTools();
-    print({ result: await plain.callTool({ name: "start_mining", arguments: args() }) });
+    print({ result: await plain.callTool({ name: process.env.MCP_TOOL ?? "start_mining", arguments: args() }) });
     await plain.close();
   } else if (command === "run") {
-    const execution = await session.callTool("start_mining", args(), { task: { preference: "prefer" } });
+    const execution = await session.callTool(process.env.MCP_TOOL ?? "start_mining", args(), { task: { preference: "prefer" } });
     const events = [];
     const { outcome } = await execution.settle({
       onEvent: (event) => events.push(event.type === "task" ? { type: "task", status: event.task.status, statusMessage: event.task.statusMessage } : { type: event.type }),
@@ -119,7 +120,7 @@ try {
     if (outcome.status === "failed") settled.error = errorOf(outcome.error);
     print({ kind: execution.kind, taskId: execution.handle?.taskId ?? null, events, outcome: settled });
   } else if (command === "start") {
-    const execution = await session.callTool("start_mining", args(), { task: { preference: "require" } });
+    const execution = await session.callTool(process.env.MCP_TOOL ?? "start_mining", args(), { task: { preference: "require" } });
     const taskId = execution.handle?.taskId ?? null;
     // Hand the task off and leave the session open: ext-tasks 0.2.2's
     // session.close() still cancels an execution that was handed off.
@@ -130,7 +131,7 @@ try {
   } else if (command === "listen") {
     // The SDK's own subscriptions/listen: it sends the filter as given and
     // hands notifications it has no handler for to the fallback handler.
-    const execution = await session.callTool("start_mining", args(), { task: { preference: "require" } });
+    const execution = await session.callTool(process.env.MCP_TOOL ?? "start_mining", args(), { task: { preference: "require" } });
     const taskId = execution.handle?.taskId ?? null;
     if (execution.kind === "task") await execution.handoff(() => {});
     keepSession = true;

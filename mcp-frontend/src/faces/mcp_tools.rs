@@ -247,8 +247,16 @@ impl ServerHandler for MiningServer {
     ) -> Result<CallToolResponse, McpError> {
         let caller = caller_of(&ctx)?;
         let started = Instant::now();
+        let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
         let Some(tool) = MiningTool::named(&request.name) else {
             let name = request.name.to_string();
+            if declares_tasks
+                && let Some((response, outcome)) =
+                    tasks_2026::start_tool_task(&self.core, &caller, &name, request.arguments.clone()).await
+            {
+                self.core.record_call("defined_tool", outcome, None);
+                return Ok(response);
+            }
             let companion = tool_calls::call_companion(
                 &self.core,
                 &caller,
@@ -281,7 +289,6 @@ impl ServerHandler for MiningServer {
                 None,
             ));
         };
-        let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
         if tool == MiningTool::StartMining && declares_tasks {
             let (response, outcome) =
                 tasks_2026::start_mining_task(&self.core, &caller, request.arguments, trace_of(&ctx)).await;

@@ -10,6 +10,7 @@ pub mod mcp_tools;
 pub mod tasks_2025;
 pub mod tasks_2026;
 pub mod tool_calls;
+mod tool_tasks_2025;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};

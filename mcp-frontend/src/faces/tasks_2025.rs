@@ -7,7 +7,7 @@
 //! this axum middleware answers it for requests whose protocol version is
 //! 2025-11-25 and hands every other request to rmcp untouched:
 //! - `initialize` advertises `capabilities.tasks`;
-//! - `tools/list` marks `start_mining` `taskSupport: "optional"`, the rest `"forbidden"`;
+//! - `tools/list` marks `start_mining` and the defined tools `taskSupport: "optional"`, the rest `"forbidden"`;
 //! - `tools/call` with `params.task` creates the workflow and returns its task;
 //! - `tasks/get`, `tasks/result` (watch-driven, bounded), `tasks/list`, `tasks/cancel`.
 //!
@@ -36,11 +36,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
-use super::{incoming_trace, json_response, missing_task, response_json};
+use super::{incoming_trace, json_response, missing_task, response_json, tool_tasks_2025};
 use crate::contract::Progress;
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::{Caller, WorkflowId};
 use crate::tasks::{Generation, TaskSnapshot, snapshot};
+use crate::tool_runs::TaskView;
 use crate::tools::START_MINING;
 
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -52,7 +53,7 @@ pub use mining_api::annotations::MAX_PROGRESS_TOKEN_BYTES;
 
 /// The TypeScript SDK's `RequestTimeout` (rmcp has no constant for it): the
 /// wait ran out, call again.
-const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
+pub(super) const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
 
 /// What this layer does with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +111,7 @@ pub fn task_json(task: &TaskSnapshot) -> Value {
 /// in the 2025 shape (no `resultType`), tied to its task.
 pub fn task_result_json(task: TaskSnapshot) -> Value {
     let task_id = task.task_id.clone();
-    let mut result = Answer::Outcome(task.outcome).into_result();
+    let mut result = task.result;
     result.result_type = None;
     let mut value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
     value["_meta"] = json!({ RELATED_TASK: { "taskId": task_id } });
@@ -141,12 +142,14 @@ pub fn task_retention_seconds(
 }
 
 /// The tools as 2025-11-25 lists them: with `execution.taskSupport`.
-pub fn tools_json(tools: &[rmcp::model::Tool]) -> Value {
+/// `defined` tells a defined tool (whose calls are tool runs) by its name.
+pub fn tools_json(tools: &[rmcp::model::Tool], defined: impl Fn(&str) -> bool) -> Value {
     let tools: Vec<Value> = tools
         .iter()
         .map(|tool| {
             let mut value = serde_json::to_value(tool).unwrap_or_else(|_| json!({}));
-            let support = if tool.name == START_MINING { "optional" } else { "forbidden" };
+            let support =
+                if tool.name == START_MINING || defined(&tool.name) { "optional" } else { "forbidden" };
             value["execution"] = json!({ "taskSupport": support });
             value
         })
@@ -188,6 +191,12 @@ pub async fn answer_core_tasks(State(core): State<Arc<Core>>, request: Request, 
     next.run(request).await
 }
 
+/// One row of `tasks/list`.
+enum Row<'a> {
+    Workflow(&'a MiningWorkflow),
+    Run(&'a mining_api::ToolRun),
+}
+
 struct CoreTasks {
     core: Arc<Core>,
     caller: Caller,
@@ -225,7 +234,9 @@ impl CoreTasks {
     async fn answer(self, route: Route, id: Value, params: Value, headers: &HeaderMap) -> Response {
         let outcome = match route {
             Route::Initialize => Ok(self.initialize()),
-            Route::ListTools => Ok(tools_json(&self.core.listed_tools())),
+            Route::ListTools => {
+                Ok(tools_json(&self.core.listed_tools(), |name| self.core.catalog.get(name).is_some()))
+            }
             Route::CreateTask => self.create(params, headers).await,
             Route::Get => self.get(&params).await,
             Route::List => self.list(&params),
@@ -273,7 +284,7 @@ impl CoreTasks {
         if !self.core.listed_tools().iter().any(|tool| tool.name == name) {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         }
-        if name != START_MINING {
+        if name != START_MINING && self.core.catalog.get(name).is_none() {
             return Err(McpError::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!(
@@ -287,6 +298,11 @@ impl CoreTasks {
             Some(Value::Object(arguments)) => Some(arguments.clone()),
             Some(_) => return Err(McpError::invalid_params("params.arguments must be an object", None)),
         };
+        if let Some(created) =
+            tool_tasks_2025::create(&self.core, &self.caller, name, arguments.clone()).await
+        {
+            return created;
+        }
         let token = params
             .pointer("/_meta/progressToken")
             .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
@@ -330,8 +346,20 @@ impl CoreTasks {
     }
 
     async fn get(&self, params: &Value) -> Result<Value, McpError> {
+        if let Some(run) = self.run(params).await? {
+            return Ok(tool_tasks_2025::get(&self.core, &run));
+        }
         let (_, workflow) = self.workflow(params).await?;
         Ok(task_json(&self.snapshot(&workflow)))
+    }
+
+    /// The caller's tool run behind `params.taskId`, when it names one.
+    async fn run(&self, params: &Value) -> Result<Option<Box<mining_api::ToolRun>>, McpError> {
+        let found = self.core.find_task(&self.caller, &task_id_of(params)).await;
+        match found.map_err(|problem| McpError::internal_error(problem, None))? {
+            TaskView::Run(run) => Ok(Some(run)),
+            TaskView::Workflow(_) => Ok(None),
+        }
     }
 
     fn list(&self, params: &Value) -> Result<Value, McpError> {
@@ -342,26 +370,47 @@ impl CoreTasks {
                     McpError::invalid_params("invalid cursor: pass nextCursor as given", None)
                 })?),
             };
-        let rows = self.core.list(&self.caller);
+        // Workflows and tool runs, one order: newest first, then by name.
+        let workflows = self.core.list(&self.caller);
+        let runs = self.core.list_runs(&self.caller, None);
+        let mut rows: Vec<(i64, &str, Row)> = workflows
+            .iter()
+            .map(|row| (row.created, row.name.as_str(), Row::Workflow(&row.workflow)))
+            .chain(runs.iter().map(|run| {
+                let created = run.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
+                (created, run.metadata.name.as_deref().unwrap_or_default(), Row::Run(run))
+            }))
+            .collect();
+        let key = |created: i64, name: &str| (std::cmp::Reverse(created), name.to_string());
+        rows.sort_by_key(|(created, name, _)| key(*created, name));
         // The cursor is a sort key, so new tasks never shift a page.
         let start = match &after {
             None => 0,
             Some((created, name)) => {
-                rows.iter().position(|row| row.comes_after(*created, name)).unwrap_or(rows.len())
+                rows.iter().position(|(c, n, _)| key(*c, n) > key(*created, name)).unwrap_or(rows.len())
             }
         };
         let page: Vec<_> = rows.iter().skip(start).take(self.core.task_list_page_size).collect();
-        let tasks: Vec<Value> = page.iter().map(|row| task_json(&self.snapshot(&row.workflow))).collect();
+        let tasks: Vec<Value> = page
+            .iter()
+            .map(|(_, _, row)| match row {
+                Row::Workflow(workflow) => task_json(&self.snapshot(workflow)),
+                Row::Run(run) => tool_tasks_2025::get(&self.core, run),
+            })
+            .collect();
         let mut result = json!({ "tasks": tasks });
         if start + page.len() < rows.len()
-            && let Some(last) = page.last()
+            && let Some((created, name, _)) = page.last()
         {
-            result["nextCursor"] = json!(cursor_of(last.created, &last.name));
+            result["nextCursor"] = json!(cursor_of(*created, name));
         }
         Ok(result)
     }
 
     async fn cancel(&self, params: &Value) -> Result<Value, McpError> {
+        if let Some(run) = self.run(params).await? {
+            return tool_tasks_2025::cancel(&self.core, &self.caller, run).await;
+        }
         let task_id = task_id_of(params);
         let cancelled = self.core.cancel(&self.caller, &task_id).await;
         let workflow = match cancelled.map_err(|problem| McpError::internal_error(problem, None))? {
@@ -387,6 +436,14 @@ impl CoreTasks {
     /// finished the workflow, then returns the tool result; streams progress
     /// against the creating call's token when the client takes SSE.
     async fn result(self, id: Value, params: &Value, headers: &HeaderMap) -> Response {
+        match self.run(params).await {
+            Ok(Some(run)) => {
+                let outcome = tool_tasks_2025::result(&self.core, &self.caller, run).await;
+                return json_response(response_json(&id, outcome));
+            }
+            Ok(None) => {}
+            Err(error) => return json_response(response_json(&id, Err(error))),
+        }
         let (task_id, workflow) = match self.workflow(params).await {
             Ok(found) => found,
             Err(error) => return json_response(response_json(&id, Err(error))),

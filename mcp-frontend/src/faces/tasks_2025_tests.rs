@@ -44,7 +44,7 @@ fn snapshot_of(state: TaskState, poll: Option<u64>) -> TaskSnapshot {
         ttl_ms: 86_400_000,
         poll_interval_ms: poll,
         result_ready: false,
-        outcome: crate::contract::MiningOutcome::not_found("mw-x"),
+        result: crate::core::Answer::Outcome(crate::contract::MiningOutcome::not_found("mw-x")).into_result(),
     }
 }
 
@@ -81,7 +81,7 @@ fn only_start_mining_may_run_as_a_task() {
         default_blocks: 4,
         wait_budget_seconds: 20,
     };
-    let listed = tools_json(&limits.tools());
+    let listed = tools_json(&limits.tools(), |_| false);
     let tools = listed["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 4);
     for tool in tools {

@@ -12,10 +12,11 @@ use rmcp::model::{
 };
 
 use super::missing_task;
-use crate::core::{Answer, CancelOutcome, Core, StartOptions, View};
+use crate::core::{CancelOutcome, Core, StartOptions, View};
 use crate::http::JsonBody;
 use crate::ids::Caller;
-use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot};
+use crate::tasks::{Generation, TaskSnapshot, TaskState, run_snapshot, snapshot};
+use crate::tool_runs::TaskView;
 
 /// The rmcp task of a snapshot, without payload.
 fn base_task(task: &TaskSnapshot) -> Task {
@@ -47,9 +48,7 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
     let payload = match task.state {
         TaskState::Working => TaskPayload::Working,
         TaskState::Cancelled => TaskPayload::Cancelled,
-        TaskState::Completed => {
-            TaskPayload::Completed { result: json_object(&Answer::Outcome(task.outcome).into_result()) }
-        }
+        TaskState::Completed => TaskPayload::Completed { result: json_object(&task.result) },
         TaskState::Failed => TaskPayload::Failed {
             error: json_object(&McpError::internal_error(task.status_message.clone(), None)),
         },
@@ -99,8 +98,40 @@ pub(crate) async fn start_mining_task(
     }
 }
 
+/// A defined tool's call as a task: the run is made (arguments checked,
+/// limits held) before its task is handed out; errors stay tool errors.
+pub(crate) async fn start_tool_task(
+    core: &Core,
+    caller: &Caller,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> Option<(CallToolResponse, &'static str)> {
+    let tool = core.catalog.get(name)?;
+    Some(match core.start_run(caller, name, &tool, arguments).await {
+        Ok(run) => {
+            let task =
+                run_snapshot(&run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+            (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
+        }
+        Err(answer) => {
+            let outcome = answer.metric_outcome();
+            (answer.into_result().into(), outcome)
+        }
+    })
+}
+
 pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Result<GetTaskResult, McpError> {
-    match core.find(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))? {
+    let found =
+        core.find_task(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))?;
+    let view = match found {
+        TaskView::Run(run) => {
+            let task =
+                run_snapshot(&run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+            return Ok(GetTaskResult::new(detailed(task)));
+        }
+        TaskView::Workflow(view) => view,
+    };
+    match view {
         View::Found(workflow) => Ok(GetTaskResult::new(detailed(extension_snapshot(core, &workflow)))),
         View::Unreadable(problem) => {
             let now = Timestamp::now().to_string();
@@ -115,6 +146,11 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
 
 /// Sets `spec.cancel` and acknowledges; a finished task is a no-op ack.
 pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> Result<(), McpError> {
+    let internal = |problem| McpError::internal_error(problem, None);
+    if let TaskView::Run(_) = core.find_task(caller, task_id).await.map_err(internal)? {
+        core.cancel_run(caller, task_id, std::time::Duration::ZERO).await.map_err(internal)?;
+        return Ok(());
+    }
     match core.cancel(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))? {
         CancelOutcome::NotCancelled(View::Missing) => Err(missing_task(core, caller, task_id)),
         CancelOutcome::NotCancelled(_)

@@ -7,7 +7,6 @@ use std::time::Duration;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use tokio::time::Instant;
 
-use crate::contract::OutcomeStatus;
 use crate::core::{Answer, Core};
 use crate::ids::Caller;
 use crate::tool_runs::RunView;
@@ -48,10 +47,7 @@ impl ToolAnswer {
 
     pub fn into_result(self) -> CallToolResult {
         match self {
-            Self::Outcome(outcome) => {
-                let failed = outcome.status == OutcomeStatus::Failed;
-                structured(outcome.to_text(), &outcome, failed)
-            }
+            Self::Outcome(outcome) => outcome.into_result(),
             Self::List(list) => {
                 let mut text = format!("{} of your tool runs (newest first):", list.runs.len());
                 for row in &list.runs {

@@ -66,6 +66,18 @@ impl ToolOutcome {
         }
     }
 
+    /// The answer as a tool result: text for people, the outcome as
+    /// structured content, a tool error when the run failed.
+    pub fn into_result(self) -> rmcp::model::CallToolResult {
+        use rmcp::model::{CallToolResult, ContentBlock};
+        let content = vec![ContentBlock::text(self.to_text())];
+        let failed = self.status == OutcomeStatus::Failed;
+        let mut result =
+            if failed { CallToolResult::error(content) } else { CallToolResult::success(content) };
+        result.structured_content = serde_json::to_value(&self).ok();
+        result
+    }
+
     pub fn to_text(&self) -> String {
         let mut text = format!("{} [{}] {}", self.workflow_id, self.status.as_str(), self.status_message);
         if let Some(result) = &self.result {

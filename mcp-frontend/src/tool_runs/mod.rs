@@ -31,7 +31,30 @@ pub enum RunView {
     Found(Box<ToolRun>),
 }
 
+/// What a task id stands for, as this caller may see it.
+pub enum TaskView {
+    Run(Box<ToolRun>),
+    Workflow(crate::core::View),
+}
+
 impl Core {
+    /// The caller's tool run or workflow behind a task id: a run the cache
+    /// holds first, then a workflow, then a run the watch has not brought yet.
+    pub async fn find_task(&self, caller: &Caller, id_text: &str) -> Result<TaskView, String> {
+        if let Entry::Found(run) = self.runs.get(id_text)
+            && self.owns_run(&run, caller)
+        {
+            return Ok(TaskView::Run(run));
+        }
+        match self.find(caller, id_text).await? {
+            crate::core::View::Missing => match self.find_run(caller, id_text).await? {
+                RunView::Found(run) => Ok(TaskView::Run(run)),
+                RunView::Missing => Ok(TaskView::Workflow(crate::core::View::Missing)),
+            },
+            view => Ok(TaskView::Workflow(view)),
+        }
+    }
+
     /// Every tool as `tools/list` answers: the mining tools, then the
     /// defined tools and, while any is defined, their companions.
     pub fn listed_tools(&self) -> Vec<rmcp::model::Tool> {

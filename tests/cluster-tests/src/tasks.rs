@@ -37,6 +37,19 @@ impl TaskClient {
         collect(self, child).await
     }
 
+    /// Runs one command of the client's script with its tasks made of `tool`
+    /// (a defined tool) instead of `start_mining`.
+    pub async fn run_tool(self, tool: &str, url: &str, token: Option<&str>, args: &[&str]) -> Value {
+        let script = match self {
+            Self::TypeScript2025 => "ts-tasks-2025.mjs",
+            Self::Python2025 => "py_tasks.py",
+            Self::Extension2026 => "ts-tasks-2026.mjs",
+        };
+        let mut command = client_script(script, url, token, false, args);
+        command.env("MCP_TOOL", tool);
+        collect(self, command.spawn().expect("start the task client")).await
+    }
+
     /// Creates a `start_mining` task and returns its id; panics with the document otherwise.
     pub async fn start(self, url: &str, token: Option<&str>, arguments: &Value) -> String {
         let document = self.run(url, token, false, &["start", &arguments.to_string()]).await;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, inspector, ownership_key_file, structured};
+use cluster_tests::tasks::TaskClient;
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -285,4 +286,54 @@ async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
     let jobs: Api<Job> = ns.api();
     let made = jobs.list(&ListParams::default().labels(&format!("{}={id}", labels::TOOL_RUN))).await.unwrap();
     assert_eq!(made.items.len(), 1, "one Job for the run, whoever reconciled it");
+}
+
+#[tokio::test]
+async fn a_defined_tool_runs_as_a_task_of_both_generations() {
+    let (ns, _operator, frontend) = setup("tools-tasks").await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &tool("sum-numbers", 20, json!({}))).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"sum-numbers".to_string()).then_some(())
+    })
+    .await;
+    let arguments = json!({"numbers": [1, 2], "delay_seconds": 2}).to_string();
+
+    // 2025-11-25, TypeScript SDK 1.x: create, then tasks/result.
+    let run = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["run", &arguments]).await;
+    assert_eq!(run["task"]["status"], "working", "{run:#}");
+    let task_id = run["task"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(run["result"]["structuredContent"]["result"]["sum"], 3.0, "{run:#}");
+    assert_eq!(run["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
+    let got = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["get", &task_id]).await;
+    assert_eq!(got["task"]["status"], "completed", "{got:#}");
+    // Another caller: not found, and not listed.
+    let foreign = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, BOB, &["get", &task_id]).await;
+    assert!(foreign["error"].is_object(), "{foreign:#}");
+    let bobs = TaskClient::Python2025.run_tool("sum-numbers", &url, BOB, &["list"]).await;
+    assert_eq!(bobs["tasks"].as_array().map(Vec::len), Some(0), "{bobs:#}");
+
+    // 2025-11-25, Python SDK 1.x: call_tool_as_task, poll, result; then listed.
+    let run = TaskClient::Python2025.run_tool("sum-numbers", &url, ALICE, &["run", &arguments]).await;
+    assert_eq!(run["result"]["structuredContent"]["result"]["sum"], 3.0, "{run:#}");
+    let listed = TaskClient::Python2025.run_tool("sum-numbers", &url, ALICE, &["list"]).await;
+    let ids: Vec<&str> =
+        listed["tasks"].as_array().unwrap().iter().filter_map(|t| t["taskId"].as_str()).collect();
+    assert!(ids.contains(&task_id.as_str()), "{listed:#}");
+
+    // 2025-11-25 cancel: cancelled at once, and a second cancel is refused.
+    let slow = json!({"numbers": [1], "delay_seconds": 300}).to_string();
+    let started = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["start", &slow]).await;
+    let slow_id = started["task"]["taskId"].as_str().unwrap().to_string();
+    let cancelled =
+        TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["cancel", &slow_id]).await;
+    assert_eq!(cancelled["task"]["status"], "cancelled", "{cancelled:#}");
+
+    // 2026-07-28, the Tasks extension: callTool answers a task, settle() gets the result.
+    let extension =
+        TaskClient::Extension2026.run_tool("sum-numbers", &url, ALICE, &["run", &arguments]).await;
+    assert_eq!(extension["kind"], "task", "{extension:#}");
+    assert_eq!(extension["outcome"]["status"], "completed", "{extension:#}");
+    assert_eq!(extension["outcome"]["result"]["structuredContent"]["result"]["sum"], 3.0, "{extension:#}");
 }
