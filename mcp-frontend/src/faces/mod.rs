@@ -8,6 +8,7 @@
 pub mod listen_2026;
 pub mod mcp_tools;
 pub mod tasks_2025;
+mod tasks_2025_wire;
 pub mod tasks_2026;
 pub mod tool_calls;
 mod tool_tasks_2025;
