@@ -341,4 +341,47 @@ mod tests {
         let task = snapshot(&mining, at(1_050), Generation::Core2025, 60, Presence::Unknown);
         assert_eq!(task.last_updated_at, at(1_020).to_string());
     }
+
+    fn run(phase: mining_api::ToolRunPhase, cancel: bool) -> ToolRun {
+        let mut run: ToolRun = serde_json::from_value(serde_json::json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+            "metadata": {"name": "mw-run", "creationTimestamp": "1970-01-01T00:16:40Z"},
+            "spec": {"tool": "sum", "arguments": "{}", "jobTemplate": {}, "cancel": cancel, "ttlSecondsAfterFinished": 90},
+        }))
+        .unwrap();
+        run.status = Some(mining_api::ToolRunStatus {
+            phase: Some(phase),
+            message: Some("the tool failed (exit code 3): boom".into()),
+            exit_code: Some(3),
+            finished_at: phase
+                .is_finished()
+                .then(|| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(1_030))),
+            ..Default::default()
+        });
+        run
+    }
+
+    #[test]
+    fn a_tool_run_is_a_task_by_the_same_rules_as_a_workflow() {
+        use mining_api::ToolRunPhase;
+        let working = run_snapshot(&run(ToolRunPhase::Running, false), at(1_010), Generation::Core2025, 60);
+        assert_eq!((working.state, working.ttl_ms), (TaskState::Working, 90_000));
+        assert!(working.poll_interval_ms.is_some());
+        let failed = run(ToolRunPhase::Failed, false);
+        let core = run_snapshot(&failed, at(1_100), Generation::Core2025, 60);
+        assert_eq!(core.state, TaskState::Failed);
+        assert!(core.status_message.contains("boom"), "{}", core.status_message);
+        assert_eq!(core.last_updated_at, at(1_030).to_string());
+        let extension = run_snapshot(&failed, at(1_100), Generation::Extension2026, 60);
+        assert_eq!((extension.state, extension.result.is_error), (TaskState::Completed, Some(true)));
+        let cancelling = run(ToolRunPhase::Running, true);
+        assert_eq!(
+            run_snapshot(&cancelling, at(1_010), Generation::Core2025, 60).state,
+            TaskState::Cancelled
+        );
+        assert_eq!(
+            run_snapshot(&cancelling, at(1_010), Generation::Extension2026, 60).state,
+            TaskState::Working
+        );
+    }
 }
