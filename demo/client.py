@@ -2,10 +2,12 @@
 installed frontend, printing progress as it arrives and the chain at the end.
 
     python3 demo/client.py URL [--host HOST] [--difficulty D] [--blocks N]
+    python3 demo/client.py URL [--host HOST] --tool NAME --arguments JSON
 
 The bearer token comes from $MCP_TOKEN. --host is sent as the Host header:
 the Service's DNS name when URL names its ClusterIP, as a Pod would send it.
-Exit status 0 only when the chain completed and every hash checks out.
+Exit status 0 only when the chain completed and every hash checks out (or,
+with --tool, when the defined tool's run completed).
 """
 import argparse
 import asyncio
@@ -72,13 +74,44 @@ async def mine(args: argparse.Namespace) -> dict:
             return outcome
 
 
+async def call(args: argparse.Namespace) -> dict:
+    """Calls a defined tool (an McpTool) and polls get_tool_result to its end."""
+    headers = {"Authorization": f"Bearer {os.environ['MCP_TOKEN']}"} if os.environ.get("MCP_TOKEN") else {}
+    if args.host:
+        headers["Host"] = args.host
+    async with streamablehttp_client(args.url, headers=headers) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            # Every frontend replica lists a new McpTool within moments of its creation.
+            for _ in range(60):
+                if args.tool in [tool.name for tool in (await session.list_tools()).tools]:
+                    break
+                await asyncio.sleep(0.5)
+            arguments = json.loads(args.arguments)
+            print(f"{args.tool} {json.dumps(arguments)}", flush=True)
+            outcome = (await session.call_tool(args.tool, arguments)).structuredContent or {}
+            while outcome.get("status") == "running":
+                print(f"  still running ({outcome.get('workflow_id')}); get_tool_result waits again", flush=True)
+                result = await session.call_tool(
+                    "get_tool_result", {"workflow_id": outcome["workflow_id"], "wait_seconds": 20}
+                )
+                outcome = result.structuredContent or {}
+            return outcome
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url")
     parser.add_argument("--host")
     parser.add_argument("--difficulty", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--tool", help="call this defined tool instead of mining")
+    parser.add_argument("--arguments", default="{}", help="the tool's arguments, as JSON")
     args = parser.parse_args()
+    if args.tool:
+        outcome = asyncio.run(call(args))
+        print(json.dumps(outcome, indent=2))
+        return 0 if outcome.get("status") == "completed" else 1
     outcome = asyncio.run(mine(args))
     if outcome.get("status") != "completed":
         print(f"the workflow did not complete: {json.dumps(outcome, indent=2)}", file=sys.stderr)

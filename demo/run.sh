@@ -63,6 +63,13 @@ PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/
 log "kubectl get miningworkflows --namespace $WORKFLOWS"
 kubectl --namespace "$WORKFLOWS" get miningworkflows
 
+log "any container as a tool: McpTool sum-numbers (demo/sum-numbers.yaml, image mining-operator/sum-numbers), called through the same frontend"
+sed "s/namespace: mining-demo-workflows/namespace: $WORKFLOWS/" demo/sum-numbers.yaml | kubectl apply -f -
+PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/mcp" \
+  --host "$FULLNAME-frontend.$NAMESPACE.svc" --tool sum-numbers --arguments '{"numbers": [1, 2, 3.5]}'
+log "kubectl get toolruns --namespace $WORKFLOWS"
+kubectl --namespace "$WORKFLOWS" get toolruns
+
 log "forwarding http://127.0.0.1:$PORT to the frontend Service (kubectl port-forward needs a kubelet streaming API the node agent lacks)"
 if [ -f "$STATE/forward.pid" ]; then kill "$(cat "$STATE/forward.pid")" 2>/dev/null || true; fi
 setsid python3 demo/forward.py "$PORT" "$service_ip" 80 >"$STATE/logs/forward.log" 2>&1 </dev/null &
@@ -81,6 +88,7 @@ Connect your own MCP client (the Inspector needs Node.js 22.19 or later):
   npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:$PORT/mcp --method tools/list --header "Authorization: Bearer \$MCP_TOKEN"
 Look around:
   kubectl get miningworkflows -A
+  kubectl get mcptools,toolruns -A
   kubectl -n $NAMESPACE logs deployment/$FULLNAME-operator
   $HELM status $RELEASE -n $NAMESPACE
   make demo-down                          # stops the cluster and the forwarder, removes its state

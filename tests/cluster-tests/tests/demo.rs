@@ -96,7 +96,20 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
     let mut names: Vec<&str> =
         tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort();
-    assert_eq!(names, ["cancel_mining", "get_mining_result", "list_mining_workflows", "start_mining"]);
+    assert_eq!(
+        names,
+        [
+            "cancel_mining",
+            "cancel_tool_run",
+            "get_mining_result",
+            "get_tool_result",
+            "list_mining_workflows",
+            "list_tool_runs",
+            "start_mining",
+            "sum-numbers"
+        ],
+        "the mining tools, the example tool and its companions"
+    );
     assert_eq!(logs.len(), 1, "one kubectl logs line: {look:?}");
     let log = String::from_utf8_lossy(&logged.stdout);
     assert!(logged.status.success(), "{logs:?}: {}", String::from_utf8_lossy(&logged.stderr));
@@ -112,6 +125,14 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
     assert!(stdout.contains("progress 3/3"), "progress was shown: {stdout}");
     let listed = stdout.lines().find(|l| l.starts_with("mw-")).unwrap_or_default();
     assert!(listed.contains("Succeeded") && listed.contains("3/3"), "the kubectl get line: {stdout}");
+    // The example tool ran as one Job and answered its sum.
+    assert!(stdout.contains("\"sum\": 6.5"), "the example tool's result: {stdout}");
+    let run = stdout
+        .lines()
+        .filter(|l| l.starts_with("mw-"))
+        .find(|l| l.contains("sum-numbers"))
+        .unwrap_or_default();
+    assert!(run.contains("Succeeded") && run.contains("1/1"), "the kubectl get toolruns line: {stdout}");
     assert!(uninstalled.contains("uninstalled"), "{uninstalled}");
     // The workflows lived apart from the release, in a namespace the chart made and kept.
     assert!(kept.is_some(), "the chart made {workflows_namespace} and kept it on uninstall");
