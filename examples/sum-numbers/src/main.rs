@@ -14,6 +14,10 @@ const MAX_DELAY_SECONDS: u64 = 600;
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("sum-numbers {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
     let outcome = run(std::env::var("MCP_TOOL_ARGUMENTS").unwrap_or_default());
     let (text, code) = match outcome {
         Ok(result) => (result.to_string(), 0),

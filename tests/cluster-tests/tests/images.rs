@@ -1,4 +1,4 @@
-//! The three images users run, as `make images BINARIES=prebuilt` built them
+//! The four images users run (the example tool's among them), as `make images BINARIES=prebuilt` built them
 //! into podman's store (tests/run.sh does, before these tests): each runs as
 //! UID 65532 with a read-only root, no capabilities and no network, its config
 //! says what the chart relies on, and it holds nothing but its binary.
@@ -11,11 +11,18 @@ use serde_json::Value;
 const TAG: &str = "dev";
 
 /// (image, binary, a command that must exit 0 and what it prints, ports the chart's Pods declare)
-const IMAGES: [(&str, &str, &str, &[u16]); 3] = [
+const IMAGES: [(&str, &str, &str, &[u16]); 4] = [
     ("miner", "/miner", "--version", &[]),
     ("operator", "/operator", "--help", &[8081]),
     ("mcp-frontend", "/mcp-frontend", "--help", &[8080, 9090]),
+    ("sum-numbers", "/sum-numbers", "--version", &[]),
 ];
+
+/// Where an image's Containerfile is: its crate's directory.
+fn crate_dir(image: &str) -> std::path::PathBuf {
+    let top = repo_root().join(image);
+    if top.is_dir() { top } else { repo_root().join("examples").join(image) }
+}
 
 fn reference(image: &str) -> String {
     format!("docker.io/mining-operator/{image}:{TAG}")
@@ -127,8 +134,10 @@ fn each_image_config_is_what_the_chart_expects_and_holds_only_its_binary() {
             .unwrap_or_default();
         exposed.sort();
         assert_eq!(exposed, ports, "{image}: exposed ports are the chart's containerPorts");
+        // The example tool is no image of the chart: an McpTool names it.
         assert!(
-            values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
+            image == "sum-numbers"
+                || values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
             "chart values use mining-operator/{image}:{TAG}"
         );
         // One layer, one file: the image's root is its binary and nothing else.
@@ -153,8 +162,22 @@ fn the_makefile_builds_exactly_the_images_that_have_containerfiles() {
         .collect();
     assert_eq!(images, IMAGES.map(|(image, ..)| image));
     for image in images {
-        let containerfile = std::fs::read_to_string(repo_root().join(image).join("Containerfile")).unwrap();
+        let containerfile = std::fs::read_to_string(crate_dir(image).join("Containerfile")).unwrap();
         assert!(containerfile.contains("\nFROM scratch\n"), "{image}: nothing but the binary");
         assert!(containerfile.contains("--locked"), "{image}: the compiled stage builds with --locked");
     }
+}
+
+#[test]
+#[ignore = "checks the images podman built here; tests/run.sh runs it on the local cluster"]
+fn the_example_tool_image_reads_its_arguments_as_data() {
+    let shell = "$(id); rm -rf / `reboot`";
+    let arguments = serde_json::json!({"numbers": [1, 2.5], "label": shell}).to_string();
+    let env = format!("MCP_TOOL_ARGUMENTS={arguments}");
+    let output = run_restricted("sum-numbers", &["--env", &env], &[]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result, serde_json::json!({"sum": 3.5, "count": 2, "label": shell}));
+    let failed = run_restricted("sum-numbers", &["--env", "MCP_TOOL_ARGUMENTS={\"fail\":\"boom\"}"], &[]);
+    assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stdout));
 }
