@@ -113,6 +113,11 @@ pub struct Limits {
     #[arg(long, env = "MAX_CONCURRENT_WORKFLOWS", default_value_t = 50,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_concurrent_workflows: usize,
+    /// Tool runs (calls of McpTools) running at once; more wait as Pending,
+    /// a free slot going to the caller holding the fewest.
+    #[arg(long, env = "MAX_CONCURRENT_TOOL_RUNS", default_value_t = 20,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub max_concurrent_tool_runs: usize,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(0..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]

@@ -176,6 +176,7 @@ pub async fn run(
     // Tool runs: their own controller, under the same leadership.
     let tools = crate::tools::ToolContext {
         client: client.clone(),
+        max_concurrent: config.limits.max_concurrent_tool_runs,
         keys: keys.clone(),
         leadership: leadership.clone(),
         default_ttl_seconds: config.limits.default_ttl_seconds,

@@ -3,7 +3,9 @@
 //! `numbers`, optionally takes `delay_seconds` doing so, and writes its
 //! result as JSON to `/dev/termination-log`, where the operator reads it.
 //! `label` is echoed back verbatim, so a caller can see that whatever it
-//! sent arrived as data. `fail` makes it exit 3 with that message.
+//! sent arrived as data. `fail` makes it exit 3 with that message. While it
+//! takes its time it prints `MCP_PROGRESS …` status lines, which the
+//! operator shows as the run's message.
 
 use std::time::Duration;
 
@@ -43,9 +45,10 @@ fn run(arguments: String) -> Result<Value, String> {
         .map(|n| n.as_f64().ok_or("every number must be a number"))
         .collect::<Result<_, _>>()?;
     let delay = arguments.get("delay_seconds").and_then(Value::as_u64).unwrap_or(0).min(MAX_DELAY_SECONDS);
-    // Progress for whoever reads the logs; the result is the termination message.
+    // Status lines: the operator shows the latest as the run's message; the
+    // result is the termination message.
     for second in 0..delay {
-        eprintln!("adding: {second}/{delay} s");
+        println!("MCP_PROGRESS adding: {second}/{delay} s");
         std::thread::sleep(Duration::from_secs(1));
     }
     let mut result = json!({"sum": numbers.iter().sum::<f64>(), "count": numbers.len()});

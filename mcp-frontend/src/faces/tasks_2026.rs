@@ -67,6 +67,13 @@ pub(crate) fn detailed_json(
     (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
 }
 
+/// [`detailed_json`] of a tool run.
+pub(crate) fn detailed_run_json(core: &Core, run: &mining_api::ToolRun) -> (TaskState, serde_json::Value) {
+    let task = run_snapshot(run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+    let state = task.state;
+    (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
+}
+
 fn extension_snapshot(core: &Core, workflow: &mining_api::MiningWorkflow) -> TaskSnapshot {
     snapshot(
         workflow,

@@ -117,9 +117,15 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
             let poll = (age / 4).clamp(1, u64::from(MAX_POLL_AFTER_SECONDS)) as u32;
             ToolOutcome {
                 status: OutcomeStatus::Running,
-                status_message: match &status.progress {
-                    Some(progress) => format!("Running ({progress} parts done)"),
-                    None => "Waiting for the tool's Job to start".into(),
+                status_message: {
+                    // The operator's "running: LINE": the tool's latest status line.
+                    let line = status.message.as_deref().and_then(|m| m.strip_prefix("running: "));
+                    match (line, &status.progress) {
+                        (Some(line), Some(progress)) => format!("Running ({progress} parts done): {line}"),
+                        (Some(line), None) => format!("Running: {line}"),
+                        (None, Some(progress)) => format!("Running ({progress} parts done)"),
+                        (None, None) => "Waiting for the tool's Job to start".into(),
+                    }
                 },
                 poll_after_seconds: Some(poll),
                 next: Some(format!("Call get_tool_result with workflow_id {id} after {poll} seconds.")),

@@ -100,7 +100,7 @@ proptest! {
         now in time(),
         default_ttl_seconds in 0..=MAX_DURATION_SECONDS as u64,
     ) {
-        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, default_ttl_seconds, minimality_check_budget: 1 << 20, max_parallelism: 8, nonce_range_size: None };
+        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, max_concurrent_tool_runs: 20, default_ttl_seconds, minimality_check_budget: 1 << 20, max_parallelism: 8, nonce_range_size: None };
         let observed = Observed { workflow: &wf, jobs: jobs.clone(), ranges: BTreeMap::new(), others_mining, queued_ahead, yield_slot: false, now: now.0 };
         let plan = plan(&observed, &limits);
         let created: Vec<u32> = plan.actions.iter().filter_map(|a| match a {

@@ -9,6 +9,7 @@ fn limits() -> Limits {
         max_difficulty: 40,
         max_blocks: 64,
         max_concurrent_workflows: 2,
+        max_concurrent_tool_runs: 20,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
         max_parallelism: 8,

@@ -2,6 +2,7 @@
 //! run's snapshot of its tool's template; its result is what the Job's own
 //! Pods wrote as their termination message. The I/O around [`plan::plan`].
 
+pub mod admission;
 pub mod job;
 pub mod plan;
 
@@ -24,6 +25,7 @@ use crate::job::MANAGER;
 use crate::leader::Leadership;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::{Error, Result};
+use admission::{Admission, Standing};
 use plan::{JobPhase, JobState, Observed, PodOutcome};
 
 /// Runs reconciled at once.
@@ -35,6 +37,8 @@ const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 pub struct ToolContext {
     pub client: Client,
+    /// Tool runs running at once (`--max-concurrent-tool-runs`).
+    pub max_concurrent: usize,
     /// The frontend's key: only runs it proved are run.
     pub keys: Option<OwnershipKeys>,
     pub leadership: Leadership,
@@ -58,11 +62,12 @@ pub async fn run(namespace: Option<&str>, context: ToolContext) {
         .modify(|run| mining_api::trim_for_cache(&mut run.metadata))
         .reflect(writer)
         .applied_objects();
+    let shared = Arc::new(Shared { context, runs: store.clone() });
     Controller::for_stream(events, store)
         .owns(jobs, watcher::Config::default().labels(labels::TOOL_RUN))
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
         .shutdown_on_signal()
-        .run(reconcile, error_policy, Arc::new(context))
+        .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
             if let Err(err) = result {
                 warn!(error = %err, "tool run reconcile failed");
@@ -71,7 +76,20 @@ pub async fn run(namespace: Option<&str>, context: ToolContext) {
         .await;
 }
 
-fn error_policy(_run: Arc<ToolRun>, error: &Error, ctx: Arc<ToolContext>) -> Requeue {
+/// The context and every run (for admission).
+pub struct Shared {
+    context: ToolContext,
+    runs: reflector::Store<ToolRun>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = ToolContext;
+    fn deref(&self) -> &ToolContext {
+        &self.context
+    }
+}
+
+fn error_policy(_run: Arc<ToolRun>, error: &Error, ctx: Arc<Shared>) -> Requeue {
     warn!(error = %error, source = ?std::error::Error::source(error), "tool run reconcile error");
     ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
     Requeue::requeue(Duration::from_secs(5))
@@ -81,7 +99,7 @@ fn tool_error<'a>(action: &'static str, name: &'a str) -> impl FnOnce(kube::Erro
     move |source| Error::ToolRun { action, name: name.to_string(), source }
 }
 
-async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> {
+async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     if !ctx.leadership.is_leading() {
         return Ok(Requeue::requeue(STANDBY_RETRY));
     }
@@ -105,9 +123,29 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> 
         }
         _ => Vec::new(),
     };
+    let proven = |run: &ToolRun| ctx.keys.as_ref().is_some_and(|keys| keys.proves_tool_run(run));
+    let waiting = matches!(state, JobState::Missing)
+        && run.status.as_ref().is_none_or(|s| s.job_uid.is_none())
+        && !run.spec.cancel
+        && !run.is_finished();
+    let admission = if waiting {
+        let standings: Vec<Standing> =
+            ctx.runs.state().iter().filter_map(|other| Standing::of(other, proven)).collect();
+        admission::admit(&name, &standings, ctx.max_concurrent)
+    } else {
+        Admission::Start
+    };
+    let progress_line = match &state {
+        JobState::Ours { uid, phase: JobPhase::Running, .. } if !run.is_finished() => {
+            latest_progress(&ctx.client, &namespace, &name, uid).await
+        }
+        _ => None,
+    };
     let observed = Observed {
         run: &run,
-        proven: ctx.keys.as_ref().is_some_and(|keys| keys.proves_tool_run(&run)),
+        admission,
+        progress_line,
+        proven: proven(&run),
         job: state,
         pods,
         now: Timestamp::now(),
@@ -165,6 +203,40 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> 
         return Ok(Requeue::await_change());
     }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// The latest status line of the run's own running Pod (by its Job's uid),
+/// from the tail of its first container's log; a failure to read is no
+/// reason to fail anything, so it is only logged.
+async fn latest_progress(client: &Client, namespace: &str, job: &str, job_uid: &str) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = match pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await {
+        Ok(listed) => listed,
+        Err(err) => {
+            tracing::debug!(job, error = %err, "listing a tool run's Pods for its status line");
+            return None;
+        }
+    };
+    let running = listed
+        .items
+        .iter()
+        .filter(|pod| pod.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == job_uid))
+        .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .max_by_key(|pod| pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0))?;
+    let container = running.spec.as_ref()?.containers.first()?.name.clone();
+    let params = kube::api::LogParams {
+        container: Some(container),
+        tail_lines: Some(plan::PROGRESS_TAIL_LINES),
+        limit_bytes: Some(plan::PROGRESS_TAIL_BYTES),
+        ..Default::default()
+    };
+    match pods.logs(&running.name_any(), &params).await {
+        Ok(log) => plan::progress_line(&log),
+        Err(err) => {
+            tracing::debug!(job, error = %err, "reading a tool run's status line");
+            None
+        }
+    }
 }
 
 /// The Failed status of a run whose Job the API server refused.

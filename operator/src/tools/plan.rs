@@ -9,6 +9,11 @@ use mining_api::tool::MAX_RESULT_BYTES;
 use mining_api::tool_schema::Schema;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
+use super::admission::Admission;
+
+/// How soon a queued run looks again whether a slot is free.
+pub const QUEUED_RETRY: Duration = Duration::from_secs(3);
+
 /// What the run's Job is, as observed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobState {
@@ -46,6 +51,10 @@ pub struct PodOutcome {
 
 pub struct Observed<'a> {
     pub run: &'a ToolRun,
+    /// Whether a run without a Job may have one now (see [`super::admission`]).
+    pub admission: Admission,
+    /// The latest status line the running tool printed (see [`progress_line`]).
+    pub progress_line: Option<String>,
     /// The run carries the frontend's proof.
     pub proven: bool,
     pub job: JobState,
@@ -63,6 +72,27 @@ pub struct Plan {
     /// The status to write, when it changes.
     pub status: Option<ToolRunStatus>,
     pub requeue_after: Option<Duration>,
+}
+
+/// How often a running run's status line is read.
+pub const PROGRESS_POLL: Duration = Duration::from_secs(10);
+/// What a tool prints to say where it is: a line of its first container's
+/// log (stdout or stderr) starting with this.
+pub const PROGRESS_PREFIX: &str = "MCP_PROGRESS ";
+/// A running run's status message carries its status line after this.
+pub const RUNNING_PREFIX: &str = "running: ";
+/// Longest status line kept.
+pub const MAX_PROGRESS_LINE_BYTES: usize = 200;
+/// How much of the log's end is read for it.
+pub const PROGRESS_TAIL_LINES: i64 = 20;
+pub const PROGRESS_TAIL_BYTES: i64 = 8 * 1024;
+
+/// The last status line in `log` (the tail of a container's log), clipped.
+pub fn progress_line(log: &str) -> Option<String> {
+    let line = log.lines().rev().find_map(|line| line.strip_prefix(PROGRESS_PREFIX))?.trim();
+    let line: String = line.chars().filter(|c| !c.is_control()).collect();
+    let clipped = mining_api::pow::clip(&line, MAX_PROGRESS_LINE_BYTES).to_string();
+    (!clipped.is_empty()).then_some(clipped)
 }
 
 pub fn plan(observed: &Observed) -> Plan {
@@ -104,16 +134,29 @@ pub fn plan(observed: &Observed) -> Plan {
             JobState::Missing if current.job_uid.is_some() => {
                 finish(ToolRunPhase::Failed, "the run's Job was deleted before it finished".into())
             }
-            JobState::Missing => {
-                plan.create_job = true;
-                ToolRunStatus {
-                    phase: Some(ToolRunPhase::Running),
-                    progress: Some(format!("0/{}", run.parts())),
-                    message: Some("the tool's Job is created".into()),
-                    started_at: current.started_at.clone().or(Some(now.clone())),
-                    ..current.clone()
+            JobState::Missing => match observed.admission {
+                Admission::Queued { running, limit, ahead } => {
+                    plan.requeue_after = Some(QUEUED_RETRY);
+                    ToolRunStatus {
+                        phase: Some(ToolRunPhase::Pending),
+                        message: Some(format!(
+                            "queued: {running} tool runs are running (the operator's limit is {limit}); \
+                             {ahead} go before this one"
+                        )),
+                        ..current.clone()
+                    }
                 }
-            }
+                Admission::Start => {
+                    plan.create_job = true;
+                    ToolRunStatus {
+                        phase: Some(ToolRunPhase::Running),
+                        progress: Some(format!("0/{}", run.parts())),
+                        message: Some("the tool's Job is created".into()),
+                        started_at: current.started_at.clone().or(Some(now.clone())),
+                        ..current.clone()
+                    }
+                }
+            },
             JobState::Foreign => finish(
                 ToolRunPhase::Failed,
                 format!(
@@ -129,11 +172,15 @@ pub fn plan(observed: &Observed) -> Plan {
                     ..current.clone()
                 };
                 match phase {
-                    JobPhase::Running => ToolRunStatus {
-                        phase: Some(ToolRunPhase::Running),
-                        message: Some("running".into()),
-                        ..seen
-                    },
+                    JobPhase::Running => {
+                        // Status lines are read again while it runs.
+                        plan.requeue_after = Some(PROGRESS_POLL);
+                        let message = match &observed.progress_line {
+                            Some(line) => format!("{RUNNING_PREFIX}{line}"),
+                            None => "running".into(),
+                        };
+                        ToolRunStatus { phase: Some(ToolRunPhase::Running), message: Some(message), ..seen }
+                    }
                     JobPhase::Complete => {
                         seen.finished_at = Some(now.clone());
                         match result_of(run, &observed.pods) {

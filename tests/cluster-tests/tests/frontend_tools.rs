@@ -41,10 +41,16 @@ fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
 }
 
 async fn setup(name: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    setup_with(name, &[]).await
+}
+
+async fn setup_with(name: &str, operator_args: &[&str]) -> (TestNamespace, OperatorProcess, FrontendProcess) {
     let ns = TestNamespace::new(name).await;
     install_crd(&ns.client).await;
     let key = ownership_key_file(&ns.name);
-    let operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let mut args = vec!["--ownership-key-file", key.to_str().unwrap()];
+    args.extend_from_slice(operator_args);
+    let operator = OperatorProcess::start(&ns.name, &args);
     let frontend =
         FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
     let tools: Api<McpTool> = ns.api();
@@ -161,6 +167,27 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     assert_eq!(failed["exit_code"], 3);
     assert!(failed["error"].as_str().unwrap().contains("asked to fail: boom"), "{failed:#}");
 
+    // Arguments cannot choose the Pod: an open inputSchema lets any key
+    // through, and still the Job runs the tool's image as the tool's account.
+    tools
+        .create(&PostParams::default(), &tool("open-sum", 20, json!({"inputSchema": {"type": "object"}})))
+        .await
+        .unwrap();
+    eventually("the open tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"open-sum".to_string()).then_some(())
+    })
+    .await;
+    let posing = json!({"numbers": [1], "image": "attacker/image", "serviceAccountName": "admin",
+        "command": ["/bin/sh", "-c", "id"], "jobTemplate": {"spec": {}}});
+    let done = call(Sdk::TypeScript, &url, ALICE, "open-sum", posing).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    let jobs: Api<Job> = ns.api();
+    let job = jobs.get(done["workflow_id"].as_str().unwrap()).await.unwrap();
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
+    assert_eq!(pod.containers[0].command, None);
+    assert_eq!(pod.service_account_name, None);
+
     // What `kubectl get toolruns` shows.
     let stored = runs.get(&id).await.unwrap();
     assert_eq!(stored.phase(), ToolRunPhase::Succeeded);
@@ -191,6 +218,14 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
         assert_eq!(running["status"], "running", "{running:#}");
         ids.push(running["workflow_id"].as_str().unwrap().to_string());
     }
+    // The tool's latest status line (MCP_PROGRESS …) is the run's message while it works.
+    let working = eventually("the run's status line", Duration::from_secs(60), || async {
+        let seen = call(Sdk::Python, &url, ALICE, "get_tool_result", json!({"workflow_id": ids[1]})).await;
+        let message = seen["status_message"].as_str().unwrap_or_default().to_string();
+        message.contains("adding: ").then_some(message)
+    })
+    .await;
+    assert!(working.starts_with("Running"), "{working}");
     let refused = Sdk::Python.call(&url, ALICE, "slow-sum", json!({"numbers": [1]})).await.to_string();
     assert!(refused.contains("its limit is 2"), "{refused}");
     assert!(!refused.contains("bob"), "{refused}");
@@ -227,6 +262,18 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
         (!listed_names(&url).await.contains(&"slow-sum".to_string())).then_some(())
     })
     .await;
+
+    // A template the API server refuses fails the run with its reason.
+    let refused_template = json!({"jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+        "containers": [{"name": "Not_A_Name", "image": IMAGE}]}}}}});
+    tools.create(&PostParams::default(), &tool("refused", 20, refused_template)).await.unwrap();
+    eventually("the refused tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"refused".to_string()).then_some(())
+    })
+    .await;
+    let failed = call(Sdk::Python, &url, ALICE, "refused", json!({"numbers": [1]})).await;
+    assert_eq!(failed["status"], "failed", "{failed:#}");
+    assert!(failed["error"].as_str().unwrap().contains("refused the tool's Job"), "{failed:#}");
 
     // A ToolRun made directly (alice's label, a template of one's choosing)
     // is never run, and is nobody's.
@@ -330,10 +377,79 @@ async fn a_defined_tool_runs_as_a_task_of_both_generations() {
         TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["cancel", &slow_id]).await;
     assert_eq!(cancelled["task"]["status"], "cancelled", "{cancelled:#}");
 
+    // 2026-07-28 push: the client's own listen() is told the run's task until it completes.
+    let listened =
+        TaskClient::Extension2026.run_tool("sum-numbers", &url, ALICE, &["listen", &arguments]).await;
+    let pushes = listened["pushes"].as_array().unwrap_or_else(|| panic!("{listened:#}"));
+    let last = &pushes.last().unwrap_or_else(|| panic!("no push: {listened:#}"))["params"];
+    assert_eq!(last["taskId"], listened["taskId"], "{listened:#}");
+    assert_eq!(last["status"], "completed", "{listened:#}");
+    assert_eq!(last["result"]["structuredContent"]["result"]["sum"], 3.0, "{listened:#}");
+    assert_eq!(listened["ended"], "graceful", "{listened:#}");
+
     // 2026-07-28, the Tasks extension: callTool answers a task, settle() gets the result.
     let extension =
         TaskClient::Extension2026.run_tool("sum-numbers", &url, ALICE, &["run", &arguments]).await;
     assert_eq!(extension["kind"], "task", "{extension:#}");
     assert_eq!(extension["outcome"]["status"], "completed", "{extension:#}");
     assert_eq!(extension["outcome"]["result"]["structuredContent"]["result"]["sum"], 3.0, "{extension:#}");
+}
+
+#[tokio::test]
+async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
+    let (ns, _operator, frontend) = setup_with("tools-fair", &["--max-concurrent-tool-runs", "2"]).await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &tool("slow-sum", 0, json!({}))).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
+    })
+    .await;
+    let start = |token, delay: u64| {
+        let url = url.clone();
+        async move {
+            let answer = call(
+                Sdk::TypeScript,
+                &url,
+                token,
+                "slow-sum",
+                json!({"numbers": [1], "delay_seconds": delay}),
+            )
+            .await;
+            answer["workflow_id"].as_str().unwrap_or_else(|| panic!("{answer:#}")).to_string()
+        }
+    };
+    // Alice takes both slots, then queues a third run; bob queues one after hers.
+    let a1 = start(ALICE, 300).await;
+    let a2 = start(ALICE, 300).await;
+    let runs: Api<ToolRun> = ns.api();
+    for id in [&a1, &a2] {
+        eventually("alice's first two runs to run", Duration::from_secs(30), || async {
+            (runs.get(id).await.ok()?.phase() == ToolRunPhase::Running).then_some(())
+        })
+        .await;
+    }
+    let a3 = start(ALICE, 1).await;
+    let b1 = start(BOB, 1).await;
+    let queued = eventually("alice's third run to be queued", Duration::from_secs(30), || async {
+        let message = runs.get(&a3).await.ok()?.status?.message?;
+        message.starts_with("queued").then_some(message)
+    })
+    .await;
+    assert!(queued.contains("the operator's limit is 2"), "{queued}");
+    // A slot frees: bob, holding none, goes before alice's older run.
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a1})).await;
+    let bobs = settle(Sdk::Python, &url, BOB, &b1).await;
+    assert_eq!(bobs["status"], "completed", "{bobs:#}");
+    // Then hers, started only after bob's.
+    let alices = settle(Sdk::Python, &url, ALICE, &a3).await;
+    assert_eq!(alices["status"], "completed", "{alices:#}");
+    let started = |run: ToolRun| run.status.and_then(|s| s.started_at).map(|t| t.0).expect("a start time");
+    let (bob_started, alice_started) =
+        (started(runs.get(&b1).await.unwrap()), started(runs.get(&a3).await.unwrap()));
+    assert!(
+        bob_started < alice_started,
+        "bob's run started at {bob_started}, alice's older one at {alice_started}"
+    );
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a2})).await;
 }

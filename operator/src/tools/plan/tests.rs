@@ -3,6 +3,7 @@ use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 use serde_json::json;
 
 use super::*;
+use crate::tools::admission::Admission;
 
 fn run(output_schema: Option<serde_json::Value>, parts: i32) -> ToolRun {
     let mut value = json!({
@@ -22,7 +23,16 @@ fn now() -> Timestamp {
 }
 
 fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observed<'a> {
-    Observed { run, proven: true, job, pods, now: now(), default_ttl_seconds: 60 }
+    Observed {
+        run,
+        admission: Admission::Start,
+        progress_line: None,
+        proven: true,
+        job,
+        pods,
+        now: now(),
+        default_ttl_seconds: 60,
+    }
 }
 
 fn ours(phase: JobPhase, succeeded: i32) -> JobState {
@@ -162,4 +172,29 @@ fn a_finished_run_is_kept_for_its_ttl_then_deleted() {
     assert_eq!((kept.delete_run, kept.requeue_after), (false, Some(Duration::from_secs(30))));
     run.spec.ttl_seconds_after_finished = Some(10);
     assert!(plan(&observe(&run, ours(JobPhase::Complete, 1), vec![])).delete_run);
+}
+
+#[test]
+fn the_last_status_line_of_the_log_is_the_running_message_clipped_and_polled_again() {
+    let log = "starting\nMCP_PROGRESS step 1/3\nnoise\nMCP_PROGRESS step 2/3 \x1b[31m\nafter\n";
+    assert_eq!(progress_line(log).as_deref(), Some("step 2/3 [31m"), "control characters are dropped");
+    assert_eq!(progress_line("no status lines\n"), None);
+    assert_eq!(progress_line(&format!("MCP_PROGRESS {}", "é".repeat(300))).unwrap().len(), 200);
+    let run = run(None, 1);
+    let observed =
+        Observed { progress_line: progress_line(log), ..observe(&run, ours(JobPhase::Running, 0), vec![]) };
+    let plan_ = plan(&observed);
+    assert_eq!(status(&plan_).message.as_deref(), Some("running: step 2/3 [31m"));
+    assert_eq!(plan_.requeue_after, Some(PROGRESS_POLL));
+}
+
+#[test]
+fn a_queued_run_waits_pending_says_why_and_looks_again() {
+    let run = run(None, 1);
+    let queued = Admission::Queued { running: 20, limit: 20, ahead: 3 };
+    let plan_ = plan(&Observed { admission: queued, ..observe(&run, JobState::Missing, vec![]) });
+    assert!(!plan_.create_job);
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Pending));
+    assert!(status(&plan_).message.as_deref().unwrap().contains("the operator's limit is 20"));
+    assert_eq!(plan_.requeue_after, Some(QUEUED_RETRY));
 }
