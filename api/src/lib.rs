@@ -35,6 +35,8 @@ pub use tool::{McpTool, McpToolSpec, ProvenToolRun, ToolRun, ToolRunPhase, ToolR
 #[cfg(feature = "schemas")]
 pub mod tool_schema;
 #[cfg(feature = "kubernetes")]
+pub mod tool_template;
+#[cfg(feature = "kubernetes")]
 mod workflow;
 #[cfg(feature = "kubernetes")]
 pub use workflow::*;

@@ -37,6 +37,17 @@ pub const MAX_TITLE_BYTES: usize = 128;
 pub const MAX_RESULT_BYTES: usize = 4096;
 /// Most indexed parts (`completions`) one run may have.
 pub const MAX_COMPLETIONS: i32 = 100;
+/// Largest result a run's status stores (the CRD's bound on
+/// `status.result`): room for [`MAX_COMPLETIONS`] parts of
+/// [`MAX_RESULT_BYTES`] each as one JSON array.
+pub const MAX_STORED_RESULT_BYTES: usize = 512 * 1024;
+
+/// The most a run of `parts` parts can need to store when every part's
+/// result is as large as allowed (each part a JSON value or string, with
+/// its quotes and comma, inside the array's brackets).
+pub const fn stored_result_bound(parts: usize) -> usize {
+    if parts <= 1 { MAX_RESULT_BYTES } else { parts * (MAX_RESULT_BYTES + 3) + 2 }
+}
 /// Most running calls of one tool per caller a tool may allow.
 pub const MAX_RUNNING_PER_CALLER: u32 = 100;
 /// Longest wait budget a tool may ask for (the frontend caps it further).
@@ -90,6 +101,7 @@ pub struct McpToolSpec {
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]
+    #[serde(deserialize_with = "crate::tool_template::lenient_template")]
     pub job_template: JobTemplateSpec,
 }
 
@@ -125,6 +137,7 @@ pub struct ToolRunSpec {
     pub output_schema: Option<String>,
     /// The tool's Job template when the call was made.
     #[schemars(schema_with = "any_object")]
+    #[serde(deserialize_with = "crate::tool_template::lenient_template")]
     pub job_template: JobTemplateSpec,
     /// Delete the run this many seconds after it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,7 +194,7 @@ pub struct ToolRunStatus {
     /// The tool's output: its termination message (JSON when the tool has an
     /// `outputSchema`; for N parts, a JSON array of each part's, in order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 409_600))]
+    #[schemars(length(max = MAX_STORED_RESULT_BYTES))]
     pub result: Option<String>,
     /// A failed container's exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +267,11 @@ impl McpToolSpec {
         if self.output_schema.as_ref().is_some_and(|s| json_len(s) > MAX_SCHEMA_BYTES) {
             return Some(format!("outputSchema is larger than {MAX_SCHEMA_BYTES} bytes"));
         }
+        if let Some(why) = crate::tool_template::template_problem(&self.job_template)
+            .filter(|_| self.job_template.spec.is_none())
+        {
+            return Some(why);
+        }
         if json_len(&self.job_template) > MAX_TEMPLATE_BYTES {
             return Some(format!("jobTemplate is larger than {MAX_TEMPLATE_BYTES} bytes"));
         }
@@ -266,7 +284,14 @@ impl McpToolSpec {
         if job.completions.is_some_and(|n| !(1..=MAX_COMPLETIONS).contains(&n)) {
             return Some(format!("jobTemplate.spec.completions must be from 1 to {MAX_COMPLETIONS}"));
         }
-        None
+        let parts = job.completions.unwrap_or(1).max(1) as usize;
+        if stored_result_bound(parts) > MAX_STORED_RESULT_BYTES {
+            return Some(format!(
+                "{parts} parts of up to {MAX_RESULT_BYTES} bytes each cannot be stored in one run's status \
+                 ({MAX_STORED_RESULT_BYTES} bytes)"
+            ));
+        }
+        crate::tool_template::template_problem(&self.job_template)
     }
 }
 
@@ -354,6 +379,19 @@ mod tests {
         let mut schema = sum_numbers();
         schema["inputSchema"]["description"] = json!("x".repeat(MAX_SCHEMA_BYTES));
         assert!(tool(schema).problem().unwrap().contains("inputSchema"));
+        let mut shell = sum_numbers();
+        shell["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"] =
+            json!(["sh", "-c", "sum $(MCP_TOOL_ARGUMENTS)"]);
+        assert!(tool(shell).problem().unwrap().contains("command line"));
+        let mut ill_typed = sum_numbers();
+        ill_typed["jobTemplate"]["spec"]["backoffLimit"] = json!("many");
+        assert!(tool(ill_typed).problem().unwrap().contains("not a batch/v1 Job template"));
+    }
+
+    #[test]
+    fn every_allowed_number_of_parts_fits_the_stored_result() {
+        assert!(stored_result_bound(MAX_COMPLETIONS as usize) <= MAX_STORED_RESULT_BYTES);
+        assert_eq!(stored_result_bound(1), MAX_RESULT_BYTES);
     }
 
     #[test]

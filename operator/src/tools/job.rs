@@ -5,21 +5,24 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::{Capabilities, EnvVar, PodSecurityContext, SeccompProfile, SecurityContext};
 use kube::Resource as _;
 use mining_api::tool::{ARGUMENTS_ENV, RUN_ENV};
+use mining_api::tool_template::escape_for_kubelet;
 use mining_api::{ToolRun, labels};
 
 use crate::job::MANAGER;
 
 /// The Job that runs `run`, named as the run.
 ///
-/// The template is the tool author's, with four things the operator
+/// The template is the tool author's, with five things the operator
 /// decides: the owner (the run, so the Job goes with it), our labels (so
 /// the run's Jobs are found and no template label can pose as ours), the
 /// two environment variables every container gets — replacing any the
 /// template set under those names, so only the frontend's validated
-/// arguments reach the tool — and a run of N parts becoming an Indexed Job.
+/// arguments reach the tool, escaped so the kubelet expands no `$(…)` in
+/// them — a run of N parts becoming an Indexed Job, and safe defaults where
+/// the template is silent ([`secure_defaults`]).
 pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     let name = run.metadata.name.clone()?;
     let owner = run.controller_owner_ref(&())?;
@@ -34,7 +37,9 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     if pod.restart_policy.is_none() {
         pod.restart_policy = Some("Never".into());
     }
-    let handed_over = [(ARGUMENTS_ENV, run.spec.arguments.as_str()), (RUN_ENV, name.as_str())];
+    secure_defaults(pod);
+    let arguments = escape_for_kubelet(&run.spec.arguments);
+    let handed_over = [(ARGUMENTS_ENV, arguments.as_str()), (RUN_ENV, name.as_str())];
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
         let env = container.env.get_or_insert_with(Vec::new);
         env.retain(|var| !handed_over.iter().any(|(key, _)| var.name == *key));
@@ -58,8 +63,29 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     Some(Job { metadata, spec: Some(spec), status: None })
 }
 
+/// Where the template says nothing: no ServiceAccount token (a tool that
+/// needs the API asks for it), and the Pod Security "restricted" settings
+/// (non-root, the runtime's seccomp profile, no privilege escalation, no
+/// capabilities). What the template sets is kept; the namespace's Pod
+/// Security admission decides whether it may run.
+fn secure_defaults(pod: &mut k8s_openapi::api::core::v1::PodSpec) {
+    pod.automount_service_account_token.get_or_insert(false);
+    pod.security_context.get_or_insert_with(|| PodSecurityContext {
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+        ..Default::default()
+    });
+    for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
+        container.security_context.get_or_insert_with(|| SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+            ..Default::default()
+        });
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -90,7 +116,12 @@ mod tests {
         let env = container.env.as_ref().unwrap();
         let values: Vec<_> = env.iter().filter(|v| v.name == ARGUMENTS_ENV).collect();
         assert_eq!(values.len(), 1, "the template's own value is replaced");
-        assert_eq!(values[0].value.as_deref(), Some(arguments));
+        assert_eq!(
+            values[0].value.as_deref().map(|v| v.replace("$$", "$")).as_deref(),
+            Some(arguments),
+            "what the kubelet hands the container is the validated text"
+        );
+        assert_eq!(values[0].value.as_deref(), Some(r#"{"text":"\"; rm -rf / $$(reboot)\n"}"#));
         assert!(env.iter().any(|v| v.name == "KEEP"));
         assert!(env.iter().any(|v| v.name == RUN_ENV && v.value.as_deref() == Some("mw-abc")));
         assert_eq!(
@@ -121,6 +152,28 @@ mod tests {
         );
         assert_eq!(spec.ttl_seconds_after_finished, None);
         assert_eq!(spec.completion_mode, None);
+    }
+
+    #[test]
+    fn a_silent_template_gets_no_token_and_the_restricted_settings() {
+        let job = job_for_run(&run(template(), "{}")).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let context = pod.security_context.unwrap();
+        assert_eq!(context.run_as_non_root, Some(true));
+        assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let container = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        assert_eq!(container.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+
+        // What the author set is kept.
+        let mut own = template();
+        own["spec"]["template"]["spec"]["automountServiceAccountToken"] = json!(true);
+        own["spec"]["template"]["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
+        let pod = job_for_run(&run(own, "{}")).unwrap().spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(true));
+        assert_eq!(pod.containers[0].security_context.as_ref().unwrap().run_as_user, Some(1000));
+        assert_eq!(pod.containers[0].security_context.as_ref().unwrap().allow_privilege_escalation, None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod job;
 pub mod plan;
+pub mod provenance;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,16 +113,32 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     let job = jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?;
     let state = job_state(&run, job.as_ref());
-    let pods = match &state {
-        JobState::Ours { uid, phase, .. } if *phase != JobPhase::Running && !run.is_finished() => {
+    // The run's own Pods, read while it is unfinished: what they wrote and
+    // how many parts succeeded come only from Pods its Job made (the Job's
+    // own counts include any Pod it adopted).
+    let (pods, progress_line) = match (&state, &job) {
+        (JobState::Ours { .. }, Some(job)) if !run.is_finished() => {
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
             let listed = pods
                 .list(&ListParams::default().labels(&format!("job-name={name}")))
                 .await
                 .map_err(tool_error("list the Pods of", &name))?;
-            outcomes(uid, &listed.items)
+            let own: Vec<&Pod> = listed.items.iter().filter(|pod| made_by(pod, job)).collect();
+            let line = match &state {
+                JobState::Ours { phase: JobPhase::Running, .. } => latest_progress(&pods, &own).await,
+                _ => None,
+            };
+            (outcomes(&own), line)
         }
-        _ => Vec::new(),
+        _ => (Vec::new(), None),
+    };
+    let state = match state {
+        JobState::Ours { uid, phase, .. } => {
+            let parts: std::collections::BTreeSet<i32> =
+                pods.iter().filter(|o| o.succeeded).map(|o| o.index).collect();
+            JobState::Ours { uid, phase, succeeded: parts.len() as i32 }
+        }
+        other => other,
     };
     let proven = |run: &ToolRun| ctx.keys.as_ref().is_some_and(|keys| keys.proves_tool_run(run));
     let waiting = matches!(state, JobState::Missing)
@@ -134,12 +151,6 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
         admission::admit(&name, &standings, ctx.max_concurrent)
     } else {
         Admission::Start
-    };
-    let progress_line = match &state {
-        JobState::Ours { uid, phase: JobPhase::Running, .. } if !run.is_finished() => {
-            latest_progress(&ctx.client, &namespace, &name, uid).await
-        }
-        _ => None,
     };
     let observed = Observed {
         run: &run,
@@ -187,9 +198,25 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     }
     if let Some(status) = &plan.status {
         let patch = serde_json::json!({"status": status});
-        runs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(tool_error("write the status of", &name))?;
+        let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+        match runs.patch_status(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            // A status the API server will never store (too large, say):
+            // end the run with the reason rather than retry for ever.
+            Err(kube::Error::Api(refusal)) if matches!(refusal.code, 400 | 413 | 422) => {
+                let why = mining_api::pow::clip(&refusal.message, 512).to_string();
+                warn!(run = %name, code = refusal.code, "the API server refused a tool run's status");
+                let failed = refused_status(&run, &why);
+                runs.patch_status(&name, &params, &Patch::Merge(&serde_json::json!({"status": failed})))
+                    .await
+                    .map_err(tool_error("write the status of", &name))?;
+                if matches!(failed.phase, Some(ToolRunPhase::Failed)) && job.is_some() {
+                    let _ = jobs.delete(&name, &DeleteParams::background()).await;
+                }
+                return Ok(Requeue::await_change());
+            }
+            Err(err) => return Err(tool_error("write the status of", &name)(err)),
+        }
         if status.phase.is_some_and(ToolRunPhase::is_finished) {
             info!(run = %name, phase = status.phase.map(ToolRunPhase::as_str), "tool run finished");
         }
@@ -205,22 +232,12 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 
-/// The latest status line of the run's own running Pod (by its Job's uid),
-/// from the tail of its first container's log; a failure to read is no
-/// reason to fail anything, so it is only logged.
-async fn latest_progress(client: &Client, namespace: &str, job: &str, job_uid: &str) -> Option<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = match pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await {
-        Ok(listed) => listed,
-        Err(err) => {
-            tracing::debug!(job, error = %err, "listing a tool run's Pods for its status line");
-            return None;
-        }
-    };
-    let running = listed
-        .items
+/// The latest status line of the run's own running Pod, from the tail of
+/// its first container's log; a failure to read is no reason to fail
+/// anything, so it is only logged.
+async fn latest_progress(pods: &Api<Pod>, own: &[&Pod]) -> Option<String> {
+    let running = own
         .iter()
-        .filter(|pod| pod.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == job_uid))
         .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .max_by_key(|pod| pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0))?;
     let container = running.spec.as_ref()?.containers.first()?.name.clone();
@@ -233,9 +250,28 @@ async fn latest_progress(client: &Client, namespace: &str, job: &str, job_uid: &
     match pods.logs(&running.name_any(), &params).await {
         Ok(log) => plan::progress_line(&log),
         Err(err) => {
-            tracing::debug!(job, error = %err, "reading a tool run's status line");
+            tracing::debug!(pod = %running.name_any(), error = %err, "reading a tool run's status line");
             None
         }
+    }
+}
+
+/// Whether `pod` is one the Job controller made from `job`'s template: it
+/// names the Job as its controller and runs exactly what the template runs.
+fn made_by(pod: &Pod, job: &Job) -> bool {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    crate::provenance::controlled_by(&pod.metadata, uid) && provenance::pod_mismatch(pod, job).is_none()
+}
+
+/// The Failed status of a run whose status the API server refused to store
+/// (the refusal's text, clipped; nothing the run's Pods wrote).
+fn refused_status(run: &ToolRun, why: &str) -> ToolRunStatus {
+    ToolRunStatus {
+        phase: Some(ToolRunPhase::Failed),
+        message: Some(format!("the API server refused to store the run's status: {why}")),
+        result: None,
+        finished_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        ..run.status.clone().unwrap_or_default()
     }
 }
 
@@ -260,6 +296,16 @@ fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
     if !controlled || uid.is_empty() {
         return JobState::Foreign;
     }
+    // The Job this operator created is the one whose uid the run recorded;
+    // before that is recorded (a restart between create and status write),
+    // only a Job that runs what the run asks is taken as its own.
+    let ours = match run.status.as_ref().and_then(|s| s.job_uid.as_deref()) {
+        Some(recorded) => recorded == uid,
+        None => job::job_for_run(run).is_some_and(|built| provenance::job_mismatch(job, &built).is_none()),
+    };
+    if !ours {
+        return JobState::Foreign;
+    }
     let status = job.status.clone().unwrap_or_default();
     let holds = |type_: &str| {
         status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()
@@ -281,12 +327,9 @@ fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
 /// party made with the same labels is not among them: results come only
 /// from the run's own Job. Without completion indexes (API servers before
 /// Indexed Jobs) succeeded Pods are numbered in the order they finished.
-fn outcomes(job_uid: &str, pods: &[Pod]) -> Vec<PodOutcome> {
-    let mut outcomes: Vec<PodOutcome> = pods
+fn outcomes(own: &[&Pod]) -> Vec<PodOutcome> {
+    let mut outcomes: Vec<PodOutcome> = own
         .iter()
-        .filter(|pod| {
-            pod.owner_references().iter().any(|owner| owner.controller == Some(true) && owner.uid == job_uid)
-        })
         .filter_map(|pod| {
             let phase = pod.status.as_ref()?.phase.as_deref()?;
             let first = pod.spec.as_ref()?.containers.first()?.name.as_str();
@@ -342,13 +385,30 @@ mod tests {
         .unwrap()
     }
 
+    fn the_job() -> Job {
+        serde_json::from_value(json!({"metadata": {"name": "mw-abc", "uid": "job-uid"},
+            "spec": {"template": {"spec": {"containers": [{"name": "tool", "image": "x"}, {"name": "sidecar", "image": "y"}]}}}}))
+        .unwrap()
+    }
+
+    fn read(pods: &[Pod]) -> Vec<PodOutcome> {
+        let job = the_job();
+        let own: Vec<&Pod> = pods.iter().filter(|pod| made_by(pod, &job)).collect();
+        outcomes(&own)
+    }
+
     #[test]
     fn a_planted_pod_with_the_jobs_labels_is_never_read() {
+        // Finding 2: a Pod of the attacker's, labelled and owned as the Job's
+        // (the Job controller adopts it), running a command of its own.
+        let mut adopted = pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1337}");
+        adopted.spec.as_mut().unwrap().containers[0].command = Some(vec!["echo".into()]);
         let pods = [
             pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1}"),
             pod("planted", Some("0"), "Succeeded", "forged"),
+            adopted,
         ];
-        let read = outcomes("job-uid", &pods);
+        let read = read(&pods);
         assert_eq!(read.len(), 1);
         assert_eq!(read[0].message, "{\"sum\":1}", "the first container's message, from the Job's own Pod");
     }
@@ -356,7 +416,7 @@ mod tests {
     #[test]
     fn without_indexes_succeeded_pods_are_numbered_in_order() {
         let pods = [pod("job-uid", None, "Failed", "x"), pod("job-uid", None, "Succeeded", "a")];
-        let read = outcomes("job-uid", &pods);
+        let read = read(&pods);
         let succeeded: Vec<_> = read.iter().filter(|o| o.succeeded).map(|o| o.index).collect();
         assert_eq!(succeeded, [0]);
     }
@@ -367,6 +427,7 @@ mod tests {
             "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
             "metadata": {"name": "mw-abc", "uid": "run-uid"},
             "spec": {"tool": "t", "arguments": "{}", "jobTemplate": {}},
+            "status": {"jobUid": "job-uid"},
         }))
         .unwrap();
         let job = |owner: &str| -> Job {
@@ -381,5 +442,9 @@ mod tests {
             JobState::Ours { uid: "job-uid".into(), phase: JobPhase::Complete, succeeded: 1 }
         );
         assert_eq!(job_state(&run, None), JobState::Missing);
+        // A Job re-made under the run's name by someone else, owned by the run.
+        let mut replaced = job("run-uid");
+        replaced.metadata.uid = Some("planted-uid".into());
+        assert_eq!(job_state(&run, Some(&replaced)), JobState::Foreign);
     }
 }

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use mining_api::tool::MAX_RESULT_BYTES;
+use mining_api::tool::{MAX_RESULT_BYTES, MAX_STORED_RESULT_BYTES};
 use mining_api::tool_schema::Schema;
+use mining_api::tool_template::template_problem;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
 use super::admission::Admission;
@@ -126,6 +127,10 @@ pub fn plan(observed: &Observed) -> Plan {
              frontend made (call the tool through MCP)"
                 .into(),
         )
+    } else if let Some(why) = template_problem(&run.spec.job_template) {
+        // A run snapshotted before the rule, or an edited one: never run it.
+        plan.delete_job = matches!(observed.job, JobState::Ours { .. });
+        finish(ToolRunPhase::Failed, format!("the tool's template cannot be run: {why}"))
     } else if run.spec.cancel {
         plan.delete_job = matches!(observed.job, JobState::Ours { .. });
         finish(ToolRunPhase::Cancelled, "cancelled".into())
@@ -271,11 +276,19 @@ fn result_of(run: &ToolRun, pods: &[PodOutcome]) -> Result<String, String> {
         };
         outputs.push(output);
     }
-    Ok(match (parts, schema.is_some()) {
+    let stored = match (parts, schema.is_some()) {
         (1, true) => outputs[0].to_string(),
         (1, false) => outputs[0].as_str().unwrap_or_default().to_string(),
         _ => serde_json::Value::Array(outputs).to_string(),
-    })
+    };
+    // Escaped control characters can grow parts past what a status holds.
+    if stored.len() > MAX_STORED_RESULT_BYTES {
+        return Err(format!(
+            "the tool's results add up to {} bytes, more than the {MAX_STORED_RESULT_BYTES} a run can store",
+            stored.len()
+        ));
+    }
+    Ok(stored)
 }
 
 #[cfg(test)]

@@ -198,3 +198,27 @@ fn a_queued_run_waits_pending_says_why_and_looks_again() {
     assert!(status(&plan_).message.as_deref().unwrap().contains("the operator's limit is 20"));
     assert_eq!(plan_.requeue_after, Some(QUEUED_RETRY));
 }
+
+#[test]
+fn a_template_that_runs_the_arguments_as_a_command_line_never_gets_a_job() {
+    let mut shell = run(None, 1);
+    let pod = shell.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    pod.containers[0].args = Some(vec!["sh".into(), "-c".into(), "sum $(MCP_TOOL_ARGUMENTS)".into()]);
+    let plan = plan(&observe(&shell, JobState::Missing, vec![]));
+    assert!(!plan.create_job);
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Failed));
+    assert!(status(&plan).message.as_ref().unwrap().contains("command line"), "{:?}", status(&plan).message);
+}
+
+#[test]
+fn results_that_cannot_be_stored_fail_the_run_with_the_reason() {
+    // 100 parts of 4 KiB of control characters: each escapes to about 24 KiB.
+    let parts = 100;
+    let big = run(None, parts);
+    let noise = "\u{1}".repeat(MAX_RESULT_BYTES);
+    let pods = (0..parts).map(|i| pod(i, true, 0, &noise)).collect();
+    let plan = plan(&observe(&big, ours(JobPhase::Complete, parts), pods));
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Failed));
+    assert_eq!(status(&plan).result, None);
+    assert!(status(&plan).message.as_ref().unwrap().contains("more than the"), "{:?}", status(&plan).message);
+}

@@ -1,0 +1,242 @@
+//! Whether a tool run's Job and Pods are the ones the operator made (pure).
+//!
+//! Anyone who may create Jobs or Pods in the namespace can copy a Job's
+//! labels and a controller ownerReference naming it, and the Job controller
+//! then adopts the copy and counts its success. So a Pod is read (result,
+//! exit code, status line) only when it runs exactly what its Job's stored
+//! template runs, and a Job is the run's only when its template runs what
+//! [`super::job::job_for_run`] builds. A copy that passes both checks runs
+//! the tool's own image on the caller's own arguments: it computes the
+//! honest answer.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume};
+
+/// Where the ServiceAccount admission mounts a Pod's token: the one volume
+/// (and mount) a Pod may have that its template has not.
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// How a stored Job's Pod template differs from the one built for its run
+/// (`None`: it runs what the run asks). Only what decides what the Pods
+/// compute is compared, so the API server's defaults change nothing.
+pub fn job_mismatch(stored: &Job, built: &Job) -> Option<String> {
+    let (Some(stored), Some(built)) = (template(stored), template(built)) else {
+        return Some("it has no Pod template".into());
+    };
+    if stored.service_account_name.as_deref().unwrap_or("default")
+        != built.service_account_name.as_deref().unwrap_or("default")
+    {
+        return Some("its ServiceAccount differs".into());
+    }
+    containers_mismatch(stored, built, |got, want| {
+        if got.image != want.image {
+            return Some("image");
+        }
+        if got.command != want.command {
+            return Some("command");
+        }
+        if got.args != want.args {
+            return Some("arguments");
+        }
+        if defaulted_env(got) != defaulted_env(want) {
+            return Some("environment");
+        }
+        None
+    })
+}
+
+/// A container's env with the API server's one default in it (a
+/// `fieldRef`'s `apiVersion`), so a stored template equals the built one.
+fn defaulted_env(container: &Container) -> Vec<EnvVar> {
+    let mut env = container.env.clone().unwrap_or_default();
+    for field in env.iter_mut().filter_map(|v| v.value_from.as_mut()?.field_ref.as_mut()) {
+        field.api_version.get_or_insert_with(|| "v1".into());
+    }
+    env
+}
+
+/// How a Pod differs from what its Job's stored template runs (`None`: the
+/// Job controller made it from that template). Both were defaulted by the
+/// same API server, so fields are compared as stored; the token volume the
+/// ServiceAccount admission adds is the one addition allowed.
+pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
+    let (Some(got), Some(want)) = (pod.spec.as_ref(), template(job)) else {
+        return Some("it has no spec".into());
+    };
+    if !got.ephemeral_containers.as_ref().is_none_or(Vec::is_empty) {
+        return Some("it has ephemeral containers".into());
+    }
+    if got.service_account_name.as_deref().unwrap_or("default")
+        != want.service_account_name.as_deref().unwrap_or("default")
+    {
+        return Some("it runs as another ServiceAccount".into());
+    }
+    if [got.host_network, got.host_pid, got.host_ipc] != [want.host_network, want.host_pid, want.host_ipc]
+        || got.share_process_namespace != want.share_process_namespace
+    {
+        return Some("it shares other namespaces".into());
+    }
+    if got.security_context != want.security_context {
+        return Some("its Pod security context differs".into());
+    }
+    if own_volumes(got) != want.volumes.iter().flatten().collect::<Vec<_>>() {
+        return Some("its volumes differ".into());
+    }
+    containers_mismatch(got, want, |got, want| {
+        if got.image != want.image {
+            return Some("image");
+        }
+        if got.command != want.command || got.args != want.args || got.working_dir != want.working_dir {
+            return Some("command");
+        }
+        if got.env != want.env || got.env_from != want.env_from {
+            return Some("environment");
+        }
+        if own_mounts(got) != own_mounts(want) {
+            return Some("volume mounts");
+        }
+        if got.termination_message_path != want.termination_message_path
+            || got.termination_message_policy != want.termination_message_policy
+        {
+            return Some("termination message");
+        }
+        if got.security_context != want.security_context {
+            return Some("security context");
+        }
+        None
+    })
+}
+
+fn template(job: &Job) -> Option<&PodSpec> {
+    job.spec.as_ref()?.template.spec.as_ref()
+}
+
+/// A container's volume mounts less the ServiceAccount token's.
+fn own_mounts(container: &Container) -> Vec<&k8s_openapi::api::core::v1::VolumeMount> {
+    container.volume_mounts.iter().flatten().filter(|m| m.mount_path != TOKEN_MOUNT_PATH).collect()
+}
+
+/// A Pod's volumes less the ServiceAccount token's.
+fn own_volumes(pod: &PodSpec) -> Vec<&Volume> {
+    let token_volumes: Vec<&str> = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .filter(|m| m.mount_path == TOKEN_MOUNT_PATH)
+        .map(|m| m.name.as_str())
+        .collect();
+    pod.volumes.iter().flatten().filter(|v| !token_volumes.contains(&v.name.as_str())).collect()
+}
+
+/// The first container (init containers first) whose `differs` names a
+/// difference, or a different set of containers.
+fn containers_mismatch(
+    got: &PodSpec,
+    want: &PodSpec,
+    differs: impl Fn(&Container, &Container) -> Option<&'static str>,
+) -> Option<String> {
+    let lists = [
+        (&got.init_containers, &want.init_containers),
+        (&Some(got.containers.clone()), &Some(want.containers.clone())),
+    ];
+    for (got, want) in lists {
+        let (got, want) = (got.as_deref().unwrap_or_default(), want.as_deref().unwrap_or_default());
+        if got.len() != want.len() {
+            return Some(format!("it runs {} containers where {} were expected", got.len(), want.len()));
+        }
+        for (got, want) in got.iter().zip(want) {
+            if got.name != want.name {
+                return Some(format!("container {:?} is not {:?}", got.name, want.name));
+            }
+            if let Some(what) = differs(got, want) {
+                return Some(format!("container {:?}: its {what} differs", got.name));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::job::job_for_run;
+    use crate::tools::job::tests::run;
+
+    fn tool_template() -> serde_json::Value {
+        json!({"spec": {"backoffLimit": 0, "template": {"spec": {"containers": [
+            {"name": "tool", "image": "example/sum", "env": [{"name": "API_KEY", "value": "k"}]}]}}}})
+    }
+
+    /// A Pod as the Job controller makes it from `job`, with the token the
+    /// ServiceAccount admission adds.
+    fn made_from(job: &Job) -> Pod {
+        let mut spec = super::template(job).unwrap().clone();
+        spec.volumes.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(
+                json!({"name": "default-token-x", "secret": {"secretName": "default-token-x"}}),
+            )
+            .unwrap(),
+        );
+        for container in &mut spec.containers {
+            container.volume_mounts.get_or_insert_with(Vec::new).push(
+                serde_json::from_value(json!({"name": "default-token-x", "mountPath": TOKEN_MOUNT_PATH}))
+                    .unwrap(),
+            );
+        }
+        spec.node_name = Some("node".into());
+        Pod { spec: Some(spec), ..Default::default() }
+    }
+
+    #[test]
+    fn the_job_controllers_pod_is_read() {
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        assert_eq!(pod_mismatch(&made_from(&job), &job), None);
+        assert_eq!(job_mismatch(&job, &job), None);
+    }
+
+    #[test]
+    fn a_planted_pod_posing_as_the_jobs_is_not_read() {
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        type Edit = fn(&mut PodSpec);
+        let attacks: [(&str, Edit); 6] = [
+            ("another image", |p| p.containers[0].image = Some("attacker/echo".into())),
+            ("a command that prints a forged result", |p| {
+                p.containers[0].command = Some(vec!["sh".into(), "-c".into(), "echo '{\"sum\":1337}'".into()])
+            }),
+            ("other arguments", |p| {
+                p.containers[0].env.as_mut().unwrap().last_mut().unwrap().value = Some("{}".into())
+            }),
+            ("a second container", |p| {
+                let extra = p.containers[0].clone();
+                p.containers.push(Container { name: "x".into(), ..extra })
+            }),
+            ("a volume over the tool's files", |p| {
+                p.volumes
+                    .as_mut()
+                    .unwrap()
+                    .push(serde_json::from_value(json!({"name": "v", "emptyDir": {}})).unwrap())
+            }),
+            ("the node's namespaces", |p| p.host_pid = Some(true)),
+        ];
+        for (attack, edit) in attacks {
+            let mut pod = made_from(&job);
+            edit(pod.spec.as_mut().unwrap());
+            assert!(pod_mismatch(&pod, &job).is_some(), "{attack}");
+        }
+    }
+
+    #[test]
+    fn a_planted_job_running_something_else_is_not_the_runs() {
+        let built = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let mut planted = built.clone();
+        planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image =
+            Some("attacker/x".into());
+        assert!(job_mismatch(&planted, &built).unwrap().contains("image"));
+        let mut other_arguments = built.clone();
+        other_arguments.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].env = None;
+        assert!(job_mismatch(&other_arguments, &built).unwrap().contains("environment"));
+    }
+}
