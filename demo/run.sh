@@ -14,6 +14,8 @@ NAMESPACE=${DEMO_NAMESPACE:-mining-demo}
 # The workflows (and their Jobs and Pods) live apart from the release's trust
 # roots (ownership key, leader Lease, quota ledgers); callers are bound there.
 WORKFLOWS="$NAMESPACE-workflows"
+# Callers' ServiceAccounts: the chart's callerNamespace, never where tool Pods run.
+CALLERS="$NAMESPACE-callers"
 RELEASE=${DEMO_RELEASE:-demo}
 DIFFICULTY=${DEMO_DIFFICULTY:-20}
 BLOCKS=${DEMO_BLOCKS:-4}
@@ -49,10 +51,10 @@ log "helm upgrade --install $RELEASE charts/mining-operator (namespace $NAMESPAC
 kubectl --namespace "$NAMESPACE" get deployments,pods,services
 
 log "an MCP caller: ServiceAccount demo-agent, bound to the chart's $FULLNAME-mcp-caller ClusterRole (MCP tools only, no API access)"
-kubectl --namespace "$WORKFLOWS" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl --namespace "$CALLERS" create serviceaccount demo-agent --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl --namespace "$WORKFLOWS" create rolebinding demo-agent --clusterrole="$FULLNAME-mcp-caller" \
-  --serviceaccount="$WORKFLOWS:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-MCP_TOKEN=$(kubectl --namespace "$WORKFLOWS" create token demo-agent --audience mining-operator --duration=1h)
+  --serviceaccount="$CALLERS:demo-agent" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+MCP_TOKEN=$(kubectl --namespace "$CALLERS" create token demo-agent --audience mining-operator --duration=1h)
 export MCP_TOKEN
 service_ip=$(kubectl --namespace "$NAMESPACE" get service "$FULLNAME-frontend" -o jsonpath='{.spec.clusterIP}')
 
@@ -84,7 +86,7 @@ cat <<NEXT
 [demo] done. The stack is still running, its frontend at http://127.0.0.1:$PORT/mcp.
 Connect your own MCP client (the Inspector needs Node.js 22.19 or later):
   export KUBECONFIG=$KUBECONFIG
-  export MCP_TOKEN=\$(kubectl -n $WORKFLOWS create token demo-agent --audience mining-operator --duration=1h)
+  export MCP_TOKEN=\$(kubectl -n $CALLERS create token demo-agent --audience mining-operator --duration=1h)
   npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:$PORT/mcp --method tools/list --header "Authorization: Bearer \$MCP_TOKEN"
 Look around:
   kubectl get miningworkflows -A

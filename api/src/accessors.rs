@@ -31,6 +31,13 @@ impl MiningWorkflow {
         self.phase().is_finished()
     }
 
+    /// Whether it holds a place in its caller's quota: unfinished and not
+    /// being deleted. A deleted workflow holds nothing, whatever finalizer
+    /// keeps it stored (anyone who may edit it can add one).
+    pub fn holds_place(&self) -> bool {
+        !self.is_finished() && self.metadata.deletion_timestamp.is_none()
+    }
+
     /// The chain's length mining started with (the spec's until admitted).
     pub fn total_blocks(&self) -> u32 {
         self.status.as_ref().and_then(|s| s.admitted_blocks).unwrap_or(self.spec.blocks)

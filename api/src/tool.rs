@@ -228,6 +228,12 @@ impl ToolRun {
         self.phase().is_finished()
     }
 
+    /// Whether it holds a place in its caller's quota: unfinished and not
+    /// being deleted (see `MiningWorkflow::holds_place`).
+    pub fn holds_place(&self) -> bool {
+        !self.is_finished() && self.metadata.deletion_timestamp.is_none()
+    }
+
     pub fn label(&self, key: &str) -> Option<&str> {
         self.metadata.labels.as_ref()?.get(key).map(String::as_str)
     }

@@ -268,6 +268,9 @@ pub mod reasons {
     pub const MISSING_RESULT: &str = "MissingResult";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const CANCELLED: &str = "Cancelled";
+    /// Deleted before it finished (a finalizer keeps it stored): its Jobs
+    /// are stopped and it holds no slot and no quota place.
+    pub const DELETED: &str = "Deleted";
     /// The stored status cannot be read; the workflow is left alone.
     pub const UNREADABLE_STATUS: &str = "UnreadableStatus";
     /// A finished block's result was lost with its Pod; it is mined again.

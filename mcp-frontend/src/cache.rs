@@ -249,7 +249,7 @@ impl crate::quota::HeldWorkflows for WorkflowCache {
 pub fn held(cached: Cached, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
     use crate::quota::Held;
     match cached {
-        Cached::Found(workflow) if owned(&workflow) && !workflow.is_finished() => Held::Unfinished,
+        Cached::Found(workflow) if owned(&workflow) && workflow.holds_place() => Held::Unfinished,
         Cached::Found(_) | Cached::Unreadable { .. } => Held::Released,
         Cached::Missing => Held::NotSeen,
     }

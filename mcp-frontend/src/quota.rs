@@ -229,7 +229,7 @@ pub async fn reserve(
                     }
                 }
                 let state = match found {
-                    Some(workflow) if owned(&workflow) && !workflow.is_finished() => Held::Unfinished,
+                    Some(workflow) if owned(&workflow) && workflow.holds_place() => Held::Unfinished,
                     _ => Held::Released,
                 };
                 asked.insert(held.clone(), state);
@@ -273,7 +273,7 @@ async fn seed(
         let list = timed(place.list(&ListParams::default().labels(&selector))).await?;
         reserved.extend(
             (list.items.iter())
-                .filter(|workflow| owned(workflow) && !workflow.is_finished())
+                .filter(|workflow| owned(workflow) && workflow.holds_place())
                 .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now))),
         );
     }

@@ -59,7 +59,12 @@ pub fn freshest_phases(
             let fresh =
                 workflow.metadata.uid.as_ref().and_then(|uid| written.get(uid)).copied().unwrap_or(cached);
             let party = party(&workflow);
-            Seen { workflow, phase: fresh.phase, started: fresh.started.or(cached.started), party }
+            // Deleted (whatever finalizer keeps it stored): it holds no slot.
+            let phase = match workflow.metadata.deletion_timestamp {
+                Some(_) if !fresh.phase.is_finished() => WorkflowPhase::Cancelled,
+                _ => fresh.phase,
+            };
+            Seen { workflow, phase, started: fresh.started.or(cached.started), party }
         })
         .collect()
 }
@@ -376,6 +381,21 @@ mod tests {
         // The fixtures carry no status, so the cache would say Pending for both.
         assert_eq!(phases, [WorkflowPhase::Succeeded, WorkflowPhase::Mining]);
         assert_eq!(seen[1].started, Some(at(7)), "an admission the cache has not seen yet counts");
+    }
+
+    #[test]
+    fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
+        // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
+        let mut written = HashMap::new();
+        written.insert("uid-a".to_string(), Standing { phase: WorkflowPhase::Mining, started: Some(at(1)) });
+        let mut deleted = (*seen("a", 0, WorkflowPhase::Mining).workflow).clone();
+        deleted.metadata.deletion_timestamp = Some(Time(at(2)));
+        deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        let waiting = seen("b", 1, WorkflowPhase::Pending).workflow;
+        let all = freshest_phases(vec![Arc::new(deleted), waiting.clone()], &written, |_| String::new());
+        assert_eq!(all[0].phase, WorkflowPhase::Cancelled);
+        assert_eq!(mining_others(&all, &waiting), 0, "no slot is held");
+        assert_eq!(next_in_queue(&all, 1).len(), 1, "the one slot goes to the waiting workflow");
     }
 
     fn seen_in(

@@ -340,8 +340,10 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
 async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Requeue> {
     let name = workflow.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
     let namespace = workflow.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
-    if workflow.metadata.deletion_timestamp.is_some() {
-        return Ok(Requeue::await_change()); // its Jobs go with it (owner references)
+    // A finished one's Jobs go with it (owner references); an unfinished one
+    // may be kept stored by a finalizer, so the plan stops it first.
+    if workflow.metadata.deletion_timestamp.is_some() && workflow.is_finished() {
+        return Ok(Requeue::await_change());
     }
     // Skipped, never overwritten: a person must look at (or delete) it.
     if let Some(problem) = workflow.status.as_ref().and_then(|s| s.unreadable.clone()) {

@@ -193,6 +193,13 @@ impl Planner<'_> {
             self.finish(WorkflowPhase::Cancelled, reasons::CANCELLED, "cancelled by spec.cancel".into());
             return self.retain_or_delete(limits);
         }
+        // Deleted, yet kept by someone's finalizer: stop the work and say so,
+        // so it holds no slot and no quota place while it waits to go.
+        if self.observed.workflow.metadata.deletion_timestamp.is_some() {
+            self.delete_unfinished_jobs();
+            let note = "deleted before it finished; its Jobs were stopped".into();
+            return self.finish(WorkflowPhase::Cancelled, reasons::DELETED, note);
+        }
         if self.deadline_passed() {
             self.delete_unfinished_jobs();
             let seconds = self.spec().active_deadline_seconds.unwrap_or_default();

@@ -35,6 +35,16 @@
 {{- $name -}}
 {{- end -}}
 
+{{- /* Where MCP callers' ServiceAccounts live: never where tool Pods run. */}}
+{{- define "mining.callerNamespace" -}}
+{{- $default := printf "%s-callers" .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- $name := .Values.callerNamespace.name | default $default -}}
+{{- if eq $name (include "mining.workflowNamespace" .) -}}
+{{- fail (printf "callerNamespace: callers' ServiceAccounts cannot live in the workflow namespace %s, where tool Pods could act as them (the frontend refuses their tokens). Leave callerNamespace.name empty for %s, or name another namespace" $name $default) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
 {{- define "mining.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ include "mining.name" . }}

@@ -45,6 +45,19 @@ pub const MAX_REVIEWS_PER_SOURCE: usize = 4;
 pub enum RememberedRefusal {
     InvalidToken,
     Forbidden,
+    /// A ServiceAccount of the workflow namespace (see [`runs_where_work_runs`]).
+    WorkloadIdentity,
+}
+
+/// Whether `username` is a ServiceAccount of `namespace`, the namespace
+/// where tool authors' Pods run: any such Pod may name any ServiceAccount
+/// there and mint its token for any audience, so none of them can be an
+/// MCP caller (else a tool author would become whoever it named).
+pub fn runs_where_work_runs(username: &str, namespace: &str) -> bool {
+    username
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(account_namespace, _)| account_namespace == namespace)
 }
 
 /// Verdicts by token digest, admitted and refused apart: each bounded, and
@@ -141,6 +154,7 @@ impl KubernetesReviews {
         Some(verdict.map_err(|refusal| match refusal {
             RememberedRefusal::InvalidToken => Refusal::InvalidToken,
             RememberedRefusal::Forbidden => self.forbidden(),
+            RememberedRefusal::WorkloadIdentity => self.workload_identity(),
         }))
     }
 
@@ -169,6 +183,10 @@ impl KubernetesReviews {
             }
             other => other?,
         };
+        if runs_where_work_runs(user.username.as_deref().unwrap_or_default(), &self.namespace) {
+            self.verdicts().refuse(key, RememberedRefusal::WorkloadIdentity);
+            return Err(self.workload_identity());
+        }
         if !self.may_use_tools(&user).await? {
             self.verdicts().refuse(key, RememberedRefusal::Forbidden);
             return Err(self.forbidden());
@@ -188,6 +206,16 @@ impl KubernetesReviews {
             mcp_permission::RESOURCE,
             mcp_permission::SUBRESOURCE,
             mining_api::GROUP,
+        ))
+    }
+
+    /// The refusal of a ServiceAccount of the workflow namespace.
+    fn workload_identity(&self) -> Refusal {
+        Refusal::Forbidden(format!(
+            "ServiceAccounts of namespace {} cannot be MCP callers: tool Pods run there and could act as \
+             them. Make the caller's ServiceAccount in the callers' namespace (the chart's \
+             callerNamespace) and bind it there",
+            self.namespace
         ))
     }
 
@@ -269,6 +297,18 @@ mod tests {
 
     fn strings(values: &[&str]) -> Vec<String> {
         values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn accounts_of_the_workflow_namespace_are_told_apart() {
+        assert!(runs_where_work_runs("system:serviceaccount:mining-workflows:mcp-user", "mining-workflows"));
+        assert!(!runs_where_work_runs("system:serviceaccount:mining-callers:mcp-user", "mining-workflows"));
+        assert!(!runs_where_work_runs("system:serviceaccount:mining-workflows-x:a", "mining-workflows"));
+        assert!(
+            !runs_where_work_runs("mining-workflows:alice", "mining-workflows"),
+            "a user, not an account"
+        );
+        assert!(!runs_where_work_runs("system:serviceaccount:mining-workflows", "mining-workflows"));
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl crate::quota::HeldWorkflows for Core {
             (held, _) => held,
         };
         match (held, self.runs.get(name)) {
-            (Held::NotSeen, Entry::Found(run)) if self.keys.proves_tool_run(&run) && !run.is_finished() => {
+            (Held::NotSeen, Entry::Found(run)) if self.keys.proves_tool_run(&run) && run.holds_place() => {
                 Held::Unfinished
             }
             (Held::NotSeen, Entry::Found(_) | Entry::Unreadable { .. }) => Held::Released,

@@ -103,7 +103,7 @@ impl Core {
                 .iter()
                 .map(|label| {
                     self.runs.count_for(label, |run| {
-                        run.spec.tool == name && !run.is_finished() && self.owns_run(run, caller)
+                        run.spec.tool == name && run.holds_place() && self.owns_run(run, caller)
                     })
                 })
                 .sum::<usize>();

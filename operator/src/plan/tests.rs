@@ -200,6 +200,19 @@ fn cancel_deletes_the_running_job_and_ends_cancelled() {
 }
 
 #[test]
+fn a_deleted_workflow_kept_by_a_finalizer_stops_and_ends_cancelled() {
+    // Finding 4 and 5 of the tool boundary: a finalizer must not keep it mining.
+    let wf = workflow("w", 8, 2);
+    let mut wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    wf.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(2)));
+    wf.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let plan = observe(&wf, &[(1, BlockJob::Running)], at(3));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Cancelled));
+    assert_eq!(plan.actions, [Action::DeleteJob { name: block_job_name("w", "uid-w", 1) }]);
+    assert_eq!(condition(&plan, condition_types::READY).reason, reasons::DELETED);
+}
+
+#[test]
 fn a_workflow_past_its_deadline_fails_and_its_running_job_is_deleted() {
     let mut wf = workflow("w", 8, 2);
     wf.spec.active_deadline_seconds = Some(60);

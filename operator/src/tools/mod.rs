@@ -104,8 +104,10 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     if !ctx.leadership.is_leading() {
         return Ok(Requeue::requeue(STANDBY_RETRY));
     }
-    if run.metadata.deletion_timestamp.is_some() {
-        return Ok(Requeue::await_change()); // its Job goes with it (owner reference)
+    // A finished run's Job goes with it (owner reference); an unfinished one
+    // may be kept stored by a finalizer, so the plan stops it first.
+    if run.metadata.deletion_timestamp.is_some() && run.is_finished() {
+        return Ok(Requeue::await_change());
     }
     let name = run.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
     let namespace = run.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;

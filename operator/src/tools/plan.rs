@@ -134,6 +134,10 @@ pub fn plan(observed: &Observed) -> Plan {
     } else if run.spec.cancel {
         plan.delete_job = matches!(observed.job, JobState::Ours { .. });
         finish(ToolRunPhase::Cancelled, "cancelled".into())
+    } else if run.metadata.deletion_timestamp.is_some() {
+        // Kept stored by someone's finalizer: stop the work, hold nothing.
+        plan.delete_job = matches!(observed.job, JobState::Ours { .. });
+        finish(ToolRunPhase::Cancelled, "deleted before it finished; its Job was stopped".into())
     } else {
         match &observed.job {
             JobState::Missing if current.job_uid.is_some() => {

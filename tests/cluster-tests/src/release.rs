@@ -27,6 +27,8 @@ pub struct Release {
     pub ns: TestNamespace,
     /// The workflow namespace: the MCP workflows, their Jobs and Pods, the callers' bindings.
     pub work: TestNamespace,
+    /// The callers' ServiceAccounts (never the workflow namespace).
+    pub callers: TestNamespace,
 }
 
 impl Release {
@@ -35,10 +37,12 @@ impl Release {
     pub async fn install(prefix: &str, values: &[&str]) -> Self {
         let ns = TestNamespace::new(prefix).await;
         let work = TestNamespace::new(&format!("{prefix}-work")).await;
+        let callers = TestNamespace::new(&format!("{prefix}-callers")).await;
         install_crd(&ns.client).await;
         let name = format!("r{}", &ns.name[ns.name.len() - 5..]);
-        let release = Release { helm: helm(), name, ns, work };
+        let release = Release { helm: helm(), name, ns, work, callers };
         let watch = format!("watchNamespace={}", release.work.name);
+        let caller_namespace = format!("callerNamespace.name={}", release.callers.name);
         // Pods here share the host's network namespace: each listens at its own Pod IP.
         let mut args = vec![
             "install",
@@ -48,6 +52,10 @@ impl Release {
             // The test made it (and deletes it).
             "--set",
             "workflowNamespace.create=false",
+            "--set",
+            caller_namespace.as_str(),
+            "--set",
+            "callerNamespace.create=false",
             "--set",
             "listenAddress=$(POD_IP)",
         ];
@@ -85,22 +93,29 @@ impl Release {
         (format!("http://{ip}/mcp"), format!("{}.{}.svc", self.frontend(), self.ns.name))
     }
 
-    /// A token of a new ServiceAccount that the chart's `mcp-caller`
-    /// ClusterRole is bound to in the workflow namespace: an ordinary MCP caller.
+    /// A token of a new ServiceAccount of the callers' namespace that the
+    /// chart's `mcp-caller` ClusterRole is bound to in the workflow
+    /// namespace: an ordinary MCP caller, made as NOTES says.
     pub async fn user_token(&self, account: &str) -> String {
-        let accounts: Api<ServiceAccount> = self.work.api();
+        self.bound_token(&self.callers, account).await
+    }
+
+    /// A token of a new ServiceAccount of `home`, bound to the chart's
+    /// `mcp-caller` ClusterRole in the workflow namespace.
+    pub async fn bound_token(&self, home: &TestNamespace, account: &str) -> String {
+        let accounts: Api<ServiceAccount> = home.api();
         let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
         accounts.create(&PostParams::default(), &sa).await.unwrap();
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": account},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": format!("{}-mcp-caller", self.fullname())},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.work.name}],
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": home.name}],
         }))
         .unwrap();
         self.work.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
         // As NOTES says: minted for the frontend's audience.
-        account_token(&self.work.client, &self.work.name, account, Some(TOKEN_AUDIENCE)).await
+        account_token(&home.client, &home.name, account, Some(TOKEN_AUDIENCE)).await
     }
 
     /// Calls a tool with the official Python SDK through the frontend's Service.

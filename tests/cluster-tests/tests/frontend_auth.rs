@@ -153,8 +153,13 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     let ns = TestNamespace::new("mcp-kube-auth").await;
     install_crd(&ns.client).await;
     let _operator = OperatorProcess::start(&ns.name, &[]);
-    let agent = service_account_token(&ns, "agent").await;
-    let stranger = service_account_token(&ns, "stranger").await;
+    // Callers' accounts live apart from the workflows (tool Pods run there).
+    let callers = TestNamespace::new("mcp-kube-callers").await;
+    let agent = service_account_token(&callers, "agent").await;
+    let stranger = service_account_token(&callers, "stranger").await;
+    // Finding 1 of the tool boundary: an account of the workflow namespace,
+    // bound as a caller (as NOTES said before), is one any Pod there can act as.
+    let insider = service_account_token(&ns, "insider").await;
     // Only `agent` may use the MCP tools here: the chart's -mcp-caller rule.
     let roles: Api<Role> = ns.api();
     let mut role = Role::default();
@@ -166,12 +171,16 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     binding.metadata.name = Some("agent-mines".into());
     binding.role_ref =
         RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: "miner".into() };
-    binding.subjects = Some(vec![Subject {
-        kind: "ServiceAccount".into(),
-        name: "agent".into(),
-        namespace: Some(ns.name.clone()),
-        ..Default::default()
-    }]);
+    binding.subjects = Some(
+        [("agent", &callers.name), ("insider", &ns.name)]
+            .map(|(name, namespace)| Subject {
+                kind: "ServiceAccount".into(),
+                name: name.into(),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            })
+            .to_vec(),
+    );
     bindings.create(&PostParams::default(), &binding).await.unwrap();
 
     let frontend = FrontendProcess::start(&ns.name, &["--auth", "kubernetes"]).await;
@@ -188,9 +197,17 @@ async fn kubernetes_tokens_are_reviewed_and_rbac_decides_who_may_mine() {
     assert!(body.contains("may not use the MCP tools"), "{body}");
     assert!(!body.contains("stranger"), "a refusal never names the caller: {body}");
 
+    // Bound, yet an account of the namespace where tool Pods run: refused,
+    // and the refusal says where callers belong.
+    let (code, _, body) =
+        frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {insider}")], TOOLS_LIST).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("cannot be MCP callers"), "{body}");
+    assert!(!body.contains("insider"), "a refusal never names the caller: {body}");
+
     // A token of the same account for the API server's own audience (what
     // `kubectl create token` mints without --audience) is refused here.
-    let unbound = account_token(&ns.client, &ns.name, "agent", None).await;
+    let unbound = account_token(&callers.client, &callers.name, "agent", None).await;
     let (code, head, _) =
         frontend.post_mcp("localhost", &[&format!("Authorization: Bearer {unbound}")], TOOLS_LIST).await;
     assert_eq!(code, 401, "{head}");

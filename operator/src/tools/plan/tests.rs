@@ -222,3 +222,14 @@ fn results_that_cannot_be_stored_fail_the_run_with_the_reason() {
     assert_eq!(status(&plan).result, None);
     assert!(status(&plan).message.as_ref().unwrap().contains("more than the"), "{:?}", status(&plan).message);
 }
+
+#[test]
+fn a_deleted_run_kept_by_a_finalizer_stops_and_ends_cancelled() {
+    let mut held = run(None, 1);
+    held.metadata.deletion_timestamp = Some(Time(now()));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let plan = plan(&observe(&held, ours(JobPhase::Running, 0), vec![]));
+    assert!(plan.delete_job);
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Cancelled));
+    assert!(!held.holds_place(), "it holds no quota place either");
+}
