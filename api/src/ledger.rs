@@ -8,9 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Longest ledger text: 1,000 starts and 1,000 held names (the frontend's
-/// highest quotas) fit with room to spare, and etcd's 1.5 MiB object limit
-/// is far away.
-pub const MAX_LEDGER_BYTES: u32 = 131_072;
+/// highest quotas), each a call of a tool with the longest name, fit with
+/// room to spare, and etcd's 1.5 MiB object limit is far away.
+pub const MAX_LEDGER_BYTES: u32 = 262_144;
 /// Longest proof: a version prefix and 64 hex digits, with room for one more version.
 pub const MAX_LEDGER_PROOF_BYTES: u32 = 160;
 

@@ -59,6 +59,18 @@ pub struct Ledger {
     /// Workflow names reserved, with the unix second they were reserved at.
     #[serde(default)]
     pub reserved: BTreeMap<String, i64>,
+    /// Of those, the calls of defined tools, with the tool's name: a tool's
+    /// own limit per caller is decided here, under the same write
+    /// precondition as the rest, so a burst cannot pass it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, String>,
+}
+
+/// A defined tool's limit of unfinished calls per caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimit<'a> {
+    pub tool: &'a str,
+    pub limit: u32,
 }
 
 /// Why a start is refused; the text says which quota and when to retry.
@@ -79,6 +91,11 @@ pub enum QuotaRefusal {
          was created, retry in a few seconds"
     )]
     Unavailable(String),
+    #[error(
+        "you already have {unfinished} unfinished calls of {tool} (its limit is {limit}); retry when one has \
+         finished (wait for it with get_tool_result) or stop one with cancel_tool_run"
+    )]
+    ToolRunning { tool: String, unfinished: usize, limit: u32 },
 }
 
 impl QuotaRefusal {
@@ -87,6 +104,7 @@ impl QuotaRefusal {
             Self::Running { .. } => "running",
             Self::Rate { .. } => "rate",
             Self::Unavailable(_) => "unavailable",
+            Self::ToolRunning { .. } => "tool_running",
         }
     }
 }
@@ -111,6 +129,18 @@ pub fn admit(
     now: i64,
     quotas: Quotas,
 ) -> Result<Ledger, QuotaRefusal> {
+    admit_call(ledger, held, name, None, now, quotas)
+}
+
+/// [`admit`] for a call that may be a defined tool's, under its own limit too.
+pub fn admit_call(
+    ledger: &Ledger,
+    held: impl Fn(&str) -> Held,
+    name: &str,
+    tool: Option<ToolLimit<'_>>,
+    now: i64,
+    quotas: Quotas,
+) -> Result<Ledger, QuotaRefusal> {
     let mut next = Ledger {
         starts: ledger
             .starts
@@ -129,7 +159,12 @@ pub fn admit(
             })
             .map(|(reserved, at)| (reserved.clone(), *at))
             .collect(),
+        tools: BTreeMap::new(),
     };
+    next.tools = (ledger.tools.iter())
+        .filter(|(reserved, _)| next.reserved.contains_key(*reserved))
+        .map(|(reserved, tool)| (reserved.clone(), tool.clone()))
+        .collect();
     if next.starts.len() >= quotas.max_starts_per_minute as usize {
         let oldest = next.starts.iter().copied().min().unwrap_or(now);
         let retry_after_seconds = oldest.saturating_add(RATE_WINDOW_SECONDS).saturating_sub(now).max(1);
@@ -138,6 +173,13 @@ pub fn admit(
     let counted = next.reserved.len();
     if counted >= quotas.max_running as usize {
         return Err(QuotaRefusal::Running { unfinished: counted, limit: quotas.max_running });
+    }
+    if let Some(ToolLimit { tool, limit }) = tool {
+        let unfinished = next.tools.values().filter(|called| *called == tool).count();
+        if unfinished >= limit as usize {
+            return Err(QuotaRefusal::ToolRunning { tool: tool.to_string(), unfinished, limit });
+        }
+        next.tools.insert(name.to_string(), tool.to_string());
     }
     next.starts.push(now);
     next.reserved.insert(name.to_string(), now);
@@ -192,6 +234,7 @@ pub async fn reserve(
     ledgers: &Ledgers<'_>,
     caller: &Caller,
     name: &str,
+    tool: Option<ToolLimit<'_>>,
     cache: &impl HeldWorkflows,
     owned: impl Fn(&MiningWorkflow) -> bool,
 ) -> Result<(), QuotaRefusal> {
@@ -236,7 +279,7 @@ pub async fn reserve(
             }
         }
         let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held, &owned));
-        let next = admit(&ledger, held, name, now, quotas)?;
+        let next = admit_call(&ledger, held, name, tool, now, quotas)?;
         let written = match existing {
             Some(mut object) => {
                 write_ledger(keys, &namespace, &mut object, &next);
@@ -277,7 +320,7 @@ async fn seed(
                 .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now))),
         );
     }
-    Ok(Ledger { starts: Vec::new(), reserved })
+    Ok(Ledger { starts: Vec::new(), reserved, tools: BTreeMap::new() })
 }
 
 /// A random pause of up to `attempt` steps.

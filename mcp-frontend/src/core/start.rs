@@ -162,7 +162,7 @@ impl Core {
             quotas: self.quotas,
         };
         let reserved =
-            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self, owned)).await;
+            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), None, self, owned)).await;
         if let Err(refusal) = reserved {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             tracing::info!(caller = %caller.name, quota = refusal.metric_label(), "start refused by a quota");

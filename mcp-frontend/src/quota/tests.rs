@@ -40,7 +40,8 @@ fn held_workflows_count_until_they_finish() {
 
 #[test]
 fn a_held_workflow_that_never_appeared_stops_counting() {
-    let ledger = Ledger { starts: vec![], reserved: [("lost".to_string(), 1_000)].into() };
+    let ledger =
+        Ledger { starts: vec![], reserved: [("lost".to_string(), 1_000)].into(), ..Ledger::default() };
     let quotas = Quotas { max_running: 1, ..QUOTAS };
     assert!(admit(&ledger, all(Held::NotSeen), "x", 1_000 + RESERVATION_SECONDS - 1, quotas).is_err());
     assert!(admit(&ledger, all(Held::NotSeen), "x", 1_000 + RESERVATION_SECONDS, quotas).is_ok());
@@ -50,7 +51,8 @@ fn a_held_workflow_that_never_appeared_stops_counting() {
 
 #[test]
 fn the_rate_quota_says_when_to_retry() {
-    let ledger = Ledger { starts: vec![100, 110, 120, 130, 140], reserved: Default::default() };
+    let ledger =
+        Ledger { starts: vec![100, 110, 120, 130, 140], reserved: Default::default(), ..Ledger::default() };
     let refused = admit(&ledger, all(Held::NotSeen), "x", 150, QUOTAS).unwrap_err();
     assert_eq!(refused, QuotaRefusal::Rate { limit: 5, retry_after_seconds: 10 });
     assert!(refused.to_string().contains("retry in 10 seconds"), "{refused}");
@@ -63,7 +65,7 @@ fn the_rate_quota_says_when_to_retry() {
 fn only_the_frontends_own_ledger_counts() {
     let keys = OwnershipKeys::new(vec![7; 32], None).unwrap();
     let mut object = MiningLedger::new("mcp-quota-x", MiningLedgerSpec::default());
-    let full = Ledger { starts: vec![1; 50], reserved: [("a".to_string(), 1)].into() };
+    let full = Ledger { starts: vec![1; 50], reserved: [("a".to_string(), 1)].into(), ..Ledger::default() };
     write_ledger(&keys, "ns", &mut object, &full);
     assert_eq!(read_ledger(&keys, "ns", &object), Some(full.clone()));
     // The same ledger read for another namespace or name is not ours.
@@ -86,6 +88,8 @@ fn the_fullest_ledger_fits_its_schema_bound() {
     let fullest = Ledger {
         starts: vec![i64::MAX; 1_000],
         reserved: (0..1_000).map(|i| (format!("{i:0>63}"), i64::MAX)).collect(),
+        // Every one a call of a tool whose name is as long as it can be.
+        tools: (0..1_000).map(|i| (format!("{i:0>63}"), "t".repeat(63))).collect(),
     };
     let text = serde_json::to_string(&fullest).unwrap();
     assert!(text.len() <= mining_api::MAX_LEDGER_BYTES as usize, "{} bytes", text.len());
@@ -112,7 +116,7 @@ proptest! {
     ) {
         let quotas = Quotas { max_running, max_starts_per_minute };
         let state = |name: &str| states[(name.as_bytes()[0] - b'a') as usize % states.len()];
-        let ledger = Ledger { starts, reserved };
+        let ledger = Ledger { starts, reserved, ..Ledger::default() };
         if let Ok(next) = admit(&ledger, state, "new", now, quotas) {
             let recent = next.starts.iter().filter(|at| now - **at < RATE_WINDOW_SECONDS).count();
             prop_assert!(recent <= max_starts_per_minute as usize);
@@ -125,4 +129,36 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_tools_own_limit_holds_under_a_burst_and_counts_only_its_calls() {
+    // Finding 12 of the tool boundary: three calls at once of a tool whose limit is 1.
+    let limit = Some(ToolLimit { tool: "deploy", limit: 1 });
+    let first = admit_call(&Ledger::default(), all(Held::NotSeen), "mw-a", limit, 1_000, QUOTAS).unwrap();
+    // The two racing writers re-read the ledger the first one wrote.
+    for name in ["mw-b", "mw-c"] {
+        let refused = admit_call(&first, all(Held::NotSeen), name, limit, 1_000, QUOTAS).unwrap_err();
+        assert_eq!(refused, QuotaRefusal::ToolRunning { tool: "deploy".into(), unfinished: 1, limit: 1 });
+        assert!(refused.to_string().contains("its limit is 1"), "{refused}");
+    }
+    // Another tool and mining are not limited by it.
+    let other = Some(ToolLimit { tool: "sum", limit: 1 });
+    let next = admit_call(&first, all(Held::NotSeen), "mw-d", other, 1_000, QUOTAS).unwrap();
+    assert!(admit(&next, all(Held::NotSeen), "mw-e", 1_000, QUOTAS).is_ok());
+    // Once the call finished, the next one goes; the finished call is forgotten.
+    let released = |name: &str| if name == "mw-a" { Held::Released } else { Held::NotSeen };
+    let again = admit_call(&first, released, "mw-f", limit, 1_001, QUOTAS).unwrap();
+    assert_eq!(again.tools.get("mw-a"), None);
+    assert_eq!(again.tools.get("mw-f").map(String::as_str), Some("deploy"));
+}
+
+#[test]
+fn a_ledger_of_the_previous_release_reads() {
+    let old: Ledger = serde_json::from_str(r#"{"starts":[1],"reserved":{"mw-a":1}}"#).unwrap();
+    assert!(old.tools.is_empty());
+    assert!(
+        !serde_json::to_string(&Ledger::default()).unwrap().contains("tools"),
+        "old readers see no change"
+    );
 }

@@ -118,6 +118,8 @@ impl Core {
         let id = WorkflowId::random(&self.keys, caller)
             .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
         let owned = |workflow: &mining_api::MiningWorkflow| self.owns(workflow, caller);
+        // Exact under bursts: decided in the caller's ledger, under its write precondition.
+        let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
         let ledgers = quota::Ledgers {
             ledgers: &self.ledgers,
             workflows: &self.api,
@@ -126,7 +128,7 @@ impl Core {
             quotas: self.quotas,
         };
         let reserved =
-            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), self, owned)).await;
+            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), limit, self, owned)).await;
         if let Err(refusal) = reserved {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             return Err(Answer::Refused(refusal.to_string()));
