@@ -44,6 +44,8 @@ pub struct HttpOptions {
 #[derive(Clone)]
 struct Health {
     cache: Arc<WorkflowCache>,
+    runs: Arc<crate::cache::RunCache>,
+    catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
     metrics: Arc<Metrics>,
 }
 
@@ -54,17 +56,29 @@ async fn metrics(State(health): State<Health>) -> ([(&'static str, &'static str)
     )
 }
 
+/// Ready once every cache answers are served from has synced: a replica
+/// without its tool catalog would list no defined tool, one without its
+/// run cache would answer "not found" for runs that exist.
 async fn ready(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.cache.is_ready() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "the MiningWorkflow cache has not synced yet\n")
+    let synced = [
+        (health.cache.is_ready(), "the MiningWorkflow cache has not synced yet\n"),
+        (health.runs.is_ready(), "the ToolRun cache has not synced yet\n"),
+        (health.catalog.is_ready(), "the McpTool catalog has not synced yet\n"),
+    ];
+    match synced.into_iter().find(|(ready, _)| !ready) {
+        Some((_, why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        None => (StatusCode::OK, "ok\n"),
     }
 }
 
 /// The probes and metrics (for the kubelet and scrapers, never for callers).
 pub fn ops_router(core: &Core) -> Router {
-    let health = Health { cache: core.cache.clone(), metrics: core.metrics.clone() };
+    let health = Health {
+        cache: core.cache.clone(),
+        runs: core.runs.clone(),
+        catalog: core.catalog.clone(),
+        metrics: core.metrics.clone(),
+    };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
