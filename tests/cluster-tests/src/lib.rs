@@ -23,6 +23,7 @@ pub mod reaction;
 pub mod release;
 pub mod sse;
 pub mod tasks;
+pub mod tools;
 
 /// Label on every namespace a test creates, for cleaning up after a crash.
 pub const TEST_LABEL: &str = "mining-operator.dev/test";

@@ -66,6 +66,8 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("watchNamespace=default", "cannot live in the release namespace default"),
         ("workflowNamespace.name=default", "cannot live in the release namespace default"),
         ("watchNamespace=a,workflowNamespace.name=b", "the operator would never see the workflows"),
+        ("callerNamespace.name=default-workflows", "cannot live in the workflow namespace"),
+        ("workflowNamespace.podSecurity=lax", "workflowNamespace/podSecurity"),
         ("frontend.auth.mode=tokens", "frontend.auth.tokens (or frontend.auth.existingSecret) is needed"),
         (
             "operator.leaderElection.enabled=false",
@@ -148,6 +150,9 @@ fn the_default_install_is_the_secure_one() {
         "kind: Namespace\nmetadata:\n  name: default-workflows\n",
         "- --namespace=default-workflows\n",
         "- --ledger-namespace=default\n",
+        // Tool authors' Pods may not take the node; callers live where no tool Pod runs.
+        "pod-security.kubernetes.io/enforce: restricted\n",
+        "kind: Namespace\nmetadata:\n  name: default-callers\n",
         "resources: [\"miningledgers\"]\n    verbs: [\"create\", \"get\", \"update\"]\n",
     ] {
         assert!(manifests.contains(expected), "the default install lacks {expected:?}");

@@ -97,8 +97,9 @@ pub fn program_and_args(container: &Container, entrypoint: &Path) -> (PathBuf, V
 }
 
 /// The container's environment: a base PATH, the Pod's hostname, and its `env`
-/// with literal values and the downward-API fields a kubelet resolves
-/// (`status.podIP` is the Pod's own loopback address).
+/// with literal values (expanded as the kubelet expands them) and the
+/// downward-API fields a kubelet resolves (`status.podIP` is the Pod's own
+/// loopback address).
 pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
@@ -107,9 +108,12 @@ pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) ->
         ("HOSTNAME".to_string(), meta.name.clone().unwrap_or_default()),
         ("HOME".to_string(), "/".to_string()),
     ]);
+    // As the kubelet does: a value's `$(NAME)` expands with the variables
+    // the container's env defined before it, and `$$` is one `$`.
+    let mut defined = BTreeMap::new();
     for var in container.env.iter().flatten() {
         let value = if let Some(value) = &var.value {
-            Some(value.clone())
+            Some(crate::network::expand(value, &defined))
         } else if let Some(field) = var.value_from.as_ref().and_then(|v| v.field_ref.as_ref()) {
             match field.field_path.as_str() {
                 "metadata.name" => meta.name.clone(),
@@ -129,6 +133,7 @@ pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) ->
             None
         };
         if let Some(value) = value {
+            defined.insert(var.name.clone(), value.clone());
             env.insert(var.name.clone(), value);
         }
     }
@@ -318,6 +323,17 @@ fn log_tail(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_values_expand_with_the_variables_defined_before_them() {
+        let container: Container = serde_json::from_value(serde_json::json!({"name": "c", "env": [
+            {"name": "API_KEY", "value": "s3cret"},
+            {"name": "ECHO", "value": "key=$(API_KEY) kept=$$(API_KEY) later=$(AFTER)"},
+            {"name": "AFTER", "value": "x"}]}))
+        .unwrap();
+        let env = environment(&Pod::default(), &container, Ipv4Addr::LOCALHOST);
+        assert_eq!(env["ECHO"], "key=s3cret kept=$(API_KEY) later=$(AFTER)");
+    }
 
     #[test]
     fn image_repository_drops_tag_and_digest_but_not_registry_port() {

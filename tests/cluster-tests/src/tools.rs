@@ -1,0 +1,90 @@
+//! What the tests of defined tools share: an `McpTool` like the example
+//! `sum-numbers`, a namespace with an operator and a tokens-mode frontend
+//! (alice and bob), and calls through the official SDKs.
+
+use std::time::Duration;
+
+use kube::api::{Api, ListParams};
+use mining_api::McpTool;
+use serde_json::{Value, json};
+
+use crate::mcp::{FrontendProcess, Sdk, ownership_key_file, structured};
+use crate::{OperatorProcess, TestNamespace, eventually, install_crd};
+
+pub const ALICE: Option<&str> = Some("alice-secret");
+pub const BOB: Option<&str> = Some("bob-secret");
+pub const IMAGE: &str = "mining-operator/sum-numbers:dev";
+
+pub fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
+    let mut value = json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
+        "metadata": {"name": name},
+        "spec": {
+            "description": "Adds numbers.",
+            "inputSchema": {"type": "object", "properties": {
+                "numbers": {"type": "array", "items": {"type": "number"}},
+                "delay_seconds": {"type": "integer", "minimum": 0, "maximum": 600},
+                "label": {"type": "string"}, "fail": {"type": "string"}},
+                "required": ["numbers"], "additionalProperties": false},
+            "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]},
+            "waitBudgetSeconds": wait_budget_seconds,
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "tool", "image": IMAGE}]}}}},
+        },
+    });
+    if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+pub async fn setup(name: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    setup_with(name, &[]).await
+}
+
+pub async fn setup_with(
+    name: &str,
+    operator_args: &[&str],
+) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    let ns = TestNamespace::new(name).await;
+    install_crd(&ns.client).await;
+    let key = ownership_key_file(&ns.name);
+    let mut args = vec!["--ownership-key-file", key.to_str().unwrap()];
+    args.extend_from_slice(operator_args);
+    let operator = OperatorProcess::start(&ns.name, &args);
+    let frontend =
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
+    let tools: Api<McpTool> = ns.api();
+    eventually("McpTools to be served", Duration::from_secs(30), || async {
+        tools.list(&ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await;
+    (ns, operator, frontend)
+}
+
+pub async fn listed_names(url: &str) -> Vec<String> {
+    let listed = Sdk::TypeScript.run(url, ALICE, false, &["tools"]).await;
+    listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Polls `get_tool_result` (20 s a call, the frontend's budget) until the
+/// run is no longer running, for at most two minutes.
+pub async fn settle(sdk: Sdk, url: &str, token: Option<&str>, id: &str) -> Value {
+    for _ in 0..6 {
+        let seen =
+            call(sdk, url, token, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 20})).await;
+        if seen["status"] != "running" {
+            return seen;
+        }
+    }
+    panic!("run {id} still running after two minutes");
+}
+
+pub async fn call(sdk: Sdk, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
+    structured(&sdk.call(url, token, tool, arguments).await).clone()
+}

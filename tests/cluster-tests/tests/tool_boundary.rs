@@ -1,0 +1,202 @@
+//! The tool boundary's attacks that need the API server, each as the red
+//! team ran it (the pure decisions are unit tests beside the code:
+//! provenance of a planted Pod, parts × result size, a command line made of
+//! the arguments, the ledger's per-tool limit).
+
+use std::time::Duration;
+
+use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
+use cluster_tests::tools::{ALICE, IMAGE, call, listed_names, settle, setup, tool};
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use mining_api::{McpTool, MiningWorkflow, ToolRun, ToolRunPhase, WorkflowPhase};
+use serde_json::{Value, json};
+
+/// Creates `value` as it is, bypassing the typed client (which could not
+/// even express an ill-typed field).
+async fn create_raw<K: kube::Resource<DynamicType = ()>>(ns: &TestNamespace, value: Value) {
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let object: DynamicObject = serde_json::from_value(value).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+fn pod_template(container: Value) -> Value {
+    json!({"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}})
+}
+
+/// Findings 3, 7 and 8: a caller's `$(…)` reaches the tool as text, a
+/// template that runs the arguments as a command line is never offered, and
+/// an ill-typed McpTool costs a frontend that starts beside it nothing.
+#[tokio::test]
+async fn arguments_reach_the_tool_as_validated_and_no_definition_can_fail_the_others() {
+    let (ns, _operator, _frontend) = setup("tb-args").await;
+    let tools: Api<McpTool> = ns.api();
+    let keyed = pod_template(json!({"name": "tool", "image": IMAGE,
+        "env": [{"name": "API_KEY", "value": "s3cret-value"}]}));
+    tools
+        .create(&PostParams::default(), &tool("keyed-sum", 20, json!({"jobTemplate": keyed})))
+        .await
+        .unwrap();
+    let shell = pod_template(json!({"name": "tool", "image": IMAGE, "args": ["$(MCP_TOOL_ARGUMENTS)"]}));
+    tools
+        .create(&PostParams::default(), &tool("shell-sum", 20, json!({"jobTemplate": shell})))
+        .await
+        .unwrap();
+    let mut ill_typed = serde_json::to_value(tool("ill-typed", 20, json!({}))).unwrap();
+    ill_typed["spec"]["jobTemplate"]["spec"]["backoffLimit"] = json!("many");
+    create_raw::<McpTool>(&ns, ill_typed).await;
+
+    // A frontend that starts with the ill-typed definition there: its
+    // catalog syncs (it is ready) and offers every good definition.
+    let fresh = FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\n", &[]).await;
+    let url = fresh.url();
+    let names = eventually("the good tool to be listed", Duration::from_secs(30), || async {
+        let names = listed_names(&url).await;
+        names.contains(&"keyed-sum".to_string()).then_some(names)
+    })
+    .await;
+    assert!(!names.contains(&"ill-typed".to_string()), "{names:?}");
+    assert!(!names.contains(&"shell-sum".to_string()), "a command line made of the arguments: {names:?}");
+
+    let label = "$(API_KEY) $$(API_KEY) $(MCP_TOOL_RUN) $";
+    let done =
+        call(Sdk::TypeScript, &url, ALICE, "keyed-sum", json!({"numbers": [1, 2], "label": label})).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["label"], label, "the tool got the validated text, nothing expanded");
+    assert!(!done.to_string().contains("s3cret-value"), "{done:#}");
+}
+
+/// Finding 6: a ToolRun whose template is ill-typed, there when the
+/// operator starts, fails alone; every other run still runs.
+#[tokio::test]
+async fn one_ill_typed_run_fails_only_itself() {
+    let ns = TestNamespace::new("tb-ill-run").await;
+    install_crd(&ns.client).await;
+    let mut template = pod_template(json!({"name": "tool", "image": IMAGE}));
+    template["spec"]["backoffLimit"] = json!("many");
+    create_raw::<ToolRun>(
+        &ns,
+        json!({"apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun", "metadata": {"name": "ill-typed"},
+            "spec": {"tool": "sum-numbers", "arguments": "{}", "jobTemplate": template}}),
+    )
+    .await;
+    let key = cluster_tests::mcp::ownership_key_file(&ns.name);
+    let _operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let frontend = FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\n", &[]).await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &tool("sum-numbers", 20, json!({}))).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"sum-numbers".to_string()).then_some(())
+    })
+    .await;
+    let done = call(Sdk::Python, &url, ALICE, "sum-numbers", json!({"numbers": [20, 22]})).await;
+    let done = if done["status"] == "running" {
+        settle(Sdk::Python, &url, ALICE, done["workflow_id"].as_str().unwrap()).await
+    } else {
+        done
+    };
+    assert_eq!(done["result"]["sum"], 42.0, "{done:#}");
+    let runs: Api<ToolRun> = ns.api();
+    let failed = eventually("the ill-typed run to fail", Duration::from_secs(30), || async {
+        let run = runs.get("ill-typed").await.ok()?;
+        (run.phase() == ToolRunPhase::Failed).then_some(run)
+    })
+    .await;
+    assert!(failed.status.unwrap().message.is_some());
+}
+
+/// Findings 4 and 5: deleting a caller's mining workflow behind a finalizer
+/// used to keep its slot (the operator's only one here) and the caller's
+/// only quota place for ever. Now it is stopped, ends Cancelled (reason
+/// Deleted), and the caller's next workflow mines at once.
+#[tokio::test]
+async fn a_finalizer_on_a_deleted_workflow_holds_no_slot_and_no_quota_place() {
+    let ns = TestNamespace::new("tb-finalizer").await;
+    install_crd(&ns.client).await;
+    let key = cluster_tests::mcp::ownership_key_file(&ns.name);
+    let _operator = OperatorProcess::start(
+        &ns.name,
+        &["--ownership-key-file", key.to_str().unwrap(), "--max-concurrent-workflows", "1"],
+    );
+    let frontend = FrontendProcess::start_with_tokens(
+        &ns.name,
+        "alice-secret alice\n",
+        &["--max-running-per-caller", "1"],
+    )
+    .await;
+    let url = frontend.url();
+    let started = structured(
+        &Sdk::Python
+            .call(&url, ALICE, "start_mining", json!({"difficulty": 40, "blocks": 1, "wait_seconds": 0}))
+            .await,
+    )
+    .clone();
+    let id = started["workflow_id"].as_str().expect("a workflow id").to_string();
+    let workflows: Api<MiningWorkflow> = ns.api();
+    eventually("the long workflow to mine", Duration::from_secs(60), || async {
+        (workflows.get(&id).await.ok()?.phase() == WorkflowPhase::Mining).then_some(())
+    })
+    .await;
+
+    // The editor's attack: a finalizer, then a delete.
+    let hold = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}}));
+    workflows.patch(&id, &PatchParams::default(), &hold).await.unwrap();
+    workflows.delete(&id, &DeleteParams::default()).await.unwrap();
+
+    let next = call(
+        Sdk::Python,
+        &url,
+        ALICE,
+        "start_mining",
+        json!({"difficulty": 8, "blocks": 1, "wait_seconds": 20}),
+    )
+    .await;
+    let next = if next["status"] == "completed" {
+        next
+    } else {
+        let other = next["workflow_id"].as_str().unwrap_or_else(|| panic!("refused: {next:#}")).to_string();
+        call(Sdk::Python, &url, ALICE, "get_mining_result", json!({"workflow_id": other, "wait_seconds": 20}))
+            .await
+    };
+    assert_eq!(next["status"], "completed", "the slot and the quota place were free: {next:#}");
+
+    let held = workflows.get(&id).await.unwrap();
+    assert_eq!(held.phase(), WorkflowPhase::Cancelled);
+    let status = held.status.clone().unwrap();
+    let reasons: Vec<_> = status.conditions.iter().map(|c| c.reason.clone()).collect();
+    assert!(reasons.contains(&mining_api::reasons::DELETED.to_string()), "{reasons:?}");
+    let listed = call(Sdk::Python, &url, ALICE, "get_mining_result", json!({"workflow_id": id})).await;
+    assert_eq!(listed["status"], "cancelled", "{listed:#}");
+
+    // Let the namespace go.
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    workflows.patch(&id, &PatchParams::default(), &release).await.unwrap();
+}
+
+/// Finding 12: three calls at once of a tool whose limit is one per caller
+/// make one run.
+#[tokio::test]
+async fn a_tools_limit_per_caller_holds_under_a_burst() {
+    let (ns, _operator, frontend) = setup("tb-burst").await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    tools
+        .create(&PostParams::default(), &tool("one-at-a-time", 1, json!({"maxRunningPerCaller": 1})))
+        .await
+        .unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&url).await.contains(&"one-at-a-time".to_string()).then_some(())
+    })
+    .await;
+    let arguments = json!({"numbers": [1], "delay_seconds": 60});
+    let one = || Sdk::Python.call(&url, ALICE, "one-at-a-time", arguments.clone());
+    let answers = tokio::join!(one(), one(), one());
+    let answers = [answers.0, answers.1, answers.2].map(|a| a.to_string());
+    let refused = answers.iter().filter(|a| a.contains("its limit is 1")).count();
+    assert_eq!(refused, 2, "{answers:#?}");
+    let runs: Api<ToolRun> = ns.api();
+    let made = runs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(made.iter().filter(|run| run.spec.tool == "one-at-a-time").count(), 1);
+}
