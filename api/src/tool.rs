@@ -5,8 +5,8 @@
 //! A run keeps a snapshot of its tool's Job template and output schema, so
 //! editing or deleting the `McpTool` never changes a run in flight. The
 //! arguments are kept as the JSON text the frontend validated and reach the
-//! container as one environment variable ([`ARGUMENTS_ENV`]), never
-//! interpolated into a command.
+//! container as one environment variable ([`ARGUMENTS_ENV`]), read from the
+//! run's own Secret, never interpolated into a command.
 
 use k8s_openapi::api::batch::v1::JobTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,6 +19,16 @@ use crate::labels;
 
 /// The environment variable holding a run's arguments (one JSON document).
 pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
+/// The key of a run's arguments in its Secret (see [`arguments_secret_name`]).
+pub const ARGUMENTS_KEY: &str = "arguments";
+
+/// The Secret holding a run's arguments, which its Pods read as
+/// [`ARGUMENTS_ENV`]: made by the operator, owned by the run, immutable.
+/// Viewers of the namespace read Jobs and Pods, never Secrets.
+pub fn arguments_secret_name(run_name: &str) -> String {
+    format!("{run_name}-arguments")
+}
+
 /// The environment variable holding a run's name (its workflow id), so a
 /// tool can tell its calls apart (e.g. in its own logs).
 pub const RUN_ENV: &str = "MCP_TOOL_RUN";
@@ -204,6 +214,12 @@ pub struct ToolRunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub job_uid: Option<String>,
+    /// The uid of the Secret of arguments this run made: a Secret replaced
+    /// under its name (another uid) means the tool may have read other
+    /// arguments, and fails the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub arguments_secret_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

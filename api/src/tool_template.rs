@@ -4,10 +4,10 @@
 //!
 //! The kubelet expands `$(NAME)` in `command`, `args` and every `env` value
 //! with the variables defined before it, and turns `$$` into `$`. A caller's
-//! arguments are data: they are escaped ([`escape_for_kubelet`]) so they
-//! reach the container as validated, and no template may put the arguments'
-//! variable into a command line ([`template_problem`]), where a shell would
-//! run what a caller wrote.
+//! arguments are data: they reach the container from a Secret (never
+//! expanded), and no template may put the arguments' variable into a
+//! command line ([`template_problem`]), where a shell would run what a
+//! caller wrote.
 
 use std::collections::BTreeMap;
 
@@ -22,12 +22,6 @@ use crate::tool::ARGUMENTS_ENV;
 pub const INVALID_TEMPLATE: &str = "mining-operator.dev/invalid-template";
 /// Longest reason kept for [`INVALID_TEMPLATE`].
 const MAX_INVALID_REASON_BYTES: usize = 256;
-
-/// `value` as the kubelet must receive it to hand the container exactly
-/// `value`: every `$` doubled, so no `$(NAME)` expands.
-pub fn escape_for_kubelet(value: &str) -> String {
-    value.replace('$', "$$")
-}
 
 /// The variable names `text` references as the kubelet reads it: `$(NAME)`
 /// not escaped by a preceding `$`.
@@ -107,15 +101,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn escaping_survives_the_kubelets_expansion() {
-        let arguments = r#"{"label":"$(API_KEY) $$(X) $ $("}"#;
-        let escaped = escape_for_kubelet(arguments);
-        assert!(kubelet_references(&escaped).is_empty(), "nothing left to expand in {escaped}");
-        // The kubelet's rule: `$$` is one `$`.
-        assert_eq!(escaped.replace("$$", "$"), arguments);
-    }
 
     #[test]
     fn references_are_found_as_the_kubelet_reads_them() {

@@ -4,11 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Capabilities, EnvVar, PodSecurityContext, SeccompProfile, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    Capabilities, EnvVar, EnvVarSource, PodSecurityContext, SeccompProfile, Secret, SecretKeySelector,
+    SecurityContext,
+};
 use kube::Resource as _;
-use mining_api::tool::{ARGUMENTS_ENV, RUN_ENV};
-use mining_api::tool_template::escape_for_kubelet;
+use mining_api::tool::{ARGUMENTS_ENV, ARGUMENTS_KEY, RUN_ENV, arguments_secret_name};
 use mining_api::{ToolRun, labels};
 
 use crate::job::MANAGER;
@@ -20,9 +23,11 @@ use crate::job::MANAGER;
 /// the run's Jobs are found and no template label can pose as ours), the
 /// two environment variables every container gets — replacing any the
 /// template set under those names, so only the frontend's validated
-/// arguments reach the tool, escaped so the kubelet expands no `$(…)` in
-/// them — a run of N parts becoming an Indexed Job, and safe defaults where
-/// the template is silent ([`secure_defaults`]).
+/// arguments reach the tool: read from the run's own Secret
+/// ([`arguments_secret`]), so the Job and Pods that `view` can read hold
+/// only a reference, and the kubelet expands nothing in them — a run of N
+/// parts becoming an Indexed Job, and safe defaults where the template is
+/// silent ([`secure_defaults`]).
 pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     let name = run.metadata.name.clone()?;
     let owner = run.controller_owner_ref(&())?;
@@ -38,16 +43,25 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
         pod.restart_policy = Some("Never".into());
     }
     secure_defaults(pod);
-    let arguments = escape_for_kubelet(&run.spec.arguments);
-    let handed_over = [(ARGUMENTS_ENV, arguments.as_str()), (RUN_ENV, name.as_str())];
+    let handed_over = [
+        EnvVar {
+            name: ARGUMENTS_ENV.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: arguments_secret_name(&name),
+                    key: ARGUMENTS_KEY.into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            }),
+        },
+        EnvVar { name: RUN_ENV.into(), value: Some(name.clone()), value_from: None },
+    ];
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
         let env = container.env.get_or_insert_with(Vec::new);
-        env.retain(|var| !handed_over.iter().any(|(key, _)| var.name == *key));
-        env.extend(handed_over.iter().map(|(key, value)| EnvVar {
-            name: key.to_string(),
-            value: Some(value.to_string()),
-            value_from: None,
-        }));
+        env.retain(|var| !handed_over.iter().any(|ours| var.name == ours.name));
+        env.extend(handed_over.iter().cloned());
     }
     if spec.completions.is_some_and(|parts| parts > 1) {
         spec.completion_mode = Some("Indexed".into());
@@ -61,6 +75,39 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     metadata.labels.get_or_insert_with(Default::default).extend(ours);
     metadata.owner_references = Some(vec![owner]);
     Some(Job { metadata, spec: Some(spec), status: None })
+}
+
+/// The Secret of `run`'s arguments: named after the run, owned by it (so it
+/// goes with it), labelled as ours, immutable (so nobody edits it in place;
+/// a replacement has another uid, which the run recorded).
+pub fn arguments_secret(run: &ToolRun) -> Option<Secret> {
+    let name = run.metadata.name.clone()?;
+    let owner = run.controller_owner_ref(&())?;
+    let labels: BTreeMap<String, String> =
+        [(labels::TOOL_RUN.to_string(), name.clone()), (labels::MANAGED_BY.to_string(), MANAGER.to_string())]
+            .into();
+    Some(Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(arguments_secret_name(&name)),
+            namespace: run.metadata.namespace.clone(),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        immutable: Some(true),
+        data: Some([(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into()),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    })
+}
+
+/// Whether `stored` is the Secret [`arguments_secret`] makes for `run`:
+/// controlled by the run and holding exactly its arguments.
+pub fn is_arguments_secret_of(stored: &Secret, run: &ToolRun) -> bool {
+    let run_uid = run.metadata.uid.as_deref().unwrap_or_default();
+    crate::provenance::controlled_by(&stored.metadata, run_uid)
+        && stored.data.as_ref().and_then(|d| d.get(ARGUMENTS_KEY)).map(|b| b.0.as_slice())
+            == Some(run.spec.arguments.as_bytes())
 }
 
 /// Where the template says nothing: no ServiceAccount token (a tool that
@@ -108,20 +155,19 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_arguments_reach_every_container_as_one_variable_and_nowhere_else() {
-        let arguments = r#"{"text":"\"; rm -rf / $(reboot)\n"}"#;
-        let job = job_for_run(&run(template(), arguments)).unwrap();
+    fn the_arguments_reach_every_container_from_the_runs_secret_and_nowhere_else() {
+        let arguments = r#"{"text":"\"; rm -rf / $(API_KEY)\n"}"#;
+        let run = run(template(), arguments);
+        let job = job_for_run(&run).unwrap();
         let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         let container = &pod.containers[0];
         let env = container.env.as_ref().unwrap();
         let values: Vec<_> = env.iter().filter(|v| v.name == ARGUMENTS_ENV).collect();
         assert_eq!(values.len(), 1, "the template's own value is replaced");
-        assert_eq!(
-            values[0].value.as_deref().map(|v| v.replace("$$", "$")).as_deref(),
-            Some(arguments),
-            "what the kubelet hands the container is the validated text"
-        );
-        assert_eq!(values[0].value.as_deref(), Some(r#"{"text":"\"; rm -rf / $$(reboot)\n"}"#));
+        assert_eq!(values[0].value, None, "the Job (readable with view) holds no arguments");
+        let reference = values[0].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        assert_eq!((reference.name.as_str(), reference.key.as_str()), ("mw-abc-arguments", ARGUMENTS_KEY));
+        assert!(!serde_json::to_string(&job).unwrap().contains("rm -rf"), "nowhere in the Job");
         assert!(env.iter().any(|v| v.name == "KEEP"));
         assert!(env.iter().any(|v| v.name == RUN_ENV && v.value.as_deref() == Some("mw-abc")));
         assert_eq!(
@@ -131,6 +177,19 @@ pub(crate) mod tests {
         );
         assert_eq!(container.args, None);
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+
+        let secret = arguments_secret(&run).unwrap();
+        assert_eq!(secret.immutable, Some(true));
+        assert!(is_arguments_secret_of(&secret, &run));
+        assert_eq!(secret.data.as_ref().unwrap()[ARGUMENTS_KEY].0, arguments.as_bytes());
+        let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.uid.as_str(), owner.controller), ("run-uid", Some(true)));
+        let mut planted = secret.clone();
+        planted.data.as_mut().unwrap().insert(ARGUMENTS_KEY.into(), ByteString(b"{}".to_vec()));
+        assert!(!is_arguments_secret_of(&planted, &run), "other arguments");
+        planted = secret;
+        planted.metadata.owner_references = None;
+        assert!(!is_arguments_secret_of(&planted, &run), "not the run's");
     }
 
     #[test]

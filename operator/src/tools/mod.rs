@@ -3,6 +3,7 @@
 //! Pods wrote as their termination message. The I/O around [`plan::plan`].
 
 pub mod admission;
+mod arguments;
 pub mod job;
 pub mod plan;
 pub mod provenance;
@@ -154,9 +155,18 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
     } else {
         Admission::Start
     };
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Before a result is taken: did the tool read the arguments it was given?
+    let arguments_intact = match &state {
+        JobState::Ours { phase, .. } if *phase != JobPhase::Running && !run.is_finished() => {
+            arguments::intact(&secrets, &run).await?
+        }
+        _ => true,
+    };
     let observed = Observed {
         run: &run,
         admission,
+        arguments_intact,
         progress_line,
         proven: proven(&run),
         job: state,
@@ -173,6 +183,17 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
             Err(err) => return Err(tool_error("delete the Job of", &name)(err)),
         }
     }
+    let secret_uid = match plan.create_job {
+        true => match arguments::ensure(&secrets, &run).await? {
+            Ok(uid) => Some(uid),
+            Err(why) => {
+                plan.create_job = false;
+                plan.status = Some(failed(&run, format!("the run's arguments cannot be handed over: {why}")));
+                None
+            }
+        },
+        false => None,
+    };
     if plan.create_job {
         match job::job_for_run(&run) {
             Some(built) => match jobs
@@ -183,6 +204,7 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
                     info!(run = %name, tool = %run.spec.tool, "tool run started");
                     if let Some(status) = plan.status.as_mut() {
                         status.job_uid = created.metadata.uid;
+                        status.arguments_secret_uid = secret_uid;
                     }
                 }
                 // Made a moment ago and not watched yet: the watch brings it.
@@ -191,11 +213,12 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
                 }
                 // The template is the tool author's: one the API server refuses fails the run.
                 Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
-                    plan.status = Some(refused(&run, &status.message));
+                    let why = format!("the API server refused the tool's Job: {}", status.message);
+                    plan.status = Some(failed(&run, why));
                 }
                 Err(err) => return Err(tool_error("create the Job of", &name)(err)),
             },
-            None => plan.status = Some(refused(&run, "the run's jobTemplate has no Pod spec")),
+            None => plan.status = Some(failed(&run, "the run's jobTemplate has no Pod spec".into())),
         }
     }
     if let Some(status) = &plan.status {
@@ -208,11 +231,11 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
             Err(kube::Error::Api(refusal)) if matches!(refusal.code, 400 | 413 | 422) => {
                 let why = mining_api::pow::clip(&refusal.message, 512).to_string();
                 warn!(run = %name, code = refusal.code, "the API server refused a tool run's status");
-                let failed = refused_status(&run, &why);
-                runs.patch_status(&name, &params, &Patch::Merge(&serde_json::json!({"status": failed})))
+                let ended = failed(&run, format!("the API server refused to store the run's status: {why}"));
+                runs.patch_status(&name, &params, &Patch::Merge(&serde_json::json!({"status": ended})))
                     .await
                     .map_err(tool_error("write the status of", &name))?;
-                if matches!(failed.phase, Some(ToolRunPhase::Failed)) && job.is_some() {
+                if job.is_some() {
                     let _ = jobs.delete(&name, &DeleteParams::background()).await;
                 }
                 return Ok(Requeue::await_change());
@@ -265,23 +288,13 @@ fn made_by(pod: &Pod, job: &Job) -> bool {
     crate::provenance::controlled_by(&pod.metadata, uid) && provenance::pod_mismatch(pod, job).is_none()
 }
 
-/// The Failed status of a run whose status the API server refused to store
-/// (the refusal's text, clipped; nothing the run's Pods wrote).
-fn refused_status(run: &ToolRun, why: &str) -> ToolRunStatus {
+/// The Failed status of a run the operator could not carry on: `message`
+/// says why; no result is kept.
+fn failed(run: &ToolRun, message: String) -> ToolRunStatus {
     ToolRunStatus {
         phase: Some(ToolRunPhase::Failed),
-        message: Some(format!("the API server refused to store the run's status: {why}")),
+        message: Some(message),
         result: None,
-        finished_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
-        ..run.status.clone().unwrap_or_default()
-    }
-}
-
-/// The Failed status of a run whose Job the API server refused.
-fn refused(run: &ToolRun, why: &str) -> ToolRunStatus {
-    ToolRunStatus {
-        phase: Some(ToolRunPhase::Failed),
-        message: Some(format!("the API server refused the tool's Job: {why}")),
         finished_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
         ..run.status.clone().unwrap_or_default()
     }

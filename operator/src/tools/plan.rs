@@ -54,6 +54,9 @@ pub struct Observed<'a> {
     pub run: &'a ToolRun,
     /// Whether a run without a Job may have one now (see [`super::admission`]).
     pub admission: Admission,
+    /// The run's arguments Secret is still the one it made (see
+    /// `arguments::intact`); read once its Job has ended.
+    pub arguments_intact: bool,
     /// The latest status line the running tool printed (see [`progress_line`]).
     pub progress_line: Option<String>,
     /// The run carries the frontend's proof.
@@ -108,8 +111,10 @@ pub fn plan(observed: &Observed) -> Plan {
     };
     let mut plan = Plan::default();
     if run.phase().is_finished() {
-        plan.delete_job =
-            run.phase() == ToolRunPhase::Cancelled && matches!(observed.job, JobState::Ours { .. });
+        // The result is stored in the run (which `view` cannot read): its
+        // Job and Pods, whose environment and termination messages `view`
+        // can read, go now.
+        plan.delete_job = matches!(observed.job, JobState::Ours { .. });
         let ttl =
             run.spec.ttl_seconds_after_finished.map_or(observed.default_ttl_seconds, |s| s.max(0) as u64);
         let finished = current.finished_at.as_ref().map_or(observed.now, |t| t.0);
@@ -173,6 +178,15 @@ pub fn plan(observed: &Observed) -> Plan {
                     run.metadata.name.as_deref().unwrap_or_default()
                 ),
             ),
+            JobState::Ours { phase, .. } if *phase != JobPhase::Running && !observed.arguments_intact => {
+                plan.delete_job = true;
+                finish(
+                    ToolRunPhase::Failed,
+                    "the run's arguments Secret was deleted or replaced while it ran: the tool may have read \
+                     other arguments, so its result is not taken"
+                        .into(),
+                )
+            }
             JobState::Ours { uid, phase, succeeded } => {
                 let mut seen = ToolRunStatus {
                     job_uid: Some(uid.clone()),

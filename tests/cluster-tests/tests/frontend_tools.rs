@@ -97,7 +97,7 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     // Arguments cannot choose the Pod: an open inputSchema lets any key
     // through, and still the Job runs the tool's image as the tool's account.
     tools
-        .create(&PostParams::default(), &tool("open-sum", 20, json!({"inputSchema": {"type": "object"}})))
+        .create(&PostParams::default(), &tool("open-sum", 1, json!({"inputSchema": {"type": "object"}})))
         .await
         .unwrap();
     eventually("the open tool to be listed", Duration::from_secs(30), || async {
@@ -105,15 +105,24 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     })
     .await;
     let posing = json!({"numbers": [1], "image": "attacker/image", "serviceAccountName": "admin",
-        "command": ["/bin/sh", "-c", "id"], "jobTemplate": {"spec": {}}});
-    let done = call(Sdk::TypeScript, &url, ALICE, "open-sum", posing).await;
-    assert_eq!(done["status"], "completed", "{done:#}");
+        "command": ["/bin/sh", "-c", "id"], "jobTemplate": {"spec": {}}, "delay_seconds": 5});
+    let running = call(Sdk::TypeScript, &url, ALICE, "open-sum", posing).await;
+    let open_id = running["workflow_id"].as_str().expect("a run id").to_string();
+    // Read while it runs: once its result is stored, the Job goes.
     let jobs: Api<Job> = ns.api();
-    let job = jobs.get(done["workflow_id"].as_str().unwrap()).await.unwrap();
+    let job = jobs.get(&open_id).await.unwrap();
     let pod = job.spec.unwrap().template.spec.unwrap();
     assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
     assert_eq!(pod.containers[0].command, None);
     assert_eq!(pod.service_account_name, None);
+    let done = settle(Sdk::TypeScript, &url, ALICE, &open_id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    // Its environment and its Pods' termination messages (readable with
+    // `view`) go with it; the result stays in the run, which `view` cannot read.
+    eventually("the finished run's Job to go", Duration::from_secs(30), || async {
+        jobs.get_opt(&open_id).await.unwrap().is_none().then_some(())
+    })
+    .await;
 
     // What `kubectl get toolruns` shows.
     let stored = runs.get(&id).await.unwrap();
@@ -249,6 +258,11 @@ async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
         call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [3, 4], "delay_seconds": 5})).await;
     assert_eq!(running["status"], "running", "{running:#}");
     let id = running["workflow_id"].as_str().unwrap().to_string();
+    let jobs: Api<Job> = ns.api();
+    let first = eventually("the run's Job", Duration::from_secs(30), || async {
+        jobs.get_opt(&id).await.unwrap().and_then(|job| job.metadata.uid)
+    })
+    .await;
     // Both die mid-run, as an OOM kill or a node loss would end them.
     operator.kill();
     let frontend = frontend.restart().await;
@@ -257,9 +271,10 @@ async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
     let done = settle(Sdk::Python, &frontend.url(), ALICE, &id).await;
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["sum"], 7.0);
-    let jobs: Api<Job> = ns.api();
-    let made = jobs.list(&ListParams::default().labels(&format!("{}={id}", labels::TOOL_RUN))).await.unwrap();
-    assert_eq!(made.items.len(), 1, "one Job for the run, whoever reconciled it");
+    // The result came from the Job made before the kill: no second one.
+    let runs: Api<ToolRun> = ns.api();
+    let recorded = runs.get(&id).await.unwrap().status.and_then(|s| s.job_uid);
+    assert_eq!(recorded, Some(first), "one Job for the run, whoever reconciled it");
 }
 
 #[tokio::test]

@@ -100,7 +100,12 @@ pub fn program_and_args(container: &Container, entrypoint: &Path) -> (PathBuf, V
 /// with literal values (expanded as the kubelet expands them) and the
 /// downward-API fields a kubelet resolves (`status.podIP` is the Pod's own
 /// loopback address).
-pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) -> BTreeMap<String, String> {
+pub(crate) fn environment(
+    pod: &Pod,
+    container: &Container,
+    pod_ip: Ipv4Addr,
+    secrets: &BTreeMap<(String, String), String>,
+) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let mut env = BTreeMap::from([
@@ -128,8 +133,11 @@ pub(crate) fn environment(pod: &Pod, container: &Container, pod_ip: Ipv4Addr) ->
                     None
                 }
             }
+        } else if let Some(reference) = var.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
+            // Never expanded: a Secret's value reaches the process as stored.
+            secrets.get(&(reference.name.clone(), reference.key.clone())).cloned()
         } else {
-            tracing::warn!(var = %var.name, "only value and fieldRef env are supported; left unset");
+            tracing::warn!(var = %var.name, "only value, fieldRef and secretKeyRef env are supported; left unset");
             None
         };
         if let Some(value) = value {
@@ -166,6 +174,8 @@ pub struct Sandbox {
     pub mounts: Vec<(PathBuf, PathBuf)>,
     /// The Pod's prepared volumes by name, mounted where a container asks.
     pub volumes: std::collections::BTreeMap<String, PathBuf>,
+    /// The values `secretKeyRef` env variables name: (Secret, key) → value.
+    pub secrets: BTreeMap<(String, String), String>,
 }
 
 /// Starts the container's process from a host binary (a test double mapped
@@ -179,7 +189,7 @@ pub fn spawn(
     sandbox: &Sandbox,
 ) -> Result<tokio::process::Child, StartError> {
     let (program, args) = program_and_args(container, entrypoint);
-    let mut env = environment(pod, container, sandbox.pod_ip);
+    let mut env = environment(pod, container, sandbox.pod_ip, &sandbox.secrets);
     for (name, value) in &sandbox.env {
         // The container's own `env` wins, as with the kubelet's service variables.
         env.entry(name.clone()).or_insert_with(|| value.clone());
@@ -331,8 +341,16 @@ mod tests {
             {"name": "ECHO", "value": "key=$(API_KEY) kept=$$(API_KEY) later=$(AFTER)"},
             {"name": "AFTER", "value": "x"}]}))
         .unwrap();
-        let env = environment(&Pod::default(), &container, Ipv4Addr::LOCALHOST);
+        let container: Container = serde_json::from_value(serde_json::json!({"name": "c", "env": [
+            {"name": "API_KEY", "value": "s3cret"},
+            {"name": "ECHO", "value": "key=$(API_KEY) kept=$$(API_KEY) later=$(AFTER)"},
+            {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {"name": "AFTER", "value": "x"}]}))
+        .unwrap();
+        let secrets = BTreeMap::from([(("s".to_string(), "k".to_string()), "$(API_KEY)".to_string())]);
+        let env = environment(&Pod::default(), &container, Ipv4Addr::LOCALHOST, &secrets);
         assert_eq!(env["ECHO"], "key=s3cret kept=$(API_KEY) later=$(AFTER)");
+        assert_eq!(env["FROM_SECRET"], "$(API_KEY)", "a Secret's value is never expanded");
     }
 
     #[test]

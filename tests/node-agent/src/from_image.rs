@@ -137,7 +137,7 @@ pub fn spawn(
     let (uid, gid) = image::user(pod, container, &image.config).map_err(|e| config_error(e.to_string()))?;
 
     // The image's env under the container's own, over the defaults.
-    let mut env = environment(pod, container, sandbox.pod_ip);
+    let mut env = environment(pod, container, sandbox.pod_ip, &sandbox.secrets);
     let own: std::collections::BTreeSet<&str> =
         container.env.iter().flatten().map(|var| var.name.as_str()).collect();
     for (name, value) in &image.config.env {

@@ -74,8 +74,19 @@ impl PodRunner {
             )
             .await;
         }
-        let mut sandbox =
-            Sandbox { pod_ip: self.pod_ip, env: Vec::new(), mounts: Vec::new(), volumes: Default::default() };
+        let mut sandbox = Sandbox {
+            pod_ip: self.pod_ip,
+            env: Vec::new(),
+            mounts: Vec::new(),
+            volumes: Default::default(),
+            secrets: Default::default(),
+        };
+        match crate::volumes::secret_env(&self.client, &self.pod).await {
+            Ok(secrets) => sandbox.secrets = secrets,
+            Err(message) => {
+                return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message).await;
+            }
+        }
         match crate::volumes::prepare(&self.client, &self.pod, &self.dir).await {
             Ok(volumes) => sandbox.volumes = volumes,
             Err(message) => {

@@ -10,6 +10,43 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, KeyToPath, Pod, Secret, Volume};
 use kube::api::Api;
 
+/// The values of every `env[].valueFrom.secretKeyRef` of `pod`'s
+/// containers, read once when the Pod starts as the kubelet reads them:
+/// (Secret, key) → value. A missing Secret or key fails the Pod unless the
+/// reference is optional.
+pub async fn secret_env(
+    client: &kube::Client,
+    pod: &Pod,
+) -> Result<BTreeMap<(String, String), String>, String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let mut values = BTreeMap::new();
+    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+    for reference in containers
+        .flat_map(|c| c.env.iter().flatten())
+        .filter_map(|v| v.value_from.as_ref()?.secret_key_ref.as_ref())
+    {
+        let name = reference.name.clone();
+        let secret = secrets
+            .get_opt(&name)
+            .await
+            .map_err(|err| format!("reading secret {namespace}/{name}: {err}"))?;
+        let value = secret.and_then(|secret| {
+            let data = secret.data.unwrap_or_default();
+            let bytes = data.get(&reference.key)?.0.clone();
+            String::from_utf8(bytes).ok()
+        });
+        match value {
+            Some(value) => {
+                values.insert((name, reference.key.clone()), value);
+            }
+            None if reference.optional == Some(true) => {}
+            None => return Err(format!("secret {namespace}/{name} has no key {:?}", reference.key)),
+        }
+    }
+    Ok(values)
+}
+
 /// Every supported volume of `pod`, prepared under `pod_dir/volumes`: name → host dir.
 pub async fn prepare(
     client: &kube::Client,

@@ -26,6 +26,7 @@ fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observ
     Observed {
         run,
         admission: Admission::Start,
+        arguments_intact: true,
         progress_line: None,
         proven: true,
         job,
@@ -170,6 +171,9 @@ fn a_finished_run_is_kept_for_its_ttl_then_deleted() {
     });
     let kept = plan(&observe(&run, ours(JobPhase::Complete, 1), vec![]));
     assert_eq!((kept.delete_run, kept.requeue_after), (false, Some(Duration::from_secs(30))));
+    assert!(kept.delete_job, "the result is stored: the Job and its Pods (readable with view) go");
+    assert!(!plan(&observe(&run, JobState::Missing, vec![])).delete_job);
+    assert_eq!(plan(&observe(&run, JobState::Missing, vec![])).status, None, "nothing to write once gone");
     run.spec.ttl_seconds_after_finished = Some(10);
     assert!(plan(&observe(&run, ours(JobPhase::Complete, 1), vec![])).delete_run);
 }
@@ -232,4 +236,17 @@ fn a_deleted_run_kept_by_a_finalizer_stops_and_ends_cancelled() {
     assert!(plan.delete_job);
     assert_eq!(status(&plan).phase, Some(ToolRunPhase::Cancelled));
     assert!(!held.holds_place(), "it holds no quota place either");
+}
+
+#[test]
+fn a_replaced_arguments_secret_fails_the_run_and_no_result_is_taken() {
+    let run = run(None, 1);
+    let swapped = Observed {
+        arguments_intact: false,
+        ..observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, "forged")])
+    };
+    let plan = plan(&swapped);
+    assert_eq!(status(&plan).phase, Some(ToolRunPhase::Failed));
+    assert_eq!(status(&plan).result, None);
+    assert!(status(&plan).message.as_ref().unwrap().contains("arguments Secret"));
 }
