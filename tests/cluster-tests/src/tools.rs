@@ -88,3 +88,14 @@ pub async fn settle(sdk: Sdk, url: &str, token: Option<&str>, id: &str) -> Value
 pub async fn call(sdk: Sdk, url: &str, token: Option<&str>, tool: &str, arguments: Value) -> Value {
     structured(&sdk.call(url, token, tool, arguments).await).clone()
 }
+
+/// Creates `defined` in `ns` and waits until the frontend at `url` lists it.
+pub async fn define(ns: &TestNamespace, url: &str, defined: McpTool) {
+    let name = defined.metadata.name.clone().expect("a tool name");
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&kube::api::PostParams::default(), &defined).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(url).await.contains(&name).then_some(())
+    })
+    .await;
+}

@@ -13,7 +13,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use mining_api::{McpTool, ToolRun, ToolRunPhase, labels};
 use serde_json::json;
 
-use cluster_tests::tools::{ALICE, BOB, IMAGE, call, listed_names, settle, setup, setup_with, tool};
+use cluster_tests::tools::{ALICE, BOB, IMAGE, call, define, listed_names, settle, setup, setup_with, tool};
 
 #[tokio::test]
 async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_its_callers() {
@@ -96,14 +96,7 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
 
     // Arguments cannot choose the Pod: an open inputSchema lets any key
     // through, and still the Job runs the tool's image as the tool's account.
-    tools
-        .create(&PostParams::default(), &tool("open-sum", 1, json!({"inputSchema": {"type": "object"}})))
-        .await
-        .unwrap();
-    eventually("the open tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"open-sum".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("open-sum", 1, json!({"inputSchema": {"type": "object"}}))).await;
     let posing = json!({"numbers": [1], "image": "attacker/image", "serviceAccountName": "admin",
         "command": ["/bin/sh", "-c", "id"], "jobTemplate": {"spec": {}}, "delay_seconds": 5});
     let running = call(Sdk::TypeScript, &url, ALICE, "open-sum", posing).await;
@@ -136,14 +129,7 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     let (ns, _operator, frontend) = setup("tools-life").await;
     let url = frontend.url();
     let tools: Api<McpTool> = ns.api();
-    tools
-        .create(&PostParams::default(), &tool("slow-sum", 1, json!({"maxRunningPerCaller": 2})))
-        .await
-        .unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("slow-sum", 1, json!({"maxRunningPerCaller": 2}))).await;
 
     // Two long runs fill alice's limit of this tool; a third is refused.
     let mut ids = Vec::new();
@@ -202,11 +188,7 @@ async fn runs_keep_their_definition_cancel_count_against_limits_and_unproven_run
     // A template the API server refuses fails the run with its reason.
     let refused_template = json!({"jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
         "containers": [{"name": "Not_A_Name", "image": IMAGE}]}}}}});
-    tools.create(&PostParams::default(), &tool("refused", 20, refused_template)).await.unwrap();
-    eventually("the refused tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"refused".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("refused", 20, refused_template)).await;
     let failed = call(Sdk::Python, &url, ALICE, "refused", json!({"numbers": [1]})).await;
     assert_eq!(failed["status"], "failed", "{failed:#}");
     assert!(failed["error"].as_str().unwrap().contains("refused the tool's Job"), "{failed:#}");
@@ -248,12 +230,7 @@ async fn alice_label_of(runs: &Api<ToolRun>, id: &str) -> String {
 async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
     let (ns, mut operator, frontend) = setup("tools-chaos").await;
     let url = frontend.url();
-    let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &tool("slow-sum", 1, json!({}))).await.unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("slow-sum", 1, json!({}))).await;
     let running =
         call(Sdk::TypeScript, &url, ALICE, "slow-sum", json!({"numbers": [3, 4], "delay_seconds": 5})).await;
     assert_eq!(running["status"], "running", "{running:#}");
@@ -281,12 +258,7 @@ async fn a_run_survives_its_frontend_and_its_operator_being_killed() {
 async fn a_defined_tool_runs_as_a_task_of_both_generations() {
     let (ns, _operator, frontend) = setup("tools-tasks").await;
     let url = frontend.url();
-    let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &tool("sum-numbers", 20, json!({}))).await.unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"sum-numbers".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("sum-numbers", 20, json!({}))).await;
     let arguments = json!({"numbers": [1, 2], "delay_seconds": 2}).to_string();
 
     // 2025-11-25, TypeScript SDK 1.x: create, then tasks/result.
@@ -341,12 +313,7 @@ async fn a_defined_tool_runs_as_a_task_of_both_generations() {
 async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
     let (ns, _operator, frontend) = setup_with("tools-fair", &["--max-concurrent-tool-runs", "2"]).await;
     let url = frontend.url();
-    let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &tool("slow-sum", 0, json!({}))).await.unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"slow-sum".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("slow-sum", 0, json!({}))).await;
     let start = |token, delay: u64| {
         let url = url.clone();
         async move {

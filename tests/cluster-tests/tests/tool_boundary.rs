@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
-use cluster_tests::tools::{ALICE, IMAGE, call, listed_names, settle, setup, tool};
+use cluster_tests::tools::{ALICE, IMAGE, call, define, listed_names, settle, setup, tool};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use mining_api::{McpTool, MiningWorkflow, ToolRun, ToolRunPhase, WorkflowPhase};
@@ -85,12 +85,7 @@ async fn one_ill_typed_run_fails_only_itself() {
     let _operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
     let frontend = FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\n", &[]).await;
     let url = frontend.url();
-    let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &tool("sum-numbers", 20, json!({}))).await.unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"sum-numbers".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("sum-numbers", 20, json!({}))).await;
     let done = call(Sdk::Python, &url, ALICE, "sum-numbers", json!({"numbers": [20, 22]})).await;
     let done = if done["status"] == "running" {
         settle(Sdk::Python, &url, ALICE, done["workflow_id"].as_str().unwrap()).await
@@ -181,15 +176,7 @@ async fn a_finalizer_on_a_deleted_workflow_holds_no_slot_and_no_quota_place() {
 async fn a_tools_limit_per_caller_holds_under_a_burst() {
     let (ns, _operator, frontend) = setup("tb-burst").await;
     let url = frontend.url();
-    let tools: Api<McpTool> = ns.api();
-    tools
-        .create(&PostParams::default(), &tool("one-at-a-time", 1, json!({"maxRunningPerCaller": 1})))
-        .await
-        .unwrap();
-    eventually("the tool to be listed", Duration::from_secs(30), || async {
-        listed_names(&url).await.contains(&"one-at-a-time".to_string()).then_some(())
-    })
-    .await;
+    define(&ns, &url, tool("one-at-a-time", 1, json!({"maxRunningPerCaller": 1}))).await;
     let arguments = json!({"numbers": [1], "delay_seconds": 60});
     let one = || Sdk::Python.call(&url, ALICE, "one-at-a-time", arguments.clone());
     let answers = tokio::join!(one(), one(), one());
