@@ -124,7 +124,7 @@ async fn a_finalizer_on_a_deleted_workflow_holds_no_slot_and_no_quota_place() {
     let url = frontend.url();
     let started = structured(
         &Sdk::Python
-            .call(&url, ALICE, "start_mining", json!({"difficulty": 40, "blocks": 1, "wait_seconds": 0}))
+            .call(&url, ALICE, "start_mining", json!({"difficulty": 32, "blocks": 64, "wait_seconds": 0}))
             .await,
     )
     .clone();
