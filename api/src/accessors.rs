@@ -26,18 +26,6 @@ impl MiningWorkflow {
         self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
     }
 
-    /// Succeeded, Failed or Cancelled: it never changes again.
-    pub fn is_finished(&self) -> bool {
-        self.phase().is_finished()
-    }
-
-    /// Whether it holds a place in its caller's quota: unfinished and not
-    /// being deleted. A deleted workflow holds nothing, whatever finalizer
-    /// keeps it stored (anyone who may edit it can add one).
-    pub fn holds_place(&self) -> bool {
-        !self.is_finished() && self.metadata.deletion_timestamp.is_none()
-    }
-
     /// The chain's length mining started with (the spec's until admitted).
     pub fn total_blocks(&self) -> u32 {
         self.status.as_ref().and_then(|s| s.admitted_blocks).unwrap_or(self.spec.blocks)
@@ -56,19 +44,6 @@ impl MiningWorkflow {
     /// The condition of `type_`, if the status has one.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
-    }
-
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
-    }
-
-    /// The caller label of a workflow started through MCP.
-    pub fn caller_label(&self) -> Option<&str> {
-        self.label(labels::CALLER)
     }
 }
 
@@ -109,6 +84,7 @@ pub fn trim_for_cache_keeping(metadata: &mut ObjectMeta, also_labels: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::work::Work as _;
     use crate::workflow::MiningWorkflowStatus;
 
     #[test]

@@ -19,7 +19,11 @@ pub use chain::verify_chain;
 #[cfg(feature = "kubernetes")]
 mod work;
 #[cfg(feature = "kubernetes")]
-pub use work::{ProofVersion, ProvenSpec, ProvenWorkflow};
+pub use work::{Lifecycle, ProofVersion, Proven, Work};
+#[cfg(feature = "kubernetes")]
+mod kinds;
+#[cfg(feature = "kubernetes")]
+pub use kinds::{ProvenSpec, ProvenToolRequest};
 #[cfg(feature = "kubernetes")]
 mod crds;
 #[cfg(feature = "kubernetes")]
@@ -31,7 +35,7 @@ pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningL
 #[cfg(feature = "kubernetes")]
 pub mod tool;
 #[cfg(feature = "kubernetes")]
-pub use tool::{McpTool, McpToolSpec, ProvenToolRun, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
+pub use tool::{McpTool, McpToolSpec, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
 #[cfg(feature = "schemas")]
 pub mod tool_schema;
 #[cfg(feature = "kubernetes")]

@@ -19,14 +19,12 @@
 
 use std::path::Path;
 
-use crate::{MiningWorkflow, ProofVersion, annotations};
+use crate::annotations;
+use crate::work::{ProofVersion, Work};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
-
-/// The MAC domain of tool run proofs.
-const TOOL_RUN_DOMAIN: &str = "tool-run-proof/v1";
 
 /// Shortest key accepted: 256 bits.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -78,60 +76,44 @@ impl OwnershipKeys {
         std::iter::once(self.current.as_slice()).chain(self.previous.as_deref())
     }
 
-    /// The proof that the frontend made `workflow` as it is now: the
-    /// current version under the current key.
-    pub fn proof(&self, workflow: &MiningWorkflow) -> String {
-        self.proof_in(ProofVersion::CURRENT, workflow)
+    /// The proof that the frontend made `work` as it is now, for its
+    /// caller: the current version under the current key, in the kind's
+    /// own domain (no workflow's proof is a run's, nor the reverse).
+    pub fn proof<W: Work>(&self, work: &W) -> String {
+        self.proof_in(ProofVersion::CURRENT, work)
     }
 
     /// The proof of `version` under the current key: what a release that
     /// made `version` wrote (upgrade tests make yesterday's proofs with it).
-    pub fn proof_in(&self, version: ProofVersion, workflow: &MiningWorkflow) -> String {
-        version.encode(&hex(&mac(&self.current, version.domain(), &version.bound_parts(workflow))))
+    pub fn proof_in<W: Work>(&self, version: ProofVersion, work: &W) -> String {
+        version.encode(&hex(&mac(&self.current, W::proof_domain(version), &work.bound_parts(version))))
     }
 
-    /// Whether `workflow` carries a proof made by this frontend (either key,
-    /// an accepted version) for exactly its name, namespace, caller and spec.
-    pub fn proves(&self, workflow: &MiningWorkflow) -> bool {
-        self.proven_version(workflow).is_some()
+    /// Whether `work` carries a proof made by this frontend (either key, an
+    /// accepted version) for exactly its name, namespace, caller and request.
+    pub fn proves<W: Work>(&self, work: &W) -> bool {
+        self.proven_version(work).is_some()
     }
 
-    /// The version of the valid proof `workflow` carries, if any.
-    pub fn proven_version(&self, workflow: &MiningWorkflow) -> Option<ProofVersion> {
-        let (version, text) = ProofVersion::decode(workflow.annotation(annotations::OWNER_PROOF)?)?;
+    /// The version of the valid proof `work` carries, if any.
+    pub fn proven_version<W: Work>(&self, work: &W) -> Option<ProofVersion> {
+        let (version, text) = ProofVersion::decode(work.annotation(annotations::OWNER_PROOF)?)?;
         if !ProofVersion::ACCEPTED.contains(&version) {
             return None;
         }
         let claimed = unhex(text)?;
-        let parts = version.bound_parts(workflow);
+        let parts = work.bound_parts(version);
         self.keys()
-            .any(|key| mac_of(key, version.domain(), &parts).verify_slice(&claimed).is_ok())
+            .any(|key| mac_of(key, W::proof_domain(version), &parts).verify_slice(&claimed).is_ok())
             .then_some(version)
     }
 
-    /// The current proof for `workflow` when it carries a valid proof of an
-    /// older version: the frontend writes it back, so the next release, which
-    /// accepts one version fewer, still sees every workflow.
-    pub fn reproof(&self, workflow: &MiningWorkflow) -> Option<String> {
-        let version = self.proven_version(workflow)?;
-        (version != ProofVersion::CURRENT).then(|| self.proof(workflow))
-    }
-
-    /// The proof that the frontend made the tool run `run`, as it is now,
-    /// for its caller: a domain of its own, so no workflow's proof is a
-    /// run's and no run's a workflow's.
-    pub fn tool_run_proof(&self, run: &crate::ToolRun) -> String {
-        hex(&mac(&self.current, TOOL_RUN_DOMAIN, &[crate::ProvenToolRun::of(run).canonical()]))
-    }
-
-    /// Whether `run` carries the frontend's proof (either key) for exactly
-    /// its name, namespace, caller, tool, arguments, template and schema.
-    /// The operator runs no other: a run's template names an image and a
-    /// ServiceAccount, which only a tool's author may choose.
-    pub fn proves_tool_run(&self, run: &crate::ToolRun) -> bool {
-        let Some(claimed) = run.annotation(annotations::OWNER_PROOF).and_then(unhex) else { return false };
-        let parts = [crate::ProvenToolRun::of(run).canonical()];
-        self.keys().any(|key| mac_of(key, TOOL_RUN_DOMAIN, &parts).verify_slice(&claimed).is_ok())
+    /// The current proof for `work` when it carries a valid proof of an
+    /// older version: the frontend writes it back, so the next release,
+    /// which accepts one version fewer, still sees all of it.
+    pub fn reproof<W: Work>(&self, work: &W) -> Option<String> {
+        let version = self.proven_version(work)?;
+        (version != ProofVersion::CURRENT).then(|| self.proof(work))
     }
 
     /// The proof on a quota ledger: `text` as the frontend wrote it to the
@@ -229,6 +211,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::MiningWorkflow;
     use crate::labels;
     use crate::testing::{self, WorkflowExt};
 
@@ -365,21 +348,9 @@ mod tests {
     }
 
     fn proven_run(keys: &OwnershipKeys) -> crate::ToolRun {
-        let template = serde_json::from_value(serde_json::json!({"spec": {"template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "tool", "image": "example/sum"}]}}}}))
-        .unwrap();
-        let spec = crate::ToolRunSpec {
-            tool: "sum".into(),
-            arguments: "{}".into(),
-            output_schema: None,
-            job_template: template,
-            ttl_seconds_after_finished: None,
-            cancel: false,
-        };
-        let mut run = crate::ToolRun::new("mw-x", spec);
-        run.metadata.namespace = Some("ns".into());
-        run.metadata.labels = Some([(labels::CALLER.to_string(), "alice-label".to_string())].into());
-        let proof = keys.tool_run_proof(&run);
+        use crate::testing::ToolRunExt;
+        let mut run = testing::tool_run("mw-x", "sum").with_caller("alice-label");
+        let proof = keys.proof(&run);
         run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
         run
     }
@@ -388,8 +359,8 @@ mod tests {
     fn a_tool_run_proof_binds_the_caller_and_the_whole_work() {
         let keys = keys();
         let run = proven_run(&keys);
-        assert!(keys.proves_tool_run(&run));
-        assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves_tool_run(&run), "another key");
+        assert!(keys.proves(&run));
+        assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves(&run), "another key");
         type Forgery = fn(&mut crate::ToolRun);
         let forgeries: [(&str, Forgery); 5] = [
             ("another caller", |r| {
@@ -409,12 +380,39 @@ mod tests {
         for (what, forge) in forgeries {
             let mut forged = run.clone();
             forge(&mut forged);
-            assert!(!keys.proves_tool_run(&forged), "{what}");
+            assert!(!keys.proves(&forged), "{what}");
         }
         // A workflow's proof is no run's, whatever it covers.
         let workflow = signed(&keys);
         let mut moved = run.clone();
         moved.metadata.annotations = workflow.metadata.annotations.clone();
-        assert!(!keys.proves_tool_run(&moved));
+        assert!(!keys.proves(&moved));
+    }
+
+    /// What the release before versioned tool-run proofs wrote for
+    /// `proven_run`'s run under `keys()`, computed independently (Python's
+    /// hmac over "mining-operator.dev/tool-run-proof/v1", the length and the
+    /// run's JSON document).
+    const RUN_PROOF_BEFORE_VERSIONS: &str =
+        "00b5e07117524264bbac3a342307fc5a169025b3c0caed053172f94efd7fd086";
+
+    #[test]
+    fn an_upgrade_keeps_tool_runs_proven_before_versions_and_proves_them_anew() {
+        let keys = keys();
+        let mut old = proven_run(&keys);
+        old.metadata.annotations =
+            Some([(annotations::OWNER_PROOF.to_string(), RUN_PROOF_BEFORE_VERSIONS.into())].into());
+        assert_eq!(keys.proven_version(&old), Some(ProofVersion::V1), "yesterday's runs stay visible");
+        assert_eq!(keys.proof_in(ProofVersion::V1, &old), RUN_PROOF_BEFORE_VERSIONS);
+        let reproof = keys.reproof(&old).expect("an old version is made again");
+        assert!(reproof.starts_with("v2."), "{reproof}");
+        let mut upgraded = old.clone();
+        upgraded.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), reproof)].into());
+        assert_eq!(keys.proven_version(&upgraded), Some(ProofVersion::CURRENT));
+        assert_eq!(keys.reproof(&upgraded), None, "a current proof is left as it is");
+        // A workflow's v1 MAC under the run's name is no run's proof either.
+        let mut forged = old.clone();
+        forged.spec.arguments = r#"{"x":1}"#.into();
+        assert_eq!(keys.reproof(&forged), None, "nothing unproven is ever proven anew");
     }
 }

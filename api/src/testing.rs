@@ -100,3 +100,63 @@ pub fn mined_block(
         finished_at: Some(Time(finished)),
     }
 }
+
+/// A tool run as the API server would hold it: namespace `ns`, a uid, a
+/// call of `tool` with arguments `{}` whose template runs one container
+/// `tool` of image `example/{tool}` once.
+pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
+    let template =
+        serde_json::from_value(serde_json::json!({"spec": {"backoffLimit": 0, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "tool", "image": format!("example/{tool}")}]}}}}))
+        .expect("a Job template");
+    let spec = crate::ToolRunSpec {
+        tool: tool.into(),
+        arguments: "{}".into(),
+        output_schema: None,
+        job_template: template,
+        ttl_seconds_after_finished: None,
+        cancel: false,
+    };
+    let mut run = crate::ToolRun::new(name, spec);
+    run.metadata.namespace = Some("ns".into());
+    run.metadata.uid = Some(format!("uid-{name}"));
+    run
+}
+
+/// Builder-style edits of a test tool run.
+pub trait ToolRunExt: Sized {
+    fn with_caller(self, caller_label: &str) -> Self;
+    fn with_arguments(self, arguments: &str) -> Self;
+    fn with_parts(self, parts: i32) -> Self;
+    fn with_phase(self, phase: crate::ToolRunPhase) -> Self;
+    fn created_at(self, at: Timestamp) -> Self;
+}
+
+impl ToolRunExt for crate::ToolRun {
+    fn with_caller(mut self, caller_label: &str) -> Self {
+        self.metadata.labels.get_or_insert_default().insert(labels::CALLER.into(), caller_label.into());
+        self
+    }
+
+    fn with_arguments(mut self, arguments: &str) -> Self {
+        self.spec.arguments = arguments.into();
+        self
+    }
+
+    fn with_parts(mut self, parts: i32) -> Self {
+        if let Some(job) = self.spec.job_template.spec.as_mut() {
+            job.completions = Some(parts);
+        }
+        self
+    }
+
+    fn with_phase(mut self, phase: crate::ToolRunPhase) -> Self {
+        self.status.get_or_insert_default().phase = Some(phase);
+        self
+    }
+
+    fn created_at(mut self, at: Timestamp) -> Self {
+        self.metadata.creation_timestamp = Some(Time(at));
+        self
+    }
+}

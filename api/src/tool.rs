@@ -15,7 +15,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::MAX_DURATION_SECONDS;
-use crate::labels;
 
 /// The environment variable holding a run's arguments (one JSON document).
 pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
@@ -240,29 +239,6 @@ impl ToolRun {
         self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.phase().is_finished()
-    }
-
-    /// Whether it holds a place in its caller's quota: unfinished and not
-    /// being deleted (see `MiningWorkflow::holds_place`).
-    pub fn holds_place(&self) -> bool {
-        !self.is_finished() && self.metadata.deletion_timestamp.is_none()
-    }
-
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
-    }
-
-    /// The caller label of a run made through MCP.
-    pub fn caller_label(&self) -> Option<&str> {
-        self.label(labels::CALLER)
-    }
-
     /// How many indexed parts the run has (1 when the template says none).
     pub fn parts(&self) -> i32 {
         self.spec.job_template.spec.as_ref().and_then(|s| s.completions).unwrap_or(1).max(1)
@@ -322,43 +298,6 @@ fn json_len<T: Serialize>(value: &T) -> usize {
     serde_json::to_vec(value).map_or(usize::MAX, |json| json.len())
 }
 
-/// Everything a tool run's ownership proof binds: who made it, for whom,
-/// and all of the work (so whoever may patch the object cannot change the
-/// image, the arguments or the schema under its owner).
-#[derive(Serialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ProvenToolRun<'a> {
-    pub name: &'a str,
-    pub namespace: &'a str,
-    pub caller: &'a str,
-    pub tool: &'a str,
-    pub arguments: &'a str,
-    pub output_schema: Option<&'a str>,
-    pub job_template: &'a JobTemplateSpec,
-    pub ttl_seconds_after_finished: Option<i64>,
-}
-
-impl<'a> ProvenToolRun<'a> {
-    pub fn of(run: &'a ToolRun) -> Self {
-        Self {
-            name: run.metadata.name.as_deref().unwrap_or_default(),
-            namespace: run.metadata.namespace.as_deref().unwrap_or_default(),
-            caller: run.caller_label().unwrap_or_default(),
-            tool: &run.spec.tool,
-            arguments: &run.spec.arguments,
-            output_schema: run.spec.output_schema.as_deref(),
-            job_template: &run.spec.job_template,
-            ttl_seconds_after_finished: run.spec.ttl_seconds_after_finished,
-        }
-    }
-
-    /// Compact JSON in declaration order (k8s-openapi serialises its
-    /// structs field by field, maps sorted): one encoding per document.
-    pub fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,27 +353,5 @@ mod tests {
     fn every_allowed_number_of_parts_fits_the_stored_result() {
         assert!(stored_result_bound(MAX_COMPLETIONS as usize) <= MAX_STORED_RESULT_BYTES);
         assert_eq!(stored_result_bound(1), MAX_RESULT_BYTES);
-    }
-
-    #[test]
-    fn the_proven_document_covers_the_whole_work() {
-        let spec = tool(sum_numbers());
-        let mut run = ToolRun::new(
-            "tr-1",
-            ToolRunSpec {
-                tool: "sum-numbers".into(),
-                arguments: r#"{"numbers":[1,2]}"#.into(),
-                output_schema: None,
-                job_template: spec.job_template,
-                ttl_seconds_after_finished: None,
-                cancel: false,
-            },
-        );
-        let before = ProvenToolRun::of(&run).canonical();
-        run.spec.cancel = true;
-        assert_eq!(ProvenToolRun::of(&run).canonical(), before, "cancel is a later write");
-        run.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image =
-            Some("attacker/image".into());
-        assert_ne!(ProvenToolRun::of(&run).canonical(), before, "the image is bound");
     }
 }

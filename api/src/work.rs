@@ -1,59 +1,133 @@
-//! What a workflow's spec means to the components that compare and prove it,
-//! declared once next to the type.
+//! One kind of durable work, as every component's generic layer sees it.
 //!
-//! [`MiningWorkflowSpec::proven`] takes the spec apart without `..`: a new
-//! field is a compile error here until someone decided whether an ownership
-//! proof binds it (else whoever may patch the object may change it under
-//! its owner) — and with that, whether a retry with the same idempotency
-//! key must ask for it too ([`MiningWorkflowSpec::same_work`]).
+//! A `MiningWorkflow` and a `ToolRun` are two kinds of one thing: a request
+//! an MCP caller made (proven by the frontend's key), waiting for a slot,
+//! then running as Jobs, then finished and kept for a while. [`Work`] is
+//! that shared shape — lifecycle, cancel, retention, the caller, the
+//! document an ownership proof binds — so admission, proofs, status writes
+//! and the protocol faces are written once. A kind is registered by
+//! implementing it (see `kinds.rs`, about 30 lines per kind).
+//!
+//! Proofs are versioned the same way for every kind ([`ProofVersion`]): what
+//! a proof binds outlives a release, so each version is kept as it was; a
+//! proof made by the previous release still verifies and is re-proved in
+//! the current version by the frontend.
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::annotations;
-use crate::workflow::{MiningWorkflow, MiningWorkflowSpec};
+use crate::{annotations, labels};
 
-impl MiningWorkflowSpec {
-    /// Whether `other` asks for the same work: every field a proof binds is
-    /// equal, which is every field of the request (`cancel` is a later write,
-    /// no part of any request). A retry with the same idempotency key must
-    /// ask for all of it, or it would silently get other work.
-    pub fn same_work(&self, other: &Self) -> bool {
-        self.proven() == other.proven()
+/// Where any work is in its life, whatever its kind calls the phases on
+/// the wire (a workflow's `Mining` and a run's `Running` are both
+/// [`Lifecycle::Active`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lifecycle {
+    /// Accepted, waiting for a slot.
+    Waiting,
+    /// Holding a slot: its Jobs run.
+    Active,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Lifecycle {
+    /// Succeeded, Failed and Cancelled never change again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// One kind of durable work (see the module's doc).
+pub trait Work:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// What users call one, in messages ("workflow", "tool run").
+    const NOUN: &'static str;
+
+    /// The request an ownership proof binds (version 2's `spec`): every
+    /// field of the caller's request, none the operator or a cancel writes.
+    type Request<'a>: Serialize + PartialEq
+    where
+        Self: 'a;
+
+    /// The request, taken apart without `..` by each kind: a new field is a
+    /// compile error there until someone decided whether a proof binds it.
+    fn request(&self) -> Self::Request<'_>;
+
+    /// The proof's MAC domain in `version`: no two kinds' or versions'
+    /// inputs can be confused.
+    fn proof_domain(version: ProofVersion) -> &'static str;
+
+    /// What version 1 bound, exactly as the release that made it did. Frozen.
+    fn v1_parts(&self) -> Vec<Vec<u8>>;
+
+    /// Where it is in its life (`Waiting` until the operator has said).
+    fn lifecycle(&self) -> Lifecycle;
+
+    /// Whether its caller (or anyone who may edit it) asked it to stop.
+    fn cancel_requested(&self) -> bool;
+
+    /// Seconds it is kept after it finished (the operator's default when `None`).
+    fn ttl_seconds_after_finished(&self) -> Option<i64>;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.meta().labels.as_ref()?.get(key).map(String::as_str)
     }
 
-    /// The fields an ownership proof binds, in their canonical form: all but
-    /// `cancel` (the frontend's own later write).
-    pub fn proven(&self) -> ProvenSpec {
-        let Self {
-            difficulty,
-            blocks,
-            ttl_seconds_after_finished,
-            active_deadline_seconds,
-            cancel: _,
-            parallelism,
-        } = self;
-        ProvenSpec {
-            difficulty: *difficulty,
-            blocks: *blocks,
-            parallelism: *parallelism,
-            ttl_seconds_after_finished: *ttl_seconds_after_finished,
-            active_deadline_seconds: *active_deadline_seconds,
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta().annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    /// The caller label of work made through MCP (a claim until a proof says so).
+    fn caller_label(&self) -> Option<&str> {
+        self.label(labels::CALLER)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.lifecycle().is_finished()
+    }
+
+    /// Whether it holds a place in its caller's quota: unfinished and not
+    /// being deleted. Deleted work holds nothing, whatever finalizer keeps
+    /// it stored (anyone who may edit it can add one).
+    fn holds_place(&self) -> bool {
+        !self.is_finished() && self.meta().deletion_timestamp.is_none()
+    }
+
+    /// Whether `other` asks for the same work: every field a proof binds is
+    /// equal. A retry with the same idempotency key must ask for all of it,
+    /// or it would silently get other work.
+    fn same_work(&self, other: &Self) -> bool {
+        self.request() == other.request()
+    }
+
+    /// The bytes a proof of `version` covers.
+    fn bound_parts(&self, version: ProofVersion) -> Vec<Vec<u8>> {
+        match version {
+            ProofVersion::V1 => self.v1_parts(),
+            ProofVersion::V2 => vec![Proven::of(self).canonical()],
         }
     }
 }
 
-/// A version of the ownership proof's format. What a proof binds and how it
-/// is encoded outlive a release, so each version is kept as it was: a proof
-/// made by the previous release still verifies under the version it names,
-/// and new proofs use [`ProofVersion::CURRENT`].
+/// A version of the ownership proof's format, the same for every kind (each
+/// kind names its own domain per version: [`Work::proof_domain`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProofVersion {
-    /// The first format: name, namespace, caller label, difficulty, blocks,
-    /// parallelism, TTL, deadline and progress token as length-prefixed
-    /// strings; the annotation holds bare hex.
+    /// The first format of each kind (its [`Work::v1_parts`]); the
+    /// annotation holds bare hex.
     V1,
-    /// The proven document ([`ProvenWorkflow`]) as canonical JSON, under a
-    /// domain that names the version; the annotation is `v2.` and hex.
+    /// The proven document ([`Proven`]) as canonical JSON, under a domain
+    /// that names the version; the annotation is `v2.` and hex.
     V2,
 }
 
@@ -63,14 +137,6 @@ impl ProofVersion {
     /// The versions that verify: the current one and the one before it, so an
     /// upgrade loses no proof and a downgrade to the previous release neither.
     pub const ACCEPTED: [Self; 2] = [Self::V2, Self::V1];
-
-    /// The MAC's domain: no two versions' inputs can be confused.
-    pub fn domain(self) -> &'static str {
-        match self {
-            Self::V1 => "workflow",
-            Self::V2 => "workflow-proof/v2",
-        }
-    }
 
     /// What precedes the hex of a proof in the annotation.
     fn prefix(self) -> &'static str {
@@ -94,126 +160,49 @@ impl ProofVersion {
             None => Some((Self::V1, annotation)),
         }
     }
-
-    /// The bytes the MAC covers for `workflow` in this version.
-    pub fn bound_parts(self, workflow: &MiningWorkflow) -> Vec<Vec<u8>> {
-        match self {
-            Self::V1 => v1_parts(workflow),
-            Self::V2 => vec![ProvenWorkflow::of(workflow).canonical()],
-        }
-    }
 }
 
-/// The spec fields a proof binds (see [`MiningWorkflowSpec::proven`]),
-/// serialised in declaration order.
+/// Everything a version-2 proof binds about any work, serialised in
+/// declaration order.
 ///
-/// A field added later is appended with `#[serde(skip_serializing_if = …)]`
-/// at its default (e.g. `Option::is_none`): every proof made before it then
-/// still verifies (its document is unchanged while the field is at its
-/// default), and anyone who sets the field on an old workflow changes the
-/// document, so the proof no longer verifies. Only a change to what is
-/// already here (a rename, another encoding, a field dropped) needs a new
-/// [`ProofVersion`].
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+/// A request field added later is appended with
+/// `#[serde(skip_serializing_if = …)]` at its default: every proof made
+/// before it then still verifies, and anyone who sets the field on old work
+/// changes the document, so the proof no longer verifies. Only a change to
+/// what is already here needs a new [`ProofVersion`].
+#[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ProvenSpec {
-    pub difficulty: u32,
-    pub blocks: u32,
-    pub parallelism: u32,
-    pub ttl_seconds_after_finished: Option<i64>,
-    pub active_deadline_seconds: Option<i64>,
-}
-
-/// Everything a version-2 proof binds about a workflow.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ProvenWorkflow<'a> {
+pub struct Proven<'a, R> {
     pub name: &'a str,
     pub namespace: &'a str,
     pub caller: &'a str,
-    pub spec: ProvenSpec,
+    pub spec: R,
     /// The 2025-11-25 task's progress token, as stored.
     pub progress_token: Option<&'a str>,
 }
 
-impl<'a> ProvenWorkflow<'a> {
-    pub fn of(workflow: &'a MiningWorkflow) -> Self {
+impl<'a, R: Serialize> Proven<'a, R> {
+    pub fn of<W: Work<Request<'a> = R>>(work: &'a W) -> Self {
+        let meta = work.meta();
         Self {
-            name: workflow.metadata.name.as_deref().unwrap_or_default(),
-            namespace: workflow.metadata.namespace.as_deref().unwrap_or_default(),
-            caller: workflow.caller_label().unwrap_or_default(),
-            spec: workflow.spec.proven(),
-            progress_token: workflow.annotation(annotations::PROGRESS_TOKEN),
+            name: meta.name.as_deref().unwrap_or_default(),
+            namespace: meta.namespace.as_deref().unwrap_or_default(),
+            caller: work.caller_label().unwrap_or_default(),
+            spec: work.request(),
+            progress_token: work.annotation(annotations::PROGRESS_TOKEN),
         }
     }
 
-    /// Compact JSON, fields in declaration order: one encoding per document.
+    /// Compact JSON, fields in declaration order (k8s-openapi serialises
+    /// its structs field by field, maps sorted): one encoding per document.
     pub fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a struct of strings and integers serialises")
+        serde_json::to_vec(self).unwrap_or_default()
     }
-}
-
-/// Version 1's fields, exactly as the first release bound them. Frozen.
-fn v1_parts(workflow: &MiningWorkflow) -> Vec<Vec<u8>> {
-    let spec = &workflow.spec;
-    let number = |value: Option<i64>| value.map_or_else(|| b"-".to_vec(), |v| v.to_string().into_bytes());
-    vec![
-        workflow.metadata.name.clone().unwrap_or_default().into_bytes(),
-        workflow.metadata.namespace.clone().unwrap_or_default().into_bytes(),
-        workflow.caller_label().unwrap_or_default().as_bytes().to_vec(),
-        spec.difficulty.to_string().into_bytes(),
-        spec.blocks.to_string().into_bytes(),
-        spec.parallelism.to_string().into_bytes(),
-        number(spec.ttl_seconds_after_finished),
-        number(spec.active_deadline_seconds),
-        workflow.annotation(annotations::PROGRESS_TOKEN).unwrap_or_default().as_bytes().to_vec(),
-    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec() -> MiningWorkflowSpec {
-        MiningWorkflowSpec { blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(10) }
-    }
-
-    #[test]
-    fn the_same_request_is_the_same_work_whatever_was_cancelled_since() {
-        let mut later = spec();
-        later.cancel = true;
-        assert!(spec().same_work(&later));
-    }
-
-    #[test]
-    fn every_other_field_makes_other_work() {
-        type Edit = fn(&mut MiningWorkflowSpec);
-        let edits: [(&str, Edit); 5] = [
-            ("difficulty", |s| s.difficulty = 11),
-            ("blocks", |s| s.blocks = 4),
-            ("parallelism", |s| s.parallelism = 1),
-            ("ttl", |s| s.ttl_seconds_after_finished = Some(5)),
-            ("deadline", |s| s.active_deadline_seconds = Some(5)),
-        ];
-        for (field, edit) in edits {
-            let mut other = spec();
-            edit(&mut other);
-            assert!(!spec().same_work(&other), "{field}");
-            assert_ne!(spec().proven(), other.proven(), "a proof binds {field}");
-        }
-    }
-
-    #[test]
-    fn the_canonical_document_is_stable() {
-        let mut workflow = MiningWorkflow::new("mw-x", spec());
-        workflow.metadata.namespace = Some("ns".into());
-        let text = String::from_utf8(ProvenWorkflow::of(&workflow).canonical()).unwrap();
-        // Pinned: a change here is a new proof version, not an edit.
-        assert_eq!(
-            text,
-            r#"{"name":"mw-x","namespace":"ns","caller":"","spec":{"difficulty":10,"blocks":3,"parallelism":2,"ttlSecondsAfterFinished":null,"activeDeadlineSeconds":null},"progressToken":null}"#
-        );
-    }
 
     #[test]
     fn annotations_name_their_version() {
@@ -224,5 +213,13 @@ mod tests {
             assert_eq!(ProofVersion::decode(&version.encode("00ff")), Some((version, "00ff")));
         }
         assert_eq!(ProofVersion::ACCEPTED[0], ProofVersion::CURRENT);
+    }
+
+    #[test]
+    fn only_the_three_ends_are_finished() {
+        use Lifecycle::*;
+        let finished: Vec<Lifecycle> =
+            [Waiting, Active, Succeeded, Failed, Cancelled].into_iter().filter(|l| l.is_finished()).collect();
+        assert_eq!(finished, [Succeeded, Failed, Cancelled]);
     }
 }

@@ -8,6 +8,7 @@
 //! cannot, a hand-edited status) is answered with a clear error for that one
 //! object instead of failing the list that every other object needs.
 
+use mining_api::Work as _;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,28 +19,23 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{MiningWorkflow, ToolRun, labels};
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 
 /// A kind the frontend caches: MCP-started objects with a caller label.
-pub trait Kind: kube::Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static {
-    /// What it is called in errors ("workflow", "tool run").
-    const NOUN: &'static str;
+pub trait Kind: mining_api::Work {
     /// Why its stored status could not be read, when it could not.
     fn unreadable(&self) -> Option<String>;
 }
 
 impl Kind for MiningWorkflow {
-    const NOUN: &'static str = "workflow";
     fn unreadable(&self) -> Option<String> {
         self.status.as_ref().and_then(|s| s.unreadable.clone())
     }
 }
 
 impl Kind for ToolRun {
-    const NOUN: &'static str = "tool run";
     fn unreadable(&self) -> Option<String> {
         None
     }

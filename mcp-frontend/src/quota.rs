@@ -22,6 +22,7 @@
 //! which no untrusted party has (a type of its own, so the frontend's rights
 //! there cover its ledgers and nothing else).
 
+use mining_api::Work as _;
 use std::collections::BTreeMap;
 
 use kube::api::{Api, ListParams, PostParams};

@@ -12,6 +12,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
+use mining_api::Work as _;
 
 use mining_api::ToolRun;
 use rmcp::model::CallToolResult;

@@ -105,8 +105,9 @@ pub async fn request_cancel(
 }
 
 /// Writes the current proof over an older version's: the proof covers the
-/// workflow as it was verified, so a change made meanwhile is not blessed.
-pub async fn write_proof(api: &Api<MiningWorkflow>, name: &str, proof: &str) -> Result<MiningWorkflow> {
+/// work (a workflow or a tool run) as it was verified, so a change made
+/// meanwhile is not blessed.
+pub async fn write_proof<K: mining_api::Work>(api: &Api<K>, name: &str, proof: &str) -> Result<K> {
     let patch = json!({"metadata": {"annotations": {mining_api::annotations::OWNER_PROOF: proof}}});
     bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
 }

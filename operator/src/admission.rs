@@ -21,6 +21,7 @@
 //! its mined blocks kept. So days of one namespace's work delay another's
 //! short workflow by at most one block.
 
+use mining_api::Work as _;
 use std::collections::HashMap;
 use std::sync::Arc;
 

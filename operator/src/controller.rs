@@ -1,5 +1,6 @@
 //! The I/O around `plan`: observe, apply, write status.
 
+use mining_api::Work as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! The Job that mines one block (pure: no client).
 
+use mining_api::Work as _;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;

@@ -7,6 +7,7 @@
 //! Verdicts are remembered by uid and resourceVersion: a proof is checked
 //! once per version of a workflow, not once per reconcile.
 
+use mining_api::Work as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -2,6 +2,7 @@
 
 use kube::Api;
 use mining_api::MiningWorkflow;
+use mining_api::Work as _;
 
 use super::{Core, View};
 use crate::ids::Caller;
@@ -38,7 +39,7 @@ impl Core {
                 return Ok(CancelOutcome::AlreadyRequested(workflow));
             }
             let name = workflow.metadata.name.clone().unwrap_or_default();
-            let reproof = self.keys.reproof(&workflow);
+            let reproof = self.keys.reproof(&*workflow);
             let api = self.api_of(&workflow);
             match self.api_call("patch", workflows::request_cancel(api, &workflow, reproof)).await {
                 Ok(patched) => {

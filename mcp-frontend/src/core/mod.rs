@@ -13,6 +13,7 @@ mod reprove;
 mod start;
 mod wait;
 
+use mining_api::Work as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ impl crate::quota::HeldWorkflows for Core {
             (held, _) => held,
         };
         match (held, self.runs.get(name)) {
-            (Held::NotSeen, Entry::Found(run)) if self.keys.proves_tool_run(&run) && run.holds_place() => {
+            (Held::NotSeen, Entry::Found(run)) if self.keys.proves(&*run) && run.holds_place() => {
                 Held::Unfinished
             }
             (Held::NotSeen, Entry::Found(_) | Entry::Unreadable { .. }) => Held::Released,

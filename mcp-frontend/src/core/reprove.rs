@@ -5,48 +5,72 @@
 
 use std::time::Duration;
 
+use kube::api::Api;
+use mining_api::Work;
+
 use super::Core;
-use crate::cache::Cached;
-use crate::workflows;
+use crate::cache::{Entry, Kind, ObjectCache};
 
 /// Proofs written per pass at most, so an upgrade with thousands of retained
-/// workflows spreads its writes instead of loading the API server at start.
+/// workflows and runs spreads its writes instead of loading the API server at start.
 pub const REPROVE_PER_PASS: usize = 50;
 /// How often a pass runs.
 pub const REPROVE_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Cached work of one kind that carries an older version's valid proof,
+/// with its current proof (at most `limit`).
+fn stale<K: Kind>(
+    keys: &mining_api::ownership::OwnershipKeys,
+    caches: &[&ObjectCache<K>],
+    limit: usize,
+) -> Vec<(Box<K>, String)> {
+    caches
+        .iter()
+        .flat_map(|cache| cache.all())
+        .filter_map(|cached| match cached {
+            Entry::Found(work) => {
+                let proof = keys.reproof(&*work)?;
+                Some((work, proof))
+            }
+            _ => None,
+        })
+        .take(limit)
+        .collect()
+}
+
 impl Core {
     /// Writes the current proof on up to [`REPROVE_PER_PASS`] cached
-    /// workflows that carry an older version's valid proof; returns how many.
+    /// workflows and tool runs that carry an older version's valid proof;
+    /// returns how many.
     pub async fn reprove_some(&self) -> usize {
-        let caches = std::iter::once(&self.cache).chain(self.previous.as_ref().map(|p| &p.cache));
-        let stale: Vec<(Box<mining_api::MiningWorkflow>, String)> = caches
-            .flat_map(|cache| cache.all())
-            .filter_map(|cached| match cached {
-                Cached::Found(workflow) => {
-                    let proof = self.keys.reproof(&workflow)?;
-                    Some((workflow, proof))
-                }
-                _ => None,
-            })
-            .take(REPROVE_PER_PASS)
-            .collect();
+        let mut caches = vec![&*self.cache];
+        caches.extend(self.previous.as_ref().map(|p| &*p.cache));
+        let workflows = stale(&self.keys, &caches, REPROVE_PER_PASS);
+        let runs = stale(&self.keys, &[&*self.runs], REPROVE_PER_PASS - workflows.len());
         let mut written = 0;
-        for (workflow, proof) in stale {
-            let name = workflow.metadata.name.clone().unwrap_or_default();
-            match self.api_call("patch", workflows::write_proof(self.api_of(&workflow), &name, &proof)).await
-            {
-                Ok(_) => written += 1,
-                Err(err) => {
-                    self.count_api_error("patch");
-                    tracing::warn!(workflow = %name, error = %err, "writing the current proof failed; next pass");
-                }
-            }
+        for (workflow, proof) in workflows {
+            written += self.reprove_one(self.api_of(&workflow), &*workflow, &proof).await;
+        }
+        for (run, proof) in runs {
+            written += self.reprove_one(&self.run_api, &*run, &proof).await;
         }
         if written > 0 {
             tracing::info!(written, "wrote current ownership proofs over older versions");
         }
         written
+    }
+
+    /// 1 when `work`'s current proof was written, else 0 (logged; next pass).
+    async fn reprove_one<K: Work>(&self, api: &Api<K>, work: &K, proof: &str) -> usize {
+        let name = work.meta().name.clone().unwrap_or_default();
+        match self.api_call("patch", crate::workflows::write_proof(api, &name, proof)).await {
+            Ok(_) => 1,
+            Err(err) => {
+                self.count_api_error("patch");
+                tracing::warn!(kind = K::NOUN, name = %name, error = %err, "writing the current proof failed; next pass");
+                0
+            }
+        }
     }
 
     /// Runs [`Core::reprove_some`] as soon as the cache is ready, then every

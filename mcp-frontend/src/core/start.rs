@@ -2,6 +2,7 @@
 //! and the idempotent retry that finds the workflow a key already started.
 
 use mining_api::MiningWorkflow;
+use mining_api::Work as _;
 use mining_api::trace::TraceParent;
 use rmcp::model::JsonObject;
 use tracing::Instrument as _;
@@ -88,7 +89,7 @@ impl Core {
             }
         };
         if let Some(key) = &request.idempotency_key
-            && !workflow.spec.same_work(&request.spec)
+            && workflow.request() != request.spec.proven()
         {
             let spec = &workflow.spec;
             return Err(Answer::InvalidArguments(format!(

@@ -15,6 +15,7 @@
 //! creating call is kept in an annotation so that any replica's
 //! `tasks/result` stream can report progress against it.
 
+use mining_api::Work as _;
 use std::convert::Infallible;
 use std::sync::Arc;
 

@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod contract;
 
+use mining_api::Work as _;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -72,7 +73,7 @@ impl Core {
     pub fn owns_run(&self, run: &ToolRun, caller: &Caller) -> bool {
         run.caller_label()
             .is_some_and(|label| self.keys.caller_labels(&caller.digest).iter().any(|l| l == label))
-            && self.keys.proves_tool_run(run)
+            && self.keys.proves(run)
     }
 
     /// Checks a call's arguments against the tool and makes its run. The
@@ -177,7 +178,7 @@ impl Core {
             ]
             .into(),
         );
-        let proof = self.keys.tool_run_proof(&run);
+        let proof = self.keys.proof(&run);
         run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
         run
     }

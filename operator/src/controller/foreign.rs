@@ -2,6 +2,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action as Requeue;
+use mining_api::Work as _;
 use mining_api::{MiningWorkflow, reasons};
 use tracing::warn;
 

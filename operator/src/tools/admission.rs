@@ -7,6 +7,7 @@
 //! has a Job or says Running) or waiting (in the fair order) — whatever the
 //! cache's lag, so concurrent reconciles each decide the same.
 
+use mining_api::Work as _;
 use std::collections::HashMap;
 
 use mining_api::{ToolRun, ToolRunPhase};

@@ -8,6 +8,7 @@ pub mod job;
 pub mod plan;
 pub mod provenance;
 
+use mining_api::Work as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,7 +144,7 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<Shared>) -> Result<Requeue> {
         }
         other => other,
     };
-    let proven = |run: &ToolRun| ctx.keys.as_ref().is_some_and(|keys| keys.proves_tool_run(run));
+    let proven = |run: &ToolRun| ctx.keys.as_ref().is_some_and(|keys| keys.proves(run));
     let waiting = matches!(state, JobState::Missing)
         && run.status.as_ref().is_none_or(|s| s.job_uid.is_none())
         && !run.spec.cancel

@@ -3,6 +3,7 @@
 //! "bounded by design" issue, attacked as it was found. (The oversized
 //! progress token is `frontend_protocol_edges::an_oversized_progress_token_…`.)
 
+use mining_api::Work as _;
 use std::time::{Duration, Instant};
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};

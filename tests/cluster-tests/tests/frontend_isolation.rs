@@ -4,6 +4,7 @@
 //! claims an easier chain than was asked for, and ids that tell by their
 //! cost whether another caller used them.
 
+use mining_api::Work as _;
 use std::time::{Duration, Instant};
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};

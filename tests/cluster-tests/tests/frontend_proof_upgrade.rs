@@ -3,6 +3,7 @@
 //! frontend writes the current version over each old proof, and an old proof
 //! moved to other work stays worthless and is never proven anew.
 
+use mining_api::Work as _;
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};

@@ -3,6 +3,7 @@
 //! real SDK clients list and call them, and the operator runs each call as
 //! one Job whose own Pod's termination message is the result.
 
+use mining_api::Work as _;
 use std::time::Duration;
 
 use cluster_tests::mcp::{Sdk, inspector, ownership_key_file};

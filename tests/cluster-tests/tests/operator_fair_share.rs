@@ -4,6 +4,7 @@
 //! blocks kept; caller labels without the frontend's proof make no parties.
 //! (The "trust boundary" issue's findings 3 and 4, attacked as found.)
 
+use mining_api::Work as _;
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};

@@ -2,6 +2,7 @@
 //! `traceparent` through the frontend, the operator's reconciles and the
 //! block Jobs' miners, as received by a real OTLP/HTTP receiver.
 
+use mining_api::Work as _;
 use std::time::Duration;
 
 use cluster_tests::mcp::FrontendProcess;

@@ -1,4 +1,5 @@
 use k8s_openapi::jiff::Timestamp;
+use mining_api::Work as _;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 use serde_json::json;
 
