@@ -284,6 +284,12 @@ pub mod reasons {
     /// A Job of the block's name or ownership is not one the operator built
     /// (another Pod template, or not controlled by the workflow).
     pub const FOREIGN_JOB: &str = "ForeignJob";
+    /// A tool run's Job was created.
+    pub const RUN_STARTED: &str = "RunStarted";
+    /// A tool run's result was read and stored.
+    pub const RUN_SUCCEEDED: &str = "RunSucceeded";
+    /// A tool run failed (the message says why).
+    pub const RUN_FAILED: &str = "RunFailed";
 }
 
 #[cfg(test)]

@@ -1,127 +1,158 @@
-//! Exact concurrency limits and a fair queue (pure).
+//! Exact concurrency limits and one fair queue for every kind of work (pure).
 //!
-//! Admissions are serialized by the controller (one lock), and each one
-//! counts the workflows mining by their *freshest* phase — what this operator
-//! last wrote, else the cache — so neither parallel reconciles nor a cache
-//! that lags the operator's own writes can admit more than the limit.
+//! Workflows and tool runs wait in one queue and share one budget of slots
+//! (`--max-concurrent-work`), each kind also capped on its own
+//! (`--max-concurrent-workflows`, `--max-concurrent-tool-runs`). The queue
+//! sees a kind only as a [`QueueEntry`], so a third kind joins it by
+//! building entries.
+//!
+//! Admissions are serialized (one lock, in `Memory`), and each one counts
+//! the work holding slots by its *freshest* phase — what this operator last
+//! wrote, else the cache — so neither parallel reconciles nor a cache that
+//! lags the operator's own writes can admit more than a limit.
 //!
 //! The queue is fair: slots go round-robin across namespaces and, within a
 //! namespace, across parties — each MCP caller is one, and everyone who
-//! creates workflows directly is one more. A caller label is a claim anyone
-//! can write, so a workflow is its caller's only when it carries the
-//! frontend's proof ([`Party`]); every other one is "direct". A party's rank
-//! counts the slots it holds now plus its place in its own queue, so a
+//! creates work directly is one more. A caller label is a claim anyone can
+//! write, so work is its caller's only when it carries the frontend's proof
+//! ([`party`]); everything else is "direct". A party's rank counts the slots
+//! it holds now (of every kind) plus its place in its own queue, so a
 //! namespace (or caller) with a backlog of hundreds delays another's next
-//! workflow by at most one slot turn; equal ranks go oldest first.
+//! call by at most one slot turn; equal ranks go oldest first.
 //!
 //! Slots are lent, not kept: when every slot is taken and the head of the
-//! queue belongs to a group (namespace, or party within the namespace)
-//! holding fewer slots than the group of a workflow between two blocks,
-//! that workflow yields its slot ([`should_yield`]) and queues again with
-//! its mined blocks kept. So days of one namespace's work delay another's
-//! short workflow by at most one block.
+//! queue belongs to a group holding fewer slots than the group of a
+//! workflow between two blocks, that workflow yields its slot
+//! ([`should_yield`]) and queues again with its mined blocks kept. (A tool
+//! run cannot resume, so it never yields.)
 
-use mining_api::Work as _;
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use mining_api::{MiningWorkflow, WorkflowPhase, labels};
+use k8s_openapi::jiff::Timestamp;
+use mining_api::{Lifecycle, Work, labels};
 
-/// A workflow with the phase (and admission time) this operator believes it has.
+/// The kinds of work that share the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkKind {
+    Workflow,
+    ToolRun,
+}
+
+/// What the queue knows of one piece of work, whatever its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueEntry {
+    pub kind: WorkKind,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub created: Option<Timestamp>,
+    /// Cancel asked, or deleted (whatever finalizer keeps it stored).
+    pub leaving: bool,
+}
+
+impl QueueEntry {
+    pub fn of<W: Work>(kind: WorkKind, work: &W) -> Self {
+        let meta = work.meta();
+        Self {
+            kind,
+            uid: meta.uid.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            leaving: work.cancel_requested() || meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// Work with the phase (and admission time) this operator believes it has.
+#[derive(Debug, Clone)]
 pub struct Seen {
-    pub workflow: Arc<MiningWorkflow>,
-    pub phase: WorkflowPhase,
+    pub work: QueueEntry,
+    pub phase: Lifecycle,
     pub started: Served,
     /// The party it queues as within its namespace: its caller's label when
     /// the frontend's proof says so, else "" (the namespace's direct creators).
     pub party: String,
 }
 
-/// What this operator last wrote of a workflow's standing.
+/// What this operator last wrote of a piece of work's standing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
-    pub phase: WorkflowPhase,
+    pub phase: Lifecycle,
     pub started: Served,
 }
 
-/// The freshest phase and admission time of every workflow: a status this
-/// operator wrote wins over the cache's (which may not have caught up with
-/// it yet — a queue that missed an admission would serve a party twice).
-/// `party` says which party each workflow queues as (see [`Seen::party`]).
-pub fn freshest_phases(
-    cached: Vec<Arc<MiningWorkflow>>,
+/// The freshest phase and admission time of each piece of `cached` work: a
+/// status this operator wrote wins over the cache's (which may not have
+/// caught up with it yet — a queue that missed an admission would serve a
+/// party twice). `party` says which party each queues as (see [`Seen::party`]).
+pub fn freshest_phases<W: Work>(
+    kind: WorkKind,
+    cached: &[std::sync::Arc<W>],
     written: &HashMap<String, Standing>,
-    party: impl Fn(&MiningWorkflow) -> String,
+    started: impl Fn(&W) -> Served,
+    party: impl Fn(&W) -> String,
 ) -> Vec<Seen> {
     cached
-        .into_iter()
-        .map(|workflow| {
-            let cached = Standing { phase: workflow.phase(), started: started(&workflow) };
-            let fresh =
-                workflow.metadata.uid.as_ref().and_then(|uid| written.get(uid)).copied().unwrap_or(cached);
-            let party = party(&workflow);
+        .iter()
+        .map(|work| {
+            let entry = QueueEntry::of(kind, work.as_ref());
+            let cached = Standing { phase: work.lifecycle(), started: started(work) };
+            let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
-            let phase = match workflow.metadata.deletion_timestamp {
-                Some(_) if !fresh.phase.is_finished() => WorkflowPhase::Cancelled,
+            let phase = match work.meta().deletion_timestamp {
+                Some(_) if !fresh.phase.is_finished() => Lifecycle::Cancelled,
                 _ => fresh.phase,
             };
-            Seen { workflow, phase, started: fresh.started.or(cached.started), party }
+            Seen { phase, started: fresh.started.or(cached.started), party: party(work), work: entry }
         })
         .collect()
 }
 
-/// The party of a workflow: its caller label when `proven` (the frontend's
+/// The party of some work: its caller label when `proven` (the frontend's
 /// proof verifies), else the direct creators' "".
-pub fn party(workflow: &MiningWorkflow, proven: impl FnOnce(&MiningWorkflow) -> bool) -> String {
-    match workflow.label(labels::CALLER) {
-        Some(label) if proven(workflow) => label.to_string(),
+pub fn party<W: Work>(work: &W, proven: impl FnOnce(&W) -> bool) -> String {
+    match work.label(labels::CALLER) {
+        Some(label) if proven(work) => label.to_string(),
         _ => String::new(),
     }
 }
 
-/// Whether a workflow waits for a slot (and so holds a place in the queue).
+/// Whether work waits for a slot (and so holds a place in the queue).
 fn waiting(seen: &Seen) -> bool {
-    seen.phase == WorkflowPhase::Pending
-        && !seen.workflow.spec.cancel
-        && seen.workflow.metadata.deletion_timestamp.is_none()
+    seen.phase == Lifecycle::Waiting && !seen.work.leaving
+}
+
+fn holds_slot(seen: &Seen) -> bool {
+    seen.phase == Lifecycle::Active
 }
 
 /// Queue order among equals: creation time, then namespace and name.
-fn queue_key(workflow: &MiningWorkflow) -> (Option<k8s_openapi::jiff::Timestamp>, &str, &str) {
-    (
-        workflow.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        workflow.metadata.namespace.as_deref().unwrap_or_default(),
-        workflow.metadata.name.as_deref().unwrap_or_default(),
-    )
+fn queue_key(entry: &QueueEntry) -> (Option<Timestamp>, &str, &str) {
+    (entry.created, &entry.namespace, &entry.name)
 }
 
-fn namespace_of(workflow: &MiningWorkflow) -> &str {
-    workflow.metadata.namespace.as_deref().unwrap_or_default()
+fn namespace_of(seen: &Seen) -> &str {
+    &seen.work.namespace
 }
 
 fn party_of(seen: &Seen) -> &str {
     &seen.party
 }
 
-type Served = Option<k8s_openapi::jiff::Timestamp>;
-
-/// When a workflow was admitted, if it has been.
-fn started(workflow: &MiningWorkflow) -> Served {
-    workflow.status.as_ref()?.started_at.as_ref().map(|t| t.0)
-}
+pub type Served = Option<Timestamp>;
 
 /// What one level of the queue knows of each group: the slots it holds now,
-/// and when it was last served (its newest admission, retained workflows
-/// included).
+/// and when it was last served (its newest admission, retained work included).
 #[derive(Default)]
 struct Groups<'a> {
     holding: HashMap<&'a str, usize>,
-    served: HashMap<&'a str, k8s_openapi::jiff::Timestamp>,
+    served: HashMap<&'a str, Timestamp>,
 }
 
 impl<'a> Groups<'a> {
     fn note(&mut self, group: &'a str, seen: &Seen) {
-        if seen.phase == WorkflowPhase::Mining {
+        if holds_slot(seen) {
             *self.holding.entry(group).or_default() += 1;
         }
         if let Some(at) = seen.started {
@@ -131,8 +162,8 @@ impl<'a> Groups<'a> {
     }
 }
 
-/// Orders `members` (one level's waiting workflows, each with its place in
-/// its own order so far) round-robin across the groups `group_of` names:
+/// Orders `members` (one level's waiting work, each with its place in its
+/// own order so far) round-robin across the groups `group_of` names:
 /// rank = slots the group holds + the member's place within the group; on
 /// equal ranks the group served longest ago goes first, then the oldest.
 fn round_robin<'a>(
@@ -146,7 +177,7 @@ fn round_robin<'a>(
     }
     let mut ranked: Vec<(usize, Served, &Seen)> = Vec::new();
     for (group, mut queue) in by_group {
-        queue.sort_by(|a, b| (a.0, queue_key(&a.1.workflow)).cmp(&(b.0, queue_key(&b.1.workflow))));
+        queue.sort_by(|a, b| (a.0, queue_key(&a.1.work)).cmp(&(b.0, queue_key(&b.1.work))));
         let held = groups.holding.get(group).copied().unwrap_or(0);
         let served = groups.served.get(group).copied();
         ranked.extend(
@@ -156,17 +187,17 @@ fn round_robin<'a>(
                 .map(|(place, (_, seen))| (held.saturating_add(place), served, seen)),
         );
     }
-    ranked.sort_by(|a, b| (a.0, a.1, queue_key(&a.2.workflow)).cmp(&(b.0, b.1, queue_key(&b.2.workflow))));
+    ranked.sort_by(|a, b| (a.0, a.1, queue_key(&a.2.work)).cmp(&(b.0, b.1, queue_key(&b.2.work))));
     ranked.into_iter().map(|(_, _, seen)| seen).collect()
 }
 
-/// Every waiting workflow, in the order slots go to them (fair; see above).
+/// Every waiting piece of work, in the order slots go to them (fair; see above).
 pub fn queue(all: &[Seen]) -> Vec<&Seen> {
     let mut namespaces = Groups::default();
     let mut parties: HashMap<&str, Groups> = HashMap::new();
     let mut waiting_by_namespace: HashMap<&str, Vec<(usize, &Seen)>> = HashMap::new();
     for seen in all {
-        let namespace = namespace_of(&seen.workflow);
+        let namespace = namespace_of(seen);
         namespaces.note(namespace, seen);
         parties.entry(namespace).or_default().note(party_of(seen), seen);
         if waiting(seen) {
@@ -182,125 +213,241 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
         within.extend(ordered.into_iter().enumerate());
     }
     // Across namespaces, by the same rule.
-    round_robin(within, |seen| namespace_of(&seen.workflow), &namespaces)
+    round_robin(within, namespace_of, &namespaces)
 }
 
-/// For `me`: how many other workflows are mining, and how many waiting ones
-/// are ahead of it in the queue.
-pub fn standing(all: &[Seen], me: &MiningWorkflow) -> (usize, usize) {
-    (mining_others(all, me), ahead_of(&queue_positions(all), me))
+/// The slots: one budget for all work, and a cap per kind inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub total: usize,
+    pub workflows: usize,
+    pub tool_runs: usize,
 }
 
-/// How many workflows other than `me` are mining.
-pub fn mining_others(all: &[Seen], me: &MiningWorkflow) -> usize {
-    let uid = me.metadata.uid.as_deref();
-    all.iter()
-        .filter(|s| s.workflow.metadata.uid.as_deref() != uid && s.phase == WorkflowPhase::Mining)
-        .count()
-}
-
-/// Every waiting workflow's place in the queue, by uid: the one sort a
-/// burst of waiting reconciles shares (see `Memory::queue_positions`).
-pub fn queue_positions(all: &[Seen]) -> QueuePositions {
-    let order = queue(all);
-    let mut positions = HashMap::with_capacity(order.len());
-    let mut created = Vec::with_capacity(order.len());
-    for (place, seen) in order.into_iter().enumerate() {
-        positions.insert(seen.workflow.metadata.uid.clone().unwrap_or_default(), place);
-        created.push(seen.workflow.metadata.creation_timestamp.as_ref().map(|t| t.0));
+impl Budget {
+    pub fn cap(&self, kind: WorkKind) -> usize {
+        match kind {
+            WorkKind::Workflow => self.workflows,
+            WorkKind::ToolRun => self.tool_runs,
+        }
     }
-    created.sort();
+}
+
+/// How many slots are taken, of which limit, and how many waiting ahead of
+/// `me` go first — for the limit that binds `me` (the budget or its kind's
+/// cap, whichever leaves it fewer). `me` starts when `ahead < limit - taken`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Slots {
+    pub taken: usize,
+    pub limit: usize,
+    pub ahead: usize,
+    /// Whether the binding limit is the kind's own cap (else the budget).
+    pub kind_cap: bool,
+}
+
+impl Slots {
+    /// A standing that admits: what work that does not wait is planned
+    /// with (only waiting work's standing is ever computed).
+    pub const OPEN: Self = Self { taken: 0, limit: 1, ahead: 0, kind_cap: false };
+
+    pub fn admits(&self) -> bool {
+        self.ahead < self.limit.saturating_sub(self.taken)
+    }
+}
+
+/// Slots held by work other than `me`: (all kinds, `me`'s kind).
+pub fn taken_by_others(all: &[Seen], me: &QueueEntry) -> (usize, usize) {
+    let others = all.iter().filter(|s| s.work.uid != me.uid && holds_slot(s));
+    others.fold((0, 0), |(total, kind), s| (total + 1, kind + usize::from(s.work.kind == me.kind)))
+}
+
+/// `me`'s slots, given the slots others hold (`taken`: all kinds, `me`'s
+/// kind, admissions in flight included) and the queue's positions.
+pub fn slots_for(
+    me: &QueueEntry,
+    taken: (usize, usize),
+    positions: &QueuePositions,
+    budget: &Budget,
+) -> Slots {
+    let (ahead_all, ahead_kind) = positions.ahead_of(me);
+    let overall = Slots { taken: taken.0, limit: budget.total, ahead: ahead_all, kind_cap: false };
+    let own = Slots { taken: taken.1, limit: budget.cap(me.kind), ahead: ahead_kind, kind_cap: true };
+    let slack = |s: &Slots| s.limit as i64 - s.taken as i64 - s.ahead as i64;
+    if slack(&own) < slack(&overall) { own } else { overall }
+}
+
+/// Every waiting piece of work's place in the queue, by uid: the one sort a
+/// burst of waiting reconciles shares (see `Memory::queue_positions`). Work
+/// whose kind is at its cap takes no slot, so it is no one's turn ahead.
+pub fn queue_positions(all: &[Seen], budget: &Budget) -> QueuePositions {
+    let held = |kind| all.iter().filter(|s| holds_slot(s) && s.work.kind == kind).count();
+    let full: Vec<WorkKind> =
+        [WorkKind::Workflow, WorkKind::ToolRun].into_iter().filter(|k| held(*k) >= budget.cap(*k)).collect();
+    let mut positions = HashMap::new();
+    let mut created = Vec::new();
+    let (mut place, mut per_kind) = (0, HashMap::<WorkKind, usize>::new());
+    for seen in queue(all) {
+        let kind_place = per_kind.entry(seen.work.kind).or_default();
+        positions.insert(seen.work.uid.clone(), (place, *kind_place));
+        created.push((seen.work.created, seen.work.kind, full.contains(&seen.work.kind)));
+        *kind_place += 1;
+        if !full.contains(&seen.work.kind) {
+            place += 1;
+        }
+    }
+    created.sort_by_key(|(at, _, _)| *at);
     QueuePositions { positions, created }
 }
 
 /// The queue's order, computed once and read by many.
 #[derive(Debug, Default)]
 pub struct QueuePositions {
-    positions: HashMap<String, usize>,
-    /// Creation times of the waiting workflows, sorted.
-    created: Vec<Option<k8s_openapi::jiff::Timestamp>>,
+    /// uid → (place among the work that may take a slot, place among its kind).
+    positions: HashMap<String, (usize, usize)>,
+    /// Creation times of the waiting work (with its kind and whether the
+    /// kind is full), sorted.
+    created: Vec<(Option<Timestamp>, WorkKind, bool)>,
 }
 
 impl QueuePositions {
     pub fn contains(&self, uid: &str) -> bool {
         self.positions.contains_key(uid)
     }
-}
 
-/// How many waiting workflows are ahead of `me`: its place, or (not
-/// waiting itself: cancelled, or moved on) those created before it.
-pub fn ahead_of(positions: &QueuePositions, me: &MiningWorkflow) -> usize {
-    match positions.positions.get(me.metadata.uid.as_deref().unwrap_or_default()) {
-        Some(place) => *place,
-        None => {
-            let created = me.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            positions.created.partition_point(|at| *at < created)
+    /// How many waiting pieces of work go before `me`: (any kind that may
+    /// take a slot, `me`'s kind). Its place; or, not waiting itself
+    /// (cancelled, or moved on) or not seen yet, those created before it.
+    pub fn ahead_of(&self, me: &QueueEntry) -> (usize, usize) {
+        if let Some(place) = self.positions.get(&me.uid) {
+            return *place;
         }
+        let before = self.created.iter().filter(|(at, _, _)| *at < me.created);
+        before.fold((0, 0), |(all, kind), (_, k, full)| {
+            (all + usize::from(!full), kind + usize::from(*k == me.kind))
+        })
     }
 }
 
-/// Whether `me`, mining and between two blocks, should give its slot to the
-/// head of the queue: every slot is taken (else the head takes a free one),
-/// and `me`'s group holds more slots than the head's — namespaces first,
-/// then parties within one namespace. Groups an equal number of slots
-/// apart never trade, so shares settle instead of swapping every block.
-pub fn should_yield(all: &[Seen], me: &MiningWorkflow, limit: usize) -> bool {
-    let mining = || all.iter().filter(|s| s.phase == WorkflowPhase::Mining);
-    if mining().count() < limit {
+/// Whether `me`, a workflow mining and between two blocks, should give its
+/// slot to the head of the queue: every slot is taken (else the head takes
+/// a free one), and `me`'s group holds more slots than the head's —
+/// namespaces first, then parties within one namespace. Groups an equal
+/// number of slots apart never trade, so shares settle instead of swapping.
+pub fn should_yield(all: &[Seen], me: &QueueEntry, budget: &Budget) -> bool {
+    let held = move |kind: Option<WorkKind>| {
+        all.iter().filter(move |s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k))
+    };
+    let kind_full = held(Some(me.kind)).count() >= budget.cap(me.kind);
+    if held(None).count() < budget.total && !kind_full {
         return false;
     }
-    let Some(head) = queue(all).first().map(|s| s.workflow.clone()) else { return false };
-    let (my_namespace, head_namespace) = (namespace_of(me), namespace_of(&head));
+    // The head that would take my slot: of my kind when my kind's cap binds.
+    let Some(head) = queue(all).into_iter().find(|s| !kind_full || s.work.kind == me.kind) else {
+        return false;
+    };
     let held_in = |namespace: &str, party: Option<&str>| {
-        mining()
-            .filter(|s| namespace_of(&s.workflow) == namespace)
+        held(None)
+            .filter(|s| namespace_of(s) == namespace)
             .filter(|s| party.is_none_or(|p| party_of(s) == p))
             .count()
     };
+    let (my_namespace, head_namespace) = (me.namespace.as_str(), namespace_of(head));
     if my_namespace != head_namespace {
         return held_in(my_namespace, None) > held_in(head_namespace, None);
     }
-    let my_party = all.iter().find(|s| s.workflow.metadata.uid == me.metadata.uid).map_or("", party_of);
-    let head_party = all.iter().find(|s| s.workflow.metadata.uid == head.metadata.uid).map_or("", party_of);
+    let my_party = all.iter().find(|s| s.work.uid == me.uid).map_or("", party_of);
+    let head_party = party_of(head);
     my_party != head_party && held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party))
 }
 
-/// The waiting workflows that should take the slots free now, in queue order.
-pub fn next_in_queue(all: &[Seen], limit: usize) -> Vec<Arc<MiningWorkflow>> {
-    let mining = all.iter().filter(|s| s.phase == WorkflowPhase::Mining).count();
-    queue(all).into_iter().take(limit.saturating_sub(mining)).map(|s| s.workflow.clone()).collect()
+/// The waiting work that should take the slots free now, in queue order.
+pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
+    let held = |kind: Option<WorkKind>| {
+        all.iter().filter(|s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k)).count()
+    };
+    let mut free = budget.total.saturating_sub(held(None));
+    let mut free_of: HashMap<WorkKind, usize> = [WorkKind::Workflow, WorkKind::ToolRun]
+        .into_iter()
+        .map(|k| (k, budget.cap(k).saturating_sub(held(Some(k)))))
+        .collect();
+    let mut next = Vec::new();
+    for seen in queue(all) {
+        if free == 0 {
+            break;
+        }
+        let kind_free = free_of.entry(seen.work.kind).or_default();
+        if *kind_free > 0 {
+            *kind_free -= 1;
+            free -= 1;
+            next.push(&seen.work);
+        }
+    }
+    next
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::testing::{at, workflow};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn seen(name: &str, created: i64, phase: WorkflowPhase) -> Seen {
-        let mut wf = workflow(name, 8, 1);
-        wf.metadata.creation_timestamp = Some(Time(at(created)));
-        Seen { workflow: Arc::new(wf), phase, started: None, party: String::new() }
+    /// One slot budget that only `total` binds.
+    fn budget(total: usize) -> Budget {
+        Budget { total, workflows: total, tool_runs: total }
+    }
+
+    fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+        let work = QueueEntry {
+            kind,
+            uid: format!("{namespace}/{name}"),
+            namespace: namespace.into(),
+            name: name.into(),
+            created: Some(at(created)),
+            leaving: false,
+        };
+        Seen { work, phase, started: None, party: String::new() }
+    }
+
+    fn seen(name: &str, created: i64, phase: Lifecycle) -> Seen {
+        seen_of(WorkKind::Workflow, "ns", name, created, phase)
+    }
+
+    fn seen_in(namespace: &str, caller: Option<&str>, name: &str, created: i64, phase: Lifecycle) -> Seen {
+        let mut seen = seen_of(WorkKind::Workflow, namespace, name, created, phase);
+        // As if its proof verified: what a party is, is decided in `party`.
+        seen.party = caller.unwrap_or_default().into();
+        seen
+    }
+
+    fn names(queue: &[&Seen]) -> Vec<String> {
+        queue.iter().map(|s| s.work.name.clone()).collect()
+    }
+
+    /// `me`'s slots as a reconcile computes them (no admission in flight).
+    fn slots(all: &[Seen], me: &QueueEntry, budget: &Budget) -> Slots {
+        slots_for(me, taken_by_others(all, me), &queue_positions(all, budget), budget)
     }
 
     #[test]
     fn a_namespace_holding_every_slot_yields_one_to_a_newcomer_and_no_more() {
         let mut all: Vec<Seen> =
-            (0..4).map(|i| seen_in("busy", None, &format!("long-{i}"), i, WorkflowPhase::Mining)).collect();
-        all.push(seen_in("busy", None, "long-queued", 5, WorkflowPhase::Pending));
-        let me = all[0].workflow.clone();
-        assert!(!should_yield(&all, &me, 4), "nobody else waits");
-        all.push(seen_in("victim", None, "short", 9, WorkflowPhase::Pending));
-        assert!(should_yield(&all, &me, 4), "4 slots against none");
-        assert!(!should_yield(&all, &me, 5), "a free slot serves the newcomer");
+            (0..4).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+        all.push(seen_in("busy", None, "long-queued", 5, Lifecycle::Waiting));
+        let me = all[0].work.clone();
+        assert!(!should_yield(&all, &me, &budget(4)), "nobody else waits");
+        all.push(seen_in("victim", None, "short", 9, Lifecycle::Waiting));
+        assert!(should_yield(&all, &me, &budget(4)), "4 slots against none");
+        assert!(!should_yield(&all, &me, &budget(5)), "a free slot serves the newcomer");
         // Once it has yielded and the newcomer mines: 3 against 1, and the
         // head of the queue is the busy namespace's own: no more trades.
-        all[0].phase = WorkflowPhase::Pending;
-        all.last_mut().unwrap().phase = WorkflowPhase::Mining;
-        assert!(!should_yield(&all, &all[1].workflow.clone(), 4));
+        all[0].phase = Lifecycle::Waiting;
+        all.last_mut().unwrap().phase = Lifecycle::Active;
+        assert!(!should_yield(&all, &all[1].work.clone(), &budget(4)));
         // The newcomer never yields back to the busy namespace.
-        let newcomer = all.last().unwrap().workflow.clone();
-        assert!(!should_yield(&all, &newcomer, 4));
+        let newcomer = all.last().unwrap().work.clone();
+        assert!(!should_yield(&all, &newcomer, &budget(4)));
     }
 
     #[test]
@@ -309,32 +456,36 @@ mod tests {
             seen_in("shared", Some(caller), name, created, phase)
         };
         let all = [
-            party("a-1", 0, WorkflowPhase::Mining, "alice"),
-            party("a-2", 1, WorkflowPhase::Mining, "alice"),
-            party("b-1", 2, WorkflowPhase::Pending, "bob"),
+            party("a-1", 0, Lifecycle::Active, "alice"),
+            party("a-2", 1, Lifecycle::Active, "alice"),
+            party("b-1", 2, Lifecycle::Waiting, "bob"),
         ];
-        assert!(should_yield(&all, &all[0].workflow, 2));
+        assert!(should_yield(&all, &all[0].work, &budget(2)));
         // Equal holdings never trade.
         let even = [
-            party("a-1", 0, WorkflowPhase::Mining, "alice"),
-            party("b-1", 1, WorkflowPhase::Mining, "bob"),
-            party("a-2", 2, WorkflowPhase::Pending, "alice"),
+            party("a-1", 0, Lifecycle::Active, "alice"),
+            party("b-1", 1, Lifecycle::Active, "bob"),
+            party("a-2", 2, Lifecycle::Waiting, "alice"),
         ];
-        assert!(!should_yield(&even, &even[1].workflow, 2));
-        assert!(!should_yield(&even, &even[0].workflow, 2), "the head is alice's own");
+        assert!(!should_yield(&even, &even[1].work, &budget(2)));
+        assert!(!should_yield(&even, &even[0].work, &budget(2)), "the head is alice's own");
     }
 
     #[test]
-    fn standing_counts_mining_others_and_older_waiting_ones() {
+    fn slots_count_the_others_holding_one_and_older_waiting_ones() {
         let all = [
-            seen("a", 0, WorkflowPhase::Mining),
-            seen("b", 1, WorkflowPhase::Pending),
-            seen("c", 2, WorkflowPhase::Pending),
-            seen("d", 3, WorkflowPhase::Succeeded),
+            seen("a", 0, Lifecycle::Active),
+            seen("b", 1, Lifecycle::Waiting),
+            seen("c", 2, Lifecycle::Waiting),
+            seen("d", 3, Lifecycle::Succeeded),
         ];
-        assert_eq!(standing(&all, &all[2].workflow), (1, 1));
-        assert_eq!(standing(&all, &all[1].workflow), (1, 0));
-        assert_eq!(standing(&all, &all[0].workflow), (0, 0));
+        let of = |i: usize| {
+            let s = slots(&all, &all[i].work, &budget(2));
+            (s.taken, s.ahead)
+        };
+        assert_eq!((of(2), of(1), of(0)), ((1, 1), (1, 0), (0, 0)));
+        assert!(slots(&all, &all[1].work, &budget(2)).admits());
+        assert!(!slots(&all, &all[2].work, &budget(2)).admits(), "b takes the one free slot");
     }
 
     #[test]
@@ -352,20 +503,15 @@ mod tests {
         // caller label, against one MCP caller's workflow queued after them.
         let mut all: Vec<Seen> = (0..30)
             .map(|i| {
-                let mut seen = seen_in(
-                    "shared",
-                    Some(&format!("random-{i}")),
-                    &format!("d{i}"),
-                    i,
-                    WorkflowPhase::Pending,
-                );
-                seen.party = party(&seen.workflow, |_| false);
+                let mut labelled = workflow(&format!("d{i}"), 8, 1);
+                labelled.metadata.labels = Some([(labels::CALLER.to_string(), format!("random-{i}"))].into());
+                let mut seen = seen_in("shared", None, &format!("d{i}"), i, Lifecycle::Waiting);
+                seen.party = party(&labelled, |_| false);
                 seen
             })
             .collect();
-        all.push(seen_in("shared", Some("caller"), "mcp", 100, WorkflowPhase::Pending));
-        let order: Vec<&str> =
-            queue(&all).iter().map(|s| s.workflow.metadata.name.as_deref().unwrap()).collect();
+        all.push(seen_in("shared", Some("caller"), "mcp", 100, Lifecycle::Waiting));
+        let order = names(&queue(&all));
         let place = order.iter().position(|n| *n == "mcp").unwrap();
         assert!(place <= 1, "the caller's workflow waits {place} turns");
     }
@@ -373,14 +519,13 @@ mod tests {
     #[test]
     fn what_this_operator_wrote_wins_over_a_lagging_cache() {
         let mut written = HashMap::new();
-        written.insert("uid-b".to_string(), Standing { phase: WorkflowPhase::Mining, started: Some(at(7)) });
-        written.insert("uid-a".to_string(), Standing { phase: WorkflowPhase::Succeeded, started: None });
-        let cached =
-            vec![seen("a", 0, WorkflowPhase::Mining).workflow, seen("b", 1, WorkflowPhase::Pending).workflow];
-        let seen = freshest_phases(cached, &written, |_| String::new());
+        written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(7)) });
+        written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, started: None });
+        let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
+        let seen = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
         let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-        // The fixtures carry no status, so the cache would say Pending for both.
-        assert_eq!(phases, [WorkflowPhase::Succeeded, WorkflowPhase::Mining]);
+        // The fixtures carry no status, so the cache would say Waiting for both.
+        assert_eq!(phases, [Lifecycle::Succeeded, Lifecycle::Active]);
         assert_eq!(seen[1].started, Some(at(7)), "an admission the cache has not seen yet counts");
     }
 
@@ -388,77 +533,50 @@ mod tests {
     fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
         // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
         let mut written = HashMap::new();
-        written.insert("uid-a".to_string(), Standing { phase: WorkflowPhase::Mining, started: Some(at(1)) });
-        let mut deleted = (*seen("a", 0, WorkflowPhase::Mining).workflow).clone();
+        written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(1)) });
+        let mut deleted = workflow("a", 8, 1);
         deleted.metadata.deletion_timestamp = Some(Time(at(2)));
         deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
-        let waiting = seen("b", 1, WorkflowPhase::Pending).workflow;
-        let all = freshest_phases(vec![Arc::new(deleted), waiting.clone()], &written, |_| String::new());
-        assert_eq!(all[0].phase, WorkflowPhase::Cancelled);
-        assert_eq!(mining_others(&all, &waiting), 0, "no slot is held");
-        assert_eq!(next_in_queue(&all, 1).len(), 1, "the one slot goes to the waiting workflow");
-    }
-
-    fn seen_in(
-        namespace: &str,
-        caller: Option<&str>,
-        name: &str,
-        created: i64,
-        phase: WorkflowPhase,
-    ) -> Seen {
-        let mut seen = seen(name, created, phase);
-        let workflow = Arc::make_mut(&mut seen.workflow);
-        workflow.metadata.namespace = Some(namespace.into());
-        workflow.metadata.uid = Some(format!("{namespace}/{name}"));
-        if let Some(caller) = caller {
-            workflow
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert(labels::CALLER.into(), caller.into());
-            // As if its proof verified: what a party is, is decided in `party`.
-            seen.party = caller.into();
-        }
-        seen
-    }
-
-    fn names(queue: &[&Seen]) -> Vec<String> {
-        queue.iter().map(|s| s.workflow.metadata.name.clone().unwrap()).collect()
+        let cached = [Arc::new(deleted), Arc::new(workflow("b", 8, 1))];
+        let all = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
+        assert_eq!(all[0].phase, Lifecycle::Cancelled);
+        assert_eq!(taken_by_others(&all, &all[1].work), (0, 0), "no slot is held");
+        assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");
     }
 
     #[test]
     fn free_slots_go_to_the_oldest_waiting_workflows() {
-        let mut cancelled = seen("x", -5, WorkflowPhase::Pending);
-        Arc::make_mut(&mut cancelled.workflow).spec.cancel = true;
+        let mut cancelled = seen("x", -5, Lifecycle::Waiting);
+        cancelled.work.leaving = true;
         let all = [
-            seen("late", 9, WorkflowPhase::Pending),
-            seen("busy", 0, WorkflowPhase::Mining),
-            seen("early", 1, WorkflowPhase::Pending),
+            seen("late", 9, Lifecycle::Waiting),
+            seen("busy", 0, Lifecycle::Active),
+            seen("early", 1, Lifecycle::Waiting),
             cancelled,
-            seen("middle", 5, WorkflowPhase::Pending),
+            seen("middle", 5, Lifecycle::Waiting),
         ];
-        let names: Vec<_> = next_in_queue(&all, 3).iter().map(|w| w.metadata.name.clone().unwrap()).collect();
+        let names: Vec<_> = next_in_queue(&all, &budget(3)).iter().map(|w| w.name.clone()).collect();
         assert_eq!(names, ["early", "middle"]);
-        assert!(next_in_queue(&all, 1).is_empty());
+        assert!(next_in_queue(&all, &budget(1)).is_empty());
     }
 
     #[test]
     fn a_backlog_in_one_namespace_delays_another_by_at_most_one_turn() {
         let mut all: Vec<Seen> =
-            (0..300).map(|i| seen_in("x", None, &format!("x{i}"), i, WorkflowPhase::Pending)).collect();
-        all.push(seen_in("x", None, "x-busy", -1, WorkflowPhase::Mining));
-        all.push(seen_in("y", None, "y0", 1_000, WorkflowPhase::Pending));
-        all.push(seen_in("y", None, "y1", 1_001, WorkflowPhase::Pending));
+            (0..300).map(|i| seen_in("x", None, &format!("x{i}"), i, Lifecycle::Waiting)).collect();
+        all.push(seen_in("x", None, "x-busy", -1, Lifecycle::Active));
+        all.push(seen_in("y", None, "y0", 1_000, Lifecycle::Waiting));
+        all.push(seen_in("y", None, "y1", 1_001, Lifecycle::Waiting));
         // x holds a slot, y none: y's oldest goes first, then they alternate.
         let order = names(&queue(&all));
         assert_eq!(order[..4], ["y0", "x0", "y1", "x1"]);
-        let y0 = &all[301].workflow;
-        assert_eq!(standing(&all, y0), (1, 0));
+        let y0 = slots(&all, &all[301].work, &budget(2));
+        assert_eq!((y0.taken, y0.ahead), (1, 0));
         // With no slot held and neither served yet, the older head goes first.
-        all.retain(|s| s.phase != WorkflowPhase::Mining);
+        all.retain(|s| s.phase != Lifecycle::Active);
         assert_eq!(names(&queue(&all))[..3], ["x0", "y0", "x1"]);
         // The slot x held has just freed: x was served last, so y goes next.
-        let mut done = seen_in("x", None, "x-done", -1, WorkflowPhase::Succeeded);
+        let mut done = seen_in("x", None, "x-done", -1, Lifecycle::Succeeded);
         done.started = Some(at(500));
         all.push(done);
         assert_eq!(names(&queue(&all))[..4], ["y0", "x0", "y1", "x1"]);
@@ -466,12 +584,11 @@ mod tests {
 
     #[test]
     fn within_a_namespace_callers_take_turns_and_direct_creators_are_one_more() {
-        let mut all: Vec<Seen> = (0..50)
-            .map(|i| seen_in("ns", Some("greedy"), &format!("g{i}"), i, WorkflowPhase::Pending))
-            .collect();
-        all.push(seen_in("ns", Some("modest"), "m0", 100, WorkflowPhase::Pending));
-        all.push(seen_in("ns", None, "direct0", 200, WorkflowPhase::Pending));
-        all.push(seen_in("ns", Some("greedy"), "g-busy", -1, WorkflowPhase::Mining));
+        let mut all: Vec<Seen> =
+            (0..50).map(|i| seen_in("ns", Some("greedy"), &format!("g{i}"), i, Lifecycle::Waiting)).collect();
+        all.push(seen_in("ns", Some("modest"), "m0", 100, Lifecycle::Waiting));
+        all.push(seen_in("ns", None, "direct0", 200, Lifecycle::Waiting));
+        all.push(seen_in("ns", Some("greedy"), "g-busy", -1, Lifecycle::Active));
         let order = names(&queue(&all));
         assert_eq!(order[..4], ["m0", "direct0", "g0", "g1"]);
     }
@@ -482,7 +599,7 @@ mod tests {
         for i in 0..40i64 {
             let namespace = ["a", "b", "c"][i as usize % 3];
             let caller = [Some("p"), Some("q"), None][(i as usize / 3) % 3];
-            let phase = if i % 7 == 0 { WorkflowPhase::Mining } else { WorkflowPhase::Pending };
+            let phase = if i % 7 == 0 { Lifecycle::Active } else { Lifecycle::Waiting };
             all.push(seen_in(namespace, caller, &format!("w{i}"), i * 13 % 17, phase));
         }
         let mut order = names(&queue(&all));
@@ -491,5 +608,69 @@ mod tests {
         order.sort();
         order.dedup();
         assert_eq!(order.len(), waiting);
+    }
+
+    fn run_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+        let mut seen = seen_of(WorkKind::ToolRun, "ns", name, created, phase);
+        seen.party = caller.into();
+        seen
+    }
+
+    fn workflow_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+        let mut seen = seen_of(WorkKind::Workflow, "ns", name, created, phase);
+        seen.party = caller.into();
+        seen
+    }
+
+    #[test]
+    fn one_budget_full_of_one_callers_runs_gives_the_next_slot_to_anothers_workflow() {
+        // Alice's tool runs hold the whole budget and more of hers wait
+        // (older); bob's workflow is next the moment a slot frees.
+        let budget = Budget { total: 3, workflows: 3, tool_runs: 3 };
+        let mut all: Vec<Seen> =
+            (0..3).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Active)).collect();
+        all.extend((3..6).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Waiting)));
+        all.push(workflow_of("bob", "b-mine", 100, Lifecycle::Waiting));
+        let bob = all.last().unwrap().work.clone();
+        let full = slots(&all, &bob, &budget);
+        assert!(!full.admits(), "the budget is full: {full:?}");
+        assert_eq!((full.taken, full.limit, full.ahead), (3, 3, 0), "bob is first in line");
+        all[0].phase = Lifecycle::Succeeded;
+        assert!(slots(&all, &bob, &budget).admits(), "the freed slot is bob's");
+        assert!(!slots(&all, &all[3].work, &budget).admits(), "not alice's next run");
+        assert_eq!(next_in_queue(&all, &budget), [&bob]);
+        // And the reverse: a budget of bob's workflows, alice's run next.
+        let mut reverse: Vec<Seen> =
+            (0..3).map(|i| workflow_of("bob", &format!("b{i}"), i, Lifecycle::Active)).collect();
+        reverse.push(workflow_of("bob", "b3", 3, Lifecycle::Waiting));
+        reverse.push(run_of("alice", "a-run", 50, Lifecycle::Waiting));
+        reverse[1].phase = Lifecycle::Failed;
+        let alice = reverse.last().unwrap().work.clone();
+        assert!(slots(&reverse, &alice, &budget).admits());
+        assert!(!slots(&reverse, &reverse[3].work, &budget).admits());
+    }
+
+    #[test]
+    fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
+        let budget = Budget { total: 4, workflows: 4, tool_runs: 2 };
+        let all = [
+            run_of("alice", "r0", 0, Lifecycle::Active),
+            run_of("alice", "r1", 1, Lifecycle::Active),
+            run_of("alice", "r2", 2, Lifecycle::Waiting),
+            workflow_of("alice", "w0", 3, Lifecycle::Waiting),
+        ];
+        let run = slots(&all, &all[2].work, &budget);
+        assert!(!run.admits() && run.kind_cap, "tool runs are at their cap: {run:?}");
+        let workflow = slots(&all, &all[3].work, &budget);
+        assert!(workflow.admits(), "the waiting run is no turn ahead of the workflow: {workflow:?}");
+        assert_eq!(next_in_queue(&all, &budget), [&all[3].work]);
+        // A run never yields, and a workflow yields only to its own kind when
+        // its kind's cap binds.
+        let capped = Budget { total: 10, workflows: 1, tool_runs: 10 };
+        let mut busy = vec![workflow_of("alice", "w-busy", 0, Lifecycle::Active)];
+        busy.push(run_of("bob", "r-wait", 1, Lifecycle::Waiting));
+        assert!(!should_yield(&busy, &busy[0].work, &capped), "the run has slots of its own");
+        busy.push(workflow_of("bob", "w-wait", 2, Lifecycle::Waiting));
+        assert!(should_yield(&busy, &busy[0].work, &capped));
     }
 }

@@ -158,37 +158,39 @@ pub async fn delete_job(api: &Api<Job>, workflow: &str, job: &str) -> Result<()>
     }
 }
 
-/// Server-side applies `status`, only if the workflow is still at
-/// `resource_version` (409 otherwise); returns the version it produced.
-pub async fn write_status(
-    api: &Api<MiningWorkflow>,
+/// Server-side applies `status` to work of any kind under this operator's
+/// field manager, only if the object is still at `resource_version` (409
+/// otherwise: a user's change, or a newer leader's write, is never
+/// overwritten by a plan made before it); returns the version it produced.
+pub async fn write_status<K: mining_api::Work>(
+    api: &Api<K>,
     name: &str,
-    status: &MiningWorkflowStatus,
+    status: &impl serde::Serialize,
     resource_version: Option<&str>,
 ) -> kube::Result<Option<String>> {
     let mut body = json!({
-        "apiVersion": MiningWorkflow::api_version(&()),
-        "kind": MiningWorkflow::kind(&()),
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
     if let Some(version) = resource_version {
         body["metadata"] = json!({ "resourceVersion": version });
     }
     let written = api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await?;
-    Ok(written.metadata.resource_version)
+    Ok(written.meta().resource_version.clone())
 }
 
-/// Events go out off the reconcile's path: they describe what was done, and
-/// waiting for them would delay this workflow's next step.
+/// Events about work of any kind go out off the reconcile's path: they
+/// describe what was done, and waiting for them would delay its next step.
 ///
 /// Written directly rather than through kube's `Recorder`, which merges
 /// Events by reason into one series (keeping only the first note, so
 /// "BlockMined (x6)" told of block 1 only) and names them after the whole
 /// workflow name (too long past ~236 characters, so those got no Events).
-pub fn publish_events(
+pub fn publish_events<K: Resource<DynamicType = ()>>(
     client: &Client,
     instance: &str,
-    workflow: &MiningWorkflow,
+    regarding: &K,
     name: &str,
     events: Vec<PlannedEvent>,
 ) {
@@ -196,15 +198,15 @@ pub fn publish_events(
         return;
     }
     let api: Api<EventV1> =
-        Api::namespaced(client.clone(), workflow.metadata.namespace.as_deref().unwrap_or_default());
-    let reference = workflow.object_ref(&());
+        Api::namespaced(client.clone(), regarding.meta().namespace.as_deref().unwrap_or_default());
+    let reference = regarding.object_ref(&());
     let name = name.to_string();
     let instance = instance.to_string();
     tokio::spawn(async move {
         for (sequence, event) in events.into_iter().enumerate() {
             let body = build_event(&reference, &instance, event, Timestamp::now(), sequence);
             if let Err(err) = api.create(&PostParams::default(), &body).await {
-                warn!(workflow = %name, error = %err, "could not record an Event");
+                warn!(name = %name, error = %err, "could not record an Event");
             }
         }
     });

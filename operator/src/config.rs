@@ -98,6 +98,18 @@ pub struct JobSettings {
     pub memory_limit: Option<String>,
 }
 
+impl Limits {
+    /// The slots all work shares, and each kind's cap inside them.
+    pub fn budget(&self) -> crate::admission::Budget {
+        let sum = self.max_concurrent_workflows.saturating_add(self.max_concurrent_tool_runs);
+        crate::admission::Budget {
+            total: self.max_concurrent_work.unwrap_or(sum),
+            workflows: self.max_concurrent_workflows,
+            tool_runs: self.max_concurrent_tool_runs,
+        }
+    }
+}
+
 /// What the operator accepts and how long it keeps finished workflows.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -118,6 +130,12 @@ pub struct Limits {
     #[arg(long, env = "MAX_CONCURRENT_TOOL_RUNS", default_value_t = 20,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     pub max_concurrent_tool_runs: usize,
+    /// Slots for all work at once (workflows and tool runs wait in one fair
+    /// queue for them, each kind within its own cap above); unset: the sum
+    /// of the two caps, so neither kind ever waits for the other.
+    #[arg(long, env = "MAX_CONCURRENT_WORK",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=110_000))]
+    pub max_concurrent_work: Option<usize>,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(0..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]

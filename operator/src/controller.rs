@@ -12,15 +12,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::trace::TraceParent;
 use mining_api::{MiningWorkflow, WorkflowPhase, annotations, labels, reasons};
 use tracing::{Instrument as _, warn};
 
-use crate::admission::{
-    Seen, ahead_of, freshest_phases, mining_others, next_in_queue, queue_positions, should_yield,
-};
+use crate::admission::{QueueEntry, Slots, WorkKind};
 use crate::api_calls::counting_calls;
 use crate::apply::{self, Applied, Target, publish_events};
 use crate::caches::{CacheSync, Watched};
@@ -33,6 +31,7 @@ use crate::observe::{BlockJob, JobSources, observe_jobs};
 use crate::parties::Parties;
 use crate::plan::{Observed, PlannedEvent, plan};
 use crate::projection;
+use crate::queue::{Wakers, WorkQueue};
 use crate::{Error, Result};
 
 mod foreign;
@@ -65,13 +64,12 @@ pub struct Context {
     pub pods: Store<Pod>,
     /// Whether the watches have listed everything yet.
     pub caches: Arc<CacheSync>,
-    /// Which party of the fair queue each workflow is, by proof.
-    pub parties: Parties,
+    /// The one queue workflows and tool runs wait in (parties by proof,
+    /// the budget, wakes of whatever is next).
+    pub queue: Arc<WorkQueue>,
     /// What reconciles remember between them (expected Jobs, written
     /// statuses, admissions in flight), locked in one place.
-    pub memory: Memory,
-    /// Wakes queued workflows the moment a slot frees.
-    pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<MiningWorkflow>>,
+    pub memory: Arc<Memory>,
     /// Whether this replica may reconcile now.
     pub leadership: Leadership,
 }
@@ -88,9 +86,9 @@ impl Context {
         self.metrics.leader.set(i64::from(leading));
         self.memory.clear();
         if leading {
-            for workflow in self.store.state() {
-                let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
-            }
+            // Workflows and tool runs alike: a standby waits for this wake
+            // instead of polling.
+            self.queue.wake_all();
         }
     }
 
@@ -127,19 +125,6 @@ impl Context {
             namespace,
         }
     }
-
-    /// Every workflow with its freshest phase.
-    fn phases(&self) -> Vec<Seen> {
-        freshest_phases(self.store.state(), &self.memory.written_standings(), |w| self.parties.of(w))
-    }
-
-    /// A slot freed: reconcile the workflows next in the queue now.
-    fn wake_queued(&self) {
-        self.memory.queue_changed();
-        for workflow in next_in_queue(&self.phases(), self.config.limits.max_concurrent_workflows) {
-            let _ = self.wake.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
-        }
-    }
 }
 
 fn workflows_api(client: &Client, config: &Config) -> Api<MiningWorkflow> {
@@ -174,17 +159,6 @@ pub async fn run(
         metrics.leader.set(1);
         (Leadership::alone(), None)
     };
-    // Tool runs: their own controller, under the same leadership.
-    let tools = crate::tools::ToolContext {
-        client: client.clone(),
-        max_concurrent: config.limits.max_concurrent_tool_runs,
-        keys: keys.clone(),
-        leadership: leadership.clone(),
-        default_ttl_seconds: config.limits.default_ttl_seconds,
-        metrics: metrics.clone(),
-    };
-    let tool_namespace = config.namespace.clone();
-    let tool_runs = tokio::spawn(async move { crate::tools::run(tool_namespace.as_deref(), tools).await });
     let workflows = workflows_api(&client, &config);
     let jobs: Api<Job> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -235,6 +209,32 @@ pub async fn run(
         .reflect(pod_writer);
     tokio::spawn(pod_events.for_each(|_| std::future::ready(())));
     let (wake, woken) = futures::channel::mpsc::unbounded();
+    let (wake_runs, woken_runs) = futures::channel::mpsc::unbounded();
+    let (run_store, run_writer) = reflector::store::<mining_api::ToolRun>();
+    let memory = Arc::new(Memory::default());
+    let queue = Arc::new(WorkQueue {
+        workflows: store.clone(),
+        runs: run_store.clone(),
+        parties: Parties::new(keys.clone()),
+        memory: memory.clone(),
+        budget: config.limits.budget(),
+        wakers: Wakers { workflows: wake, runs: wake_runs },
+    });
+    // Tool runs: their own controller, under the same leadership, waiting
+    // in the same queue.
+    let tools = crate::tools::ToolContext {
+        client: client.clone(),
+        keys: keys.clone(),
+        leadership: leadership.clone(),
+        default_ttl_seconds: config.limits.default_ttl_seconds,
+        metrics: metrics.clone(),
+        queue: queue.clone(),
+        instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
+    };
+    let tool_namespace = config.namespace.clone();
+    let tool_runs = tokio::spawn(async move {
+        crate::tools::run(tool_namespace.as_deref(), tools, (run_store, run_writer), woken_runs).await
+    });
     let context = Arc::new(Context {
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
         client,
@@ -244,10 +244,9 @@ pub async fn run(
         jobs: job_store.clone(),
         pods: pod_store,
         caches,
-        parties: Parties::new(keys),
-        memory: Memory::default(),
+        queue,
+        memory,
         leadership,
-        wake,
     });
     let on_leadership = context.clone();
     tokio::spawn(async move {
@@ -277,24 +276,33 @@ fn error_policy(workflow: Arc<MiningWorkflow>, error: &Error, ctx: Arc<Context>)
     warn!(error = %error, source = ?std::error::Error::source(error), "reconcile error");
     ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
     if error.is_forbidden() {
-        tell_forbidden(&ctx, &workflow, error);
+        let live = ctx.store.state().len();
+        tell_forbidden(&ctx.client, &ctx.instance, &ctx.memory, live, workflow.as_ref(), error);
     }
     Requeue::requeue(Duration::from_secs(if matches!(error, Error::ForeignJob { .. }) { 2 } else { 5 }))
 }
 
 /// A missing RBAC rule is the installer's to fix, and nothing in the logs of
-/// a Pod reaches the user who runs `kubectl describe mwf`: say it there, as a
-/// Warning Event (creating Events is a rule of its own, so this may fail too).
-fn tell_forbidden(ctx: &Context, workflow: &MiningWorkflow, error: &Error) {
-    let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
-    if !ctx.memory.should_tell_forbidden(uid, ctx.store.state().len()) {
+/// a Pod reaches the user who runs `kubectl describe`: say it on the work
+/// itself (of any kind), as a Warning Event, at most once per interval
+/// (creating Events is a rule of its own, so this may fail too).
+pub fn tell_forbidden<K: kube::Resource<DynamicType = ()>>(
+    client: &Client,
+    instance: &str,
+    memory: &Memory,
+    live: usize,
+    work: &K,
+    error: &Error,
+) {
+    let uid = work.meta().uid.as_deref().unwrap_or_default();
+    if !memory.should_tell_forbidden(uid, live) {
         return;
     }
     let cause = std::error::Error::source(error).map(|s| s.to_string()).unwrap_or_default();
     let note = format!("{error}: {cause} (the operator's ServiceAccount lacks an RBAC rule)");
-    let name = workflow.metadata.name.clone().unwrap_or_default();
+    let name = work.meta().name.clone().unwrap_or_default();
     let event = PlannedEvent { warning: true, reason: reasons::FORBIDDEN, note };
-    publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
+    publish_events(client, instance, work, &name, vec![event]);
 }
 
 async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<Requeue> {
@@ -366,38 +374,33 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         built: &built,
     };
     let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, &sources).await?;
-    // A workflow that may be admitted counts the others, and those being
-    // admitted right now, and reserves a slot until its status is written.
+    // A workflow that may be admitted counts the work holding slots (of
+    // every kind), and that being admitted right now, and reserves a slot
+    // until its status is written.
     let before = workflow.phase();
-    let (others_mining, queued_ahead, mut admission) = match before {
+    let me = QueueEntry::of(WorkKind::Workflow, workflow);
+    let (slots, mut admission) = match before {
         WorkflowPhase::Pending => {
-            let (mining, ahead, reserved) = ctx.memory.reserve_admission(|| {
-                let all = ctx.phases();
-                let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
-                let positions = ctx.memory.queue_positions(uid, || queue_positions(&all));
-                (mining_others(&all, workflow), ahead_of(&positions, workflow))
-            });
-            (mining, ahead, Some(reserved))
+            let (slots, reserved) = ctx.queue.admission(&me);
+            (slots, Some(reserved))
         }
         // Only a waiting workflow needs its standing: computing it reads
-        // every workflow, and at start-up every retained one is reconciled.
-        _ => (0, 0, None),
+        // all work, and at start-up every retained one is reconciled.
+        _ => (Slots::default(), None),
     };
     // Between two blocks (no whole-block Job running), a workflow holding a
-    // slot that a waiting one should have yields it. (A block mined in
+    // slot that waiting work should have yields it. (A block mined in
     // ranges is decided while its other ranges still run: the plan yields
     // only before a block no Job was made for.)
     let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
     let mut yield_turn =
         (before == WorkflowPhase::Mining && between_blocks).then(|| ctx.memory.yield_turn()).flatten();
-    let yield_slot = yield_turn.is_some()
-        && should_yield(&ctx.phases(), workflow, ctx.config.limits.max_concurrent_workflows);
+    let yield_slot = yield_turn.is_some() && ctx.queue.should_yield(&me);
     if !yield_slot {
         yield_turn = None;
     }
     // Plan.
-    let observed =
-        Observed { workflow, jobs, ranges, others_mining, queued_ahead, yield_slot, now: Timestamp::now() };
+    let observed = Observed { workflow, jobs, ranges, slots, yield_slot, now: Timestamp::now() };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
@@ -411,9 +414,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if admission.is_some() && after != WorkflowPhase::Mining {
         // Not admitted: nothing to count on, so others need not wait for this write.
         admission = None;
-        if others_mining < ctx.config.limits.max_concurrent_workflows {
-            // Free slots wait for older workflows: make sure they come now.
-            ctx.wake_queued();
+        if slots.taken < slots.limit {
+            // Free slots wait for older work: make sure it comes now.
+            ctx.queue.wake_next();
         }
     }
     // Apply and write the status.
@@ -430,7 +433,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         ctx.memory.queue_changed();
     }
     if before == WorkflowPhase::Mining && (after.is_finished() || after == WorkflowPhase::Pending) {
-        ctx.wake_queued();
+        ctx.queue.wake_next();
     }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }

@@ -22,6 +22,7 @@ pub mod parties;
 pub mod plan;
 pub mod projection;
 pub mod provenance;
+pub mod queue;
 pub mod ranges;
 #[cfg(test)]
 mod testing;

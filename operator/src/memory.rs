@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use kube::runtime::reflector::Store;
 use mining_api::{MiningWorkflow, MiningWorkflowStatus};
 
-use crate::admission::{QueuePositions, Standing};
+use crate::admission::{QueuePositions, Standing, WorkKind};
 
 /// How long a created Job counts as existing without its watch event: far
 /// longer than any watch delay, short enough that a Job deleted before it was
@@ -60,11 +60,14 @@ pub struct Memory {
     /// precondition, so a deposed leader's late write fails instead of
     /// putting an older status over a newer one.
     written: Mutex<HashMap<String, Written>>,
-    /// Admissions decided but not yet written: counted as mining by every
-    /// other admission, so the limit holds exactly while admissions run in
-    /// parallel (a lock held across the status write made 200 new workflows
-    /// wait on each other's writes).
-    admissions_in_flight: Mutex<usize>,
+    /// The standing last written per tool run uid (the same role as
+    /// `written` for workflows: the queue counts what this operator wrote).
+    written_runs: Mutex<HashMap<String, Standing>>,
+    /// Admissions decided but not yet written, per kind: counted as holding
+    /// slots by every other admission of any kind, so the limits hold
+    /// exactly while admissions run in parallel (a lock held across the
+    /// status write made 200 new workflows wait on each other's writes).
+    admissions_in_flight: Mutex<HashMap<WorkKind, usize>>,
     /// Whether a workflow is giving its slot away and its status is not
     /// written yet: one at a time, so concurrent block boundaries never all
     /// yield to the same waiting workflow.
@@ -123,33 +126,47 @@ impl Memory {
     /// replica wrote or created in an earlier one.
     pub fn clear(&self) {
         lock(&self.written).clear();
+        lock(&self.written_runs).clear();
         lock(&self.expected_jobs).clear();
     }
 
-    /// The phase and start of every workflow this operator wrote a status for.
+    /// The phase and start of all work this operator wrote a status for.
     pub fn written_standings(&self) -> HashMap<String, Standing> {
-        lock(&self.written)
+        let mut standings: HashMap<String, Standing> = lock(&self.written)
             .iter()
             .filter_map(|(uid, written)| {
                 let started = written.status.started_at.as_ref().map(|t| t.0);
-                Some((uid.clone(), Standing { phase: written.status.phase?, started }))
+                Some((uid.clone(), Standing { phase: written.status.phase?.lifecycle(), started }))
             })
-            .collect()
+            .collect();
+        standings.extend(lock(&self.written_runs).iter().map(|(uid, standing)| (uid.clone(), *standing)));
+        standings
     }
 
-    /// Computes a waiting workflow's standing with `standing` (how many mine,
-    /// how many are ahead) while no other admission can, counts the
-    /// admissions in flight as mining, and reserves a slot until the
+    /// Records the standing written for the tool run `uid`; `live` is how
+    /// many runs exist (to forget the ones that are gone).
+    pub fn remember_run(&self, uid: &str, standing: Standing, live: usize) {
+        let mut written = lock(&self.written_runs);
+        if written.len() > live + SWEEP_SLACK {
+            written.retain(|_, s| !s.phase.is_finished());
+        }
+        written.insert(uid.to_string(), standing);
+    }
+
+    /// Computes waiting work's slots with `slots` while no other admission
+    /// can, handing it the admissions in flight (all kinds, its kind) to
+    /// count as holding slots, and reserves a slot of `kind` until the
     /// returned reservation is dropped.
-    pub fn reserve_admission(
+    pub fn reserve_admission<T>(
         &self,
-        standing: impl FnOnce() -> (usize, usize),
-    ) -> (usize, usize, Reservation<'_>) {
+        kind: WorkKind,
+        slots: impl FnOnce((usize, usize)) -> T,
+    ) -> (T, Reservation<'_>) {
         let mut in_flight = lock(&self.admissions_in_flight);
-        let (mining, ahead) = standing();
-        let counted = mining.saturating_add(*in_flight);
-        *in_flight = in_flight.saturating_add(1);
-        (counted, ahead, Reservation(self))
+        let all = in_flight.values().sum::<usize>();
+        let decided = slots((all, in_flight.get(&kind).copied().unwrap_or(0)));
+        *in_flight.entry(kind).or_default() += 1;
+        (decided, Reservation(self, kind))
     }
 
     /// The turn to decide a yield, unless another workflow holds it.
@@ -219,7 +236,7 @@ impl Memory {
 
     #[cfg(test)]
     fn admissions_in_flight(&self) -> usize {
-        *lock(&self.admissions_in_flight)
+        lock(&self.admissions_in_flight).values().sum()
     }
 }
 
@@ -235,12 +252,13 @@ impl Drop for YieldTurn<'_> {
 
 /// A slot reserved by an admission in flight; freed when dropped (after the
 /// status write, or on any early return).
-pub struct Reservation<'a>(&'a Memory);
+pub struct Reservation<'a>(&'a Memory, WorkKind);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut in_flight = lock(&self.0.admissions_in_flight);
-        *in_flight = in_flight.saturating_sub(1);
+        let count = in_flight.entry(self.1).or_default();
+        *count = count.saturating_sub(1);
     }
 }
 
@@ -280,7 +298,7 @@ mod tests {
         let fresh = memory.freshest(&cached, &live);
         assert_eq!(fresh.phase(), WorkflowPhase::Mining);
         assert_eq!(fresh.metadata.resource_version.as_deref(), Some("42"));
-        assert_eq!(memory.written_standings()["uid-w"].phase, WorkflowPhase::Mining);
+        assert_eq!(memory.written_standings()["uid-w"].phase, mining_api::Lifecycle::Active);
         memory.forget(&cached);
         assert_eq!(memory.freshest(&cached, &live).phase(), WorkflowPhase::Pending);
     }
@@ -288,12 +306,15 @@ mod tests {
     #[test]
     fn a_reservation_counts_until_dropped() {
         let memory = Memory::default();
-        let (counted, ahead, first) = memory.reserve_admission(|| (3, 1));
-        assert_eq!((counted, ahead), (3, 1));
-        let (counted, _, second) = memory.reserve_admission(|| (3, 0));
-        assert_eq!(counted, 4, "the first admission in flight counts as mining");
+        let (seen, first) = memory.reserve_admission(WorkKind::Workflow, |in_flight| in_flight);
+        assert_eq!(seen, (0, 0));
+        let (seen, second) = memory.reserve_admission(WorkKind::ToolRun, |in_flight| in_flight);
+        assert_eq!(seen, (1, 0), "the workflow in flight counts against the budget, not the runs' cap");
+        let (seen, third) = memory.reserve_admission(WorkKind::ToolRun, |in_flight| in_flight);
+        assert_eq!(seen, (2, 1));
         drop(first);
         drop(second);
+        drop(third);
         assert_eq!(memory.admissions_in_flight(), 0);
     }
 
@@ -331,6 +352,7 @@ mod tests {
         use std::cell::Cell;
         let memory = Memory::default();
         let sorts = Cell::new(0);
+        let budget = crate::admission::Budget { total: 1, workflows: 1, tool_runs: 1 };
         let waiting = |names: &[&str]| {
             let all: Vec<crate::admission::Seen> = names
                 .iter()
@@ -341,15 +363,15 @@ mod tests {
                         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::testing::at(i as i64)),
                     );
                     crate::admission::Seen {
-                        workflow: std::sync::Arc::new(workflow),
-                        phase: mining_api::WorkflowPhase::Pending,
+                        work: crate::admission::QueueEntry::of(WorkKind::Workflow, &workflow),
+                        phase: mining_api::Lifecycle::Waiting,
                         started: None,
                         party: String::new(),
                     }
                 })
                 .collect();
             sorts.set(sorts.get() + 1);
-            crate::admission::queue_positions(&all)
+            crate::admission::queue_positions(&all, &budget)
         };
         for uid in ["uid-a", "uid-b", "uid-c", "uid-a"] {
             memory.queue_positions(uid, || waiting(&["a", "b", "c"]));
@@ -362,7 +384,7 @@ mod tests {
         let positions = memory.queue_positions("uid-b", || waiting(&["b", "c", "d"]));
         assert_eq!(sorts.get(), 3);
         let b = crate::testing::workflow("b", 8, 1);
-        assert_eq!(crate::admission::ahead_of(&positions, &b), 0);
+        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(WorkKind::Workflow, &b)), (0, 0));
     }
 
     #[test]

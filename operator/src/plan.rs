@@ -37,11 +37,10 @@ pub struct Observed<'a> {
     pub jobs: BTreeMap<u32, BlockJob>,
     /// The Jobs of blocks mined in ranges (`spec.parallelism` > 1), by block.
     pub ranges: BTreeMap<u32, Vec<RangeJob>>,
-    /// Other workflows mining, or admitted and about to.
-    pub others_mining: usize,
-    /// Workflows waiting for a slot that were created before this one: they
-    /// are admitted first.
-    pub queued_ahead: usize,
+    /// The slots other work (of every kind) holds, or is being admitted
+    /// to, of the limit that binds this workflow, and the waiting work
+    /// that goes first (see `admission::slots_for`).
+    pub slots: crate::admission::Slots,
     /// Whether, between two blocks, this workflow should give its slot to
     /// one that waits (`admission::should_yield`).
     pub yield_slot: bool,
@@ -255,13 +254,18 @@ impl Planner<'_> {
             self.finish(WorkflowPhase::Failed, reasons::OVER_LIMIT, message);
             return false;
         }
-        let (mining, ahead) = (self.observed.others_mining, self.observed.queued_ahead);
-        let free = limits.max_concurrent_workflows.saturating_sub(mining);
-        if ahead >= free {
+        let slots = self.observed.slots;
+        if !slots.admits() {
+            let free = slots.limit.saturating_sub(slots.taken);
+            let held = match slots.kind_cap {
+                true => "workflows are mining",
+                false => "slots (workflows and tool runs) are taken",
+            };
             let message = format!(
-                "queued: {} ahead of it; {mining} of at most {} workflows are mining",
-                ahead.saturating_sub(free),
-                limits.max_concurrent_workflows
+                "queued: {} ahead of it; {} of at most {} {held}",
+                slots.ahead.saturating_sub(free),
+                slots.taken,
+                slots.limit
             );
             let was_queued = self
                 .plan

@@ -39,6 +39,6 @@ pub(super) async fn fail_for_foreign_job(
     let note = status.message.clone().unwrap_or_default();
     let event = PlannedEvent { warning: true, reason: reasons::FOREIGN_JOB, note };
     publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
-    ctx.wake_queued();
+    ctx.queue.wake_next();
     Ok(Requeue::await_change())
 }

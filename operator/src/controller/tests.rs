@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::job::job_for_block;
 use crate::testing::workflow;
+use kube::runtime::reflector::ObjectRef;
 
 const WORKFLOWS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/miningworkflows";
 const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
@@ -104,18 +105,28 @@ impl Scenario {
         let caches = CacheSync::new(Default::default());
         caches.saw(Watched::Jobs, &watcher::Event::<Job>::InitDone);
         let (wake, woken) = futures::channel::mpsc::unbounded();
+        let store = store_of(vec![workflow.clone()]);
+        let memory = Arc::new(Memory::default());
+        let (runs, _) = kube::runtime::reflector::store::<mining_api::ToolRun>();
+        let queue = Arc::new(crate::queue::WorkQueue {
+            workflows: store.clone(),
+            runs,
+            parties: crate::parties::Parties::new(None),
+            memory: memory.clone(),
+            budget: config().limits.budget(),
+            wakers: crate::queue::Wakers { workflows: wake, runs: futures::channel::mpsc::unbounded().0 },
+        });
         let ctx = Arc::new(Context {
             client: scripted_client(log.clone()),
             instance: "operator-0".into(),
             metrics: Arc::new(Metrics::default()),
             config: config(),
-            store: store_of(vec![workflow.clone()]),
+            store,
             jobs: store_of(jobs),
             pods: store_of(pods),
             caches: Arc::new(caches),
-            parties: crate::parties::Parties::new(None),
-            memory: Memory::default(),
-            wake,
+            queue,
+            memory,
             leadership: Leadership::alone(),
         });
         Self { log, ctx, _woken: woken }
@@ -174,8 +185,7 @@ fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
         workflow: &workflow,
         jobs: Default::default(),
         ranges: Default::default(),
-        others_mining: 0,
-        queued_ahead: 0,
+        slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
         yield_slot: false,
         now: Timestamp::now(),
     };

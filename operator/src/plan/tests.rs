@@ -10,6 +10,7 @@ fn limits() -> Limits {
         max_blocks: 64,
         max_concurrent_workflows: 2,
         max_concurrent_tool_runs: 20,
+        max_concurrent_work: None,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
         max_parallelism: 8,
@@ -33,8 +34,7 @@ fn observe_with(
         workflow: wf,
         jobs: jobs.iter().cloned().collect(),
         ranges: BTreeMap::new(),
-        others_mining,
-        queued_ahead: 0,
+        slots: crate::admission::Slots { taken: others_mining, limit: 2, ahead: 0, kind_cap: true },
         yield_slot,
         now,
     };
@@ -242,8 +242,7 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        others_mining: 2,
-        queued_ahead: 0,
+        slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 0, kind_cap: true },
         yield_slot: false,
         now: at(0),
     };
@@ -262,8 +261,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        others_mining: 1,
-        queued_ahead: 1,
+        slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 1, kind_cap: true },
         yield_slot: false,
         now: at(0),
     };
@@ -280,8 +278,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        others_mining: 2,
-        queued_ahead: 3,
+        slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 3, kind_cap: true },
         yield_slot: false,
         now: at(1),
     };
@@ -293,8 +290,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        others_mining: 1,
-        queued_ahead: 0,
+        slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 0, kind_cap: true },
         yield_slot: false,
         now: at(2),
     };
@@ -478,8 +474,7 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
             workflow: &wf,
             jobs: BTreeMap::new(),
             ranges: ranges.clone(),
-            others_mining: 0,
-            queued_ahead: 0,
+            slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
             yield_slot: false,
             now: at(1),
         };
@@ -546,8 +541,7 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        others_mining: 0,
-        queued_ahead: 0,
+        slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
         yield_slot: false,
         now: at(0),
     };

@@ -10,7 +10,7 @@ use mining_api::tool_schema::Schema;
 use mining_api::tool_template::template_problem;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
-use super::admission::Admission;
+use crate::admission::Slots;
 
 /// How soon a queued run looks again whether a slot is free.
 pub const QUEUED_RETRY: Duration = Duration::from_secs(3);
@@ -53,7 +53,7 @@ pub struct PodOutcome {
 pub struct Observed<'a> {
     pub run: &'a ToolRun,
     /// Whether a run without a Job may have one now (see [`super::admission`]).
-    pub admission: Admission,
+    pub slots: Slots,
     /// The run's arguments Secret is still the one it made (see
     /// `arguments::intact`); read once its Job has ended.
     pub arguments_intact: bool,
@@ -148,19 +148,24 @@ pub fn plan(observed: &Observed) -> Plan {
             JobState::Missing if current.job_uid.is_some() => {
                 finish(ToolRunPhase::Failed, "the run's Job was deleted before it finished".into())
             }
-            JobState::Missing => match observed.admission {
-                Admission::Queued { running, limit, ahead } => {
+            JobState::Missing => match observed.slots {
+                slots if !slots.admits() => {
                     plan.requeue_after = Some(QUEUED_RETRY);
+                    let held = match slots.kind_cap {
+                        true => "tool runs are running",
+                        false => "slots (workflows and tool runs) are taken",
+                    };
+                    let ahead = slots.ahead.saturating_sub(slots.limit.saturating_sub(slots.taken));
                     ToolRunStatus {
                         phase: Some(ToolRunPhase::Pending),
                         message: Some(format!(
-                            "queued: {running} tool runs are running (the operator's limit is {limit}); \
-                             {ahead} go before this one"
+                            "queued: {} {held} (the operator's limit is {}); {ahead} go before this one",
+                            slots.taken, slots.limit
                         )),
                         ..current.clone()
                     }
                 }
-                Admission::Start => {
+                _ => {
                     plan.create_job = true;
                     ToolRunStatus {
                         phase: Some(ToolRunPhase::Running),

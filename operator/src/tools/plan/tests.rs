@@ -4,7 +4,7 @@ use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 use serde_json::json;
 
 use super::*;
-use crate::tools::admission::Admission;
+use crate::admission::Slots;
 
 fn run(output_schema: Option<serde_json::Value>, parts: i32) -> ToolRun {
     let mut value = json!({
@@ -26,7 +26,7 @@ fn now() -> Timestamp {
 fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observed<'a> {
     Observed {
         run,
-        admission: Admission::Start,
+        slots: Slots::OPEN,
         arguments_intact: true,
         progress_line: None,
         proven: true,
@@ -196,8 +196,8 @@ fn the_last_status_line_of_the_log_is_the_running_message_clipped_and_polled_aga
 #[test]
 fn a_queued_run_waits_pending_says_why_and_looks_again() {
     let run = run(None, 1);
-    let queued = Admission::Queued { running: 20, limit: 20, ahead: 3 };
-    let plan_ = plan(&Observed { admission: queued, ..observe(&run, JobState::Missing, vec![]) });
+    let queued = Slots { taken: 20, limit: 20, ahead: 3, kind_cap: true };
+    let plan_ = plan(&Observed { slots: queued, ..observe(&run, JobState::Missing, vec![]) });
     assert!(!plan_.create_job);
     assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Pending));
     assert!(status(&plan_).message.as_deref().unwrap().contains("the operator's limit is 20"));
