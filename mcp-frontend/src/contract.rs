@@ -218,19 +218,26 @@ pub const NO_OPERATOR: &str = "NoOperator";
 /// that nobody is working on it when no operator leads, so an agent can tell
 /// "slow" from "nobody is working". Finished answers are left as they are.
 pub fn with_operator(mut answer: MiningOutcome, presence: Presence) -> MiningOutcome {
-    let Presence::Absent { since } = presence else { return answer };
     if answer.status != OutcomeStatus::Running {
         return answer;
     }
-    let since = since.map(|t| format!(" since {}", t.round(k8s_openapi::jiff::Unit::Second).unwrap_or(t)));
-    answer.status_message = format!(
-        "{}. No operator is running{}: the work is recorded and goes on when one returns \
-         (ask the cluster's operators to check the mining-operator Deployment)",
-        answer.status_message,
-        since.unwrap_or_default()
-    );
-    answer.reason.get_or_insert_with(|| NO_OPERATOR.to_string());
+    if let Some(message) = without_operator(&answer.status_message, presence) {
+        answer.status_message = message;
+        answer.reason.get_or_insert_with(|| NO_OPERATOR.to_string());
+    }
     answer
+}
+
+/// An unfinished answer's `status_message` (of any kind of work) when no
+/// operator leads: it says so, and that the work goes on when one returns.
+pub fn without_operator(status_message: &str, presence: Presence) -> Option<String> {
+    let Presence::Absent { since } = presence else { return None };
+    let since = since.map(|t| format!(" since {}", t.round(k8s_openapi::jiff::Unit::Second).unwrap_or(t)));
+    Some(format!(
+        "{status_message}. No operator is running{}: the work is recorded and goes on when one returns \
+         (ask the cluster's operators to check the mining-operator Deployment)",
+        since.unwrap_or_default()
+    ))
 }
 
 fn plural(blocks: u32) -> &'static str {

@@ -143,8 +143,9 @@ pub fn run_snapshot(
     now: Timestamp,
     generation: Generation,
     default_ttl_seconds: u64,
+    presence: Presence,
 ) -> TaskSnapshot {
-    let answer = run_outcome(run, now);
+    let answer = run_outcome(run, now).with_operator(presence);
     let result_ready = answer.status != OutcomeStatus::Running;
     let state = match (generation, answer.status) {
         (Generation::Core2025, OutcomeStatus::Running | OutcomeStatus::NotFound) if run.spec.cancel => {
@@ -365,24 +366,46 @@ mod tests {
     #[test]
     fn a_tool_run_is_a_task_by_the_same_rules_as_a_workflow() {
         use mining_api::ToolRunPhase;
-        let working = run_snapshot(&run(ToolRunPhase::Running, false), at(1_010), Generation::Core2025, 60);
+        let working = run_snapshot(
+            &run(ToolRunPhase::Running, false),
+            at(1_010),
+            Generation::Core2025,
+            60,
+            Presence::Leading,
+        );
         assert_eq!((working.state, working.ttl_ms), (TaskState::Working, 90_000));
         assert!(working.poll_interval_ms.is_some());
         let failed = run(ToolRunPhase::Failed, false);
-        let core = run_snapshot(&failed, at(1_100), Generation::Core2025, 60);
+        let core = run_snapshot(&failed, at(1_100), Generation::Core2025, 60, Presence::Leading);
         assert_eq!(core.state, TaskState::Failed);
         assert!(core.status_message.contains("boom"), "{}", core.status_message);
         assert_eq!(core.last_updated_at, at(1_030).to_string());
-        let extension = run_snapshot(&failed, at(1_100), Generation::Extension2026, 60);
+        let extension = run_snapshot(&failed, at(1_100), Generation::Extension2026, 60, Presence::Leading);
         assert_eq!((extension.state, extension.result.is_error), (TaskState::Completed, Some(true)));
         let cancelling = run(ToolRunPhase::Running, true);
         assert_eq!(
-            run_snapshot(&cancelling, at(1_010), Generation::Core2025, 60).state,
+            run_snapshot(&cancelling, at(1_010), Generation::Core2025, 60, Presence::Leading).state,
             TaskState::Cancelled
         );
         assert_eq!(
-            run_snapshot(&cancelling, at(1_010), Generation::Extension2026, 60).state,
+            run_snapshot(&cancelling, at(1_010), Generation::Extension2026, 60, Presence::Leading).state,
             TaskState::Working
         );
+    }
+
+    #[test]
+    fn a_running_run_says_when_no_operator_carries_it_on() {
+        use mining_api::ToolRunPhase;
+        let absent = Presence::Absent { since: Some(at(1_000)) };
+        let running = run(ToolRunPhase::Running, false);
+        let task = run_snapshot(&running, at(1_010), Generation::Extension2026, 60, absent);
+        assert_eq!(task.state, TaskState::Working);
+        assert!(task.status_message.contains("No operator is running"), "{}", task.status_message);
+        let answer = run_outcome(&running, at(1_010)).with_operator(absent);
+        assert_eq!(answer.reason.as_deref(), Some(crate::contract::NO_OPERATOR));
+        let led = run_outcome(&running, at(1_010)).with_operator(Presence::Leading);
+        assert_eq!(led.reason, None);
+        let failed = run_outcome(&run(ToolRunPhase::Failed, false), at(1_100)).with_operator(absent);
+        assert_eq!(failed.reason, None, "a finished answer is left as it is");
     }
 }

@@ -46,11 +46,11 @@ pub fn build_workflow(
     workflow
 }
 
-/// What came of a create.
-pub enum Created {
-    New(Box<MiningWorkflow>),
+/// What came of a create (of a workflow or a tool run).
+pub enum Created<K = MiningWorkflow> {
+    New(Box<K>),
     /// The name was taken: the existing object, as it is now.
-    Existing(Box<MiningWorkflow>),
+    Existing(Box<K>),
 }
 
 async fn bounded<T>(call: &'static str, future: impl Future<Output = kube::Result<T>>) -> Result<T> {
@@ -61,12 +61,14 @@ async fn bounded<T>(call: &'static str, future: impl Future<Output = kube::Resul
     }
 }
 
-/// Creates the workflow, or returns the one already holding its name.
-pub async fn create(api: &Api<MiningWorkflow>, workflow: &MiningWorkflow) -> Result<Created> {
-    match tokio::time::timeout(API_TIMEOUT, api.create(&PostParams::default(), workflow)).await {
+/// Creates the work (a workflow or a tool run), or returns the object
+/// already holding its name.
+pub async fn create<K: mining_api::Work>(api: &Api<K>, workflow: &K) -> Result<Created<K>> {
+    let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    match tokio::time::timeout(API_TIMEOUT, api.create(&params, workflow)).await {
         Ok(Ok(created)) => Ok(Created::New(Box::new(created))),
         Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
-            let name = workflow.metadata.name.as_deref().unwrap_or_default();
+            let name = workflow.meta().name.as_deref().unwrap_or_default();
             match get(api, name).await? {
                 Some(existing) => Ok(Created::Existing(Box::new(existing))),
                 // Deleted between the two calls: the caller may simply retry.
@@ -78,8 +80,8 @@ pub async fn create(api: &Api<MiningWorkflow>, workflow: &MiningWorkflow) -> Res
     }
 }
 
-/// Reads one workflow from the API server (for names the cache has not seen yet).
-pub async fn get(api: &Api<MiningWorkflow>, name: &str) -> Result<Option<MiningWorkflow>> {
+/// Reads one workflow or tool run from the API server (for names the cache has not seen yet).
+pub async fn get<K: mining_api::Work>(api: &Api<K>, name: &str) -> Result<Option<K>> {
     bounded("get", api.get_opt(name)).await
 }
 

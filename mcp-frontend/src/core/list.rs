@@ -36,7 +36,7 @@ impl Core {
         let mut rows: Vec<Listed> = caches
             .flat_map(|cache| labels.iter().flat_map(|label| cache.list_for(label)))
             .filter_map(|cached| match cached {
-                Cached::Found(workflow) if self.owns(&workflow, caller) => Some(Listed {
+                Cached::Found(workflow) if self.owns(&*workflow, caller) => Some(Listed {
                     created: workflow.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
                     name: workflow.metadata.name.clone().unwrap_or_default(),
                     workflow,

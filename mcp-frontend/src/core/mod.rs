@@ -10,7 +10,7 @@ mod answer;
 mod cancel;
 mod list;
 mod reprove;
-mod start;
+pub(crate) mod start;
 mod wait;
 
 use mining_api::Work as _;
@@ -33,8 +33,8 @@ use crate::workflows;
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use list::Listed;
-pub use start::{StartOptions, Started};
-pub use wait::{WaitCap, WaitListener, WaitSlots};
+pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};
+pub use wait::{Unattended, WaitCap, WaitListener, WaitSlots};
 
 /// Shared by every request of every protocol face.
 pub struct Core {
@@ -111,12 +111,12 @@ pub enum View {
     Found(Box<MiningWorkflow>),
 }
 
-/// Whether `caller` started `workflow` through this frontend: its caller
-/// label is the caller's and it carries the frontend's proof for exactly
-/// that. A label alone is anyone's to write.
-pub fn belongs_to(keys: &OwnershipKeys, workflow: &MiningWorkflow, caller: &Caller) -> bool {
-    workflow.caller_label().is_some_and(|label| keys.caller_labels(&caller.digest).iter().any(|l| l == label))
-        && keys.proves(workflow)
+/// Whether `caller` started `work` (of any kind) through this frontend: its
+/// caller label is the caller's and it carries the frontend's proof for
+/// exactly that. A label alone is anyone's to write.
+pub fn belongs_to<K: mining_api::Work>(keys: &OwnershipKeys, work: &K, caller: &Caller) -> bool {
+    work.caller_label().is_some_and(|label| keys.caller_labels(&caller.digest).iter().any(|l| l == label))
+        && keys.proves(work)
 }
 
 impl Core {
@@ -133,7 +133,7 @@ impl Core {
 
     async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
         match self.cache_holding(id.as_str()).get(id.as_str()) {
-            Cached::Found(workflow) if self.owns(&workflow, caller) => Ok(View::Found(workflow)),
+            Cached::Found(workflow) if self.owns(&*workflow, caller) => Ok(View::Found(workflow)),
             Cached::Found(_) => Ok(View::Missing),
             Cached::Unreadable { caller_label, problem, .. }
                 if caller_label.as_deref().is_some_and(|label| {
@@ -191,9 +191,9 @@ impl Core {
         self.operator.presence()
     }
 
-    /// Whether `caller` started `workflow` through this frontend.
-    pub fn owns(&self, workflow: &MiningWorkflow, caller: &Caller) -> bool {
-        belongs_to(&self.keys, workflow, caller)
+    /// Whether `caller` started `work` (a workflow or a tool run) through this frontend.
+    pub fn owns<K: mining_api::Work>(&self, work: &K, caller: &Caller) -> bool {
+        belongs_to(&self.keys, work, caller)
     }
 
     /// Makes one Kubernetes API call (`call` from a fixed set), counted.

@@ -8,7 +8,7 @@ use rmcp::model::JsonObject;
 use tracing::Instrument as _;
 
 use super::{Answer, Core};
-use crate::cache::Cached;
+use crate::cache::{Entry, Kind, ObjectCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::ReasonLabels;
 use crate::quota;
@@ -18,6 +18,10 @@ use crate::workflows::{self, Created};
 /// How many ids an idempotency key may stand for: the first unless objects
 /// the frontend did not make took it.
 const IDEMPOTENT_ATTEMPTS: u8 = 4;
+/// Where each kind's attempts start: one key names a different id for a
+/// workflow and for a tool run, so neither kind's retry finds the other's.
+pub(crate) const WORKFLOW_ATTEMPTS: u8 = 0;
+pub(crate) const TOOL_RUN_ATTEMPTS: u8 = 128;
 
 /// What a face adds to a start besides the tool's arguments.
 #[derive(Debug, Default, Clone)]
@@ -28,7 +32,15 @@ pub struct StartOptions<'a> {
     pub retention_seconds: Option<i64>,
     /// The caller's trace context, from the request's `_meta` or HTTP header.
     pub trace: Option<TraceParent>,
+    /// A defined tool's call: the key from `_meta` that makes a retry find
+    /// the run the first call made ([`IDEMPOTENCY_META_KEY`]); `start_mining`
+    /// takes its key as an argument.
+    pub idempotency_key: Option<&'a str>,
 }
+
+/// The `_meta` key of a tool call's idempotency key (a defined tool's
+/// arguments belong to its author's schema, so the key cannot be one).
+pub const IDEMPOTENCY_META_KEY: &str = "mining-operator.dev/idempotency-key";
 
 /// A workflow `start` created or found, with the checked request.
 pub struct Started {
@@ -75,7 +87,12 @@ impl Core {
             .map_err(Answer::InvalidArguments)?;
         request.spec.ttl_seconds_after_finished = retention_seconds;
         let (id, workflow) = match &request.idempotency_key {
-            Some(key) => self.start_idempotent(caller, key, &request, annotations).await?,
+            Some(key) => {
+                let request = &request;
+                let create =
+                    move |id: WorkflowId| async move { self.create(caller, &id, request, annotations).await };
+                self.start_idempotent(caller, key, &self.cache, WORKFLOW_ATTEMPTS, create).await?
+            }
             None => {
                 let id = WorkflowId::random(&self.keys, caller)
                     .map_err(|err| Answer::Refused(format!("no random source for a workflow id: {err}")))?;
@@ -101,49 +118,48 @@ impl Core {
         Ok(Started { id, workflow, request })
     }
 
-    /// The workflow an idempotency key started, or a new one. Its ids are
-    /// tried in order: one of the caller's (with the frontend's proof) is
-    /// the retry's; one taken by an object the frontend did not make is
-    /// skipped, so no one can squat a caller's id and hand it their object.
-    async fn start_idempotent(
+    /// The work (of any kind) an idempotency key started, or new work made
+    /// by `create`. Its ids are tried in order: one of the caller's (with
+    /// the frontend's proof) is the retry's; one taken by an object the
+    /// frontend did not make is skipped, so no one can squat a caller's id
+    /// and hand it their object. `first_attempt` keeps each kind's ids apart.
+    pub(crate) async fn start_idempotent<K: Kind, F: Future<Output = Result<Created<K>, Answer>>>(
         &self,
         caller: &Caller,
         key: &str,
-        request: &StartRequest,
-        annotations: &[(&str, String)],
-    ) -> Result<(WorkflowId, Box<MiningWorkflow>), Answer> {
+        cache: &ObjectCache<K>,
+        first_attempt: u8,
+        mut create: impl FnMut(WorkflowId) -> F,
+    ) -> Result<(WorkflowId, Box<K>), Answer> {
         // Per attempt, the id under each key: current first.
-        let attempts: Vec<Vec<WorkflowId>> = (0..IDEMPOTENT_ATTEMPTS)
+        let attempts: Vec<Vec<WorkflowId>> = (first_attempt..first_attempt + IDEMPOTENT_ATTEMPTS)
             .map(|attempt| WorkflowId::for_idempotency_key(&self.keys, caller, key, attempt))
             .collect();
-        // A retry finds its workflow without counting against the limit,
+        // A retry finds its work without counting against the limit,
         // under the current key or a rotation's previous one.
         for id in attempts.iter().flatten() {
-            if let Cached::Found(workflow) = self.cache.get(id.as_str())
-                && self.owns(&workflow, caller)
+            if let Entry::Found(work) = cache.get(id.as_str())
+                && self.owns(&*work, caller)
             {
-                return Ok((id.clone(), workflow));
+                return Ok((id.clone(), work));
             }
         }
-        // New workflows take the current key's id of the first free attempt.
+        // New work takes the current key's id of the first free attempt.
         for id in attempts.iter().filter_map(|ids| ids.first()) {
-            if let Cached::Found(_) = self.cache.get(id.as_str()) {
+            if let Entry::Found(_) = cache.get(id.as_str()) {
                 continue; // taken by an object that is not the caller's
             }
-            match self.create(caller, id, request, annotations).await? {
-                Created::New(workflow) => return Ok((id.clone(), workflow)),
+            match create(id.clone()).await? {
+                Created::New(work) => return Ok((id.clone(), work)),
                 // Two replicas raced on the same retry: the winner's is the caller's too.
-                Created::Existing(workflow) if self.owns(&workflow, caller) => {
-                    return Ok((id.clone(), workflow));
-                }
+                Created::Existing(work) if self.owns(&*work, caller) => return Ok((id.clone(), work)),
                 Created::Existing(_) => {
-                    tracing::warn!(workflow = %id, caller = %caller.name, "an idempotent id is taken by an object the frontend did not make");
+                    tracing::warn!(id = %id, kind = K::NOUN, caller = %caller.name, "an idempotent id is taken by an object the frontend did not make");
                 }
             }
         }
         Err(Answer::Refused(format!(
-            "every workflow id for idempotency_key {key:?} is taken by objects this server did not create; \
-             use another key"
+            "every id for idempotency_key {key:?} is taken by objects this server did not create; use another key"
         )))
     }
 
@@ -153,7 +169,7 @@ impl Core {
         id: &WorkflowId,
         request: &StartRequest,
         annotations: &[(&str, String)],
-    ) -> Result<Created, Answer> {
+    ) -> Result<Created<MiningWorkflow>, Answer> {
         let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
         let ledgers = quota::Ledgers {
             ledgers: &self.ledgers,

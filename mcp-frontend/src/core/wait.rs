@@ -26,6 +26,20 @@ pub trait WaitListener: Send {
     fn gone(&self) -> impl Future<Output = ()> + Send;
 }
 
+/// A wait nobody watches: no progress to send, and no client to lose (a
+/// cancel's confirmation, a task's snapshot).
+pub struct Unattended;
+
+impl WaitListener for Unattended {
+    async fn progress(&mut self, _progress: Progress, _message: &str) -> bool {
+        true
+    }
+
+    async fn gone(&self) {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Which cap a wait ran into (the metric's label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitCap {
@@ -151,7 +165,7 @@ impl Core {
                 // Created a moment ago and not delivered by the watch yet.
                 Cached::Missing => {}
             }
-            if !self.owns(&latest, caller) {
+            if !self.owns(&*latest, caller) {
                 return View::Missing;
             }
             let answer = with_operator(outcome(&latest, Timestamp::now()), self.operator_presence());
@@ -181,7 +195,7 @@ impl Core {
             Cached::Unreadable { problem, .. } => return View::Unreadable(problem),
             Cached::Missing => latest,
         };
-        if self.owns(&latest, caller) { View::Found(latest) } else { View::Missing }
+        if self.owns(&*latest, caller) { View::Found(latest) } else { View::Missing }
     }
 }
 

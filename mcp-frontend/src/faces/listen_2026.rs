@@ -339,7 +339,7 @@ fn next_notification(core: &Core, caller: &Caller, task: &mut Followed<'_>, id: 
                 // Created a moment ago, not delivered by the watch yet.
                 Cached::Missing => {}
             }
-            if !core.owns(latest, caller) {
+            if !core.owns(&**latest, caller) {
                 task.done = true;
                 return None;
             }
@@ -357,7 +357,7 @@ fn next_notification(core: &Core, caller: &Caller, task: &mut Followed<'_>, id: 
                 }
                 Entry::Missing | Entry::Unreadable { .. } => {}
             }
-            if !core.owns_run(latest, caller) {
+            if !core.owns(&**latest, caller) {
                 task.done = true;
                 return None;
             }

@@ -250,19 +250,31 @@ impl ServerHandler for MiningServer {
         let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
         let Some(tool) = MiningTool::named(&request.name) else {
             let name = request.name.to_string();
+            let options = StartOptions {
+                trace: trace_of(&ctx),
+                idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
+                ..StartOptions::default()
+            };
             if declares_tasks
-                && let Some((response, outcome)) =
-                    tasks_2026::start_tool_task(&self.core, &caller, &name, request.arguments.clone()).await
+                && let Some((response, outcome)) = tasks_2026::start_tool_task(
+                    &self.core,
+                    &caller,
+                    &name,
+                    request.arguments.clone(),
+                    options.clone(),
+                )
+                .await
             {
                 self.core.record_call("defined_tool", outcome, None);
                 return Ok(response);
             }
+            let mut listener = ToolCallListener::of(&ctx);
             let companion = tool_calls::call_companion(
                 &self.core,
                 &caller,
                 &name,
                 request.arguments.clone(),
-                ctx.ct.cancelled(),
+                &mut listener,
             )
             .await;
             let answer = match companion {
@@ -272,7 +284,8 @@ impl ServerHandler for MiningServer {
                     &caller,
                     &name,
                     request.arguments,
-                    ctx.ct.cancelled(),
+                    options,
+                    &mut listener,
                 )
                 .await
                 .map(|answer| (answer, "defined")),

@@ -33,6 +33,12 @@ pub(crate) fn incoming_trace(
     from_meta.and_then(TraceParent::parse).or_else(|| from_header.and_then(TraceParent::parse))
 }
 
+/// A defined tool call's idempotency key, from `_meta` (see
+/// [`crate::core::IDEMPOTENCY_META_KEY`]); checked where it is used.
+pub(crate) fn idempotency_key_of(meta: Option<&serde_json::Map<String, Value>>) -> Option<&str> {
+    meta?.get(crate::core::IDEMPOTENCY_META_KEY)?.as_str()
+}
+
 /// One JSON-RPC response message.
 pub(crate) fn response_json(id: &Value, outcome: Result<Value, McpError>) -> Value {
     match outcome {

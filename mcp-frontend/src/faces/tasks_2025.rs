@@ -38,7 +38,9 @@ use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
 pub use super::tasks_2025_wire::*;
-use super::{incoming_trace, json_response, missing_task, response_json, tool_tasks_2025};
+use super::{
+    idempotency_key_of, incoming_trace, json_response, missing_task, response_json, tool_tasks_2025,
+};
 use crate::contract::Progress;
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
@@ -177,17 +179,13 @@ impl CoreTasks {
             Some(Value::Object(arguments)) => Some(arguments.clone()),
             Some(_) => return Err(McpError::invalid_params("params.arguments must be an object", None)),
         };
-        if let Some(created) =
-            tool_tasks_2025::create(&self.core, &self.caller, name, arguments.clone()).await
-        {
-            return created;
-        }
+        let meta = params.get("_meta").and_then(Value::as_object);
         let token = params
             .pointer("/_meta/progressToken")
             .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
             .map(Value::to_string);
-        // Kept on the workflow for its whole retention: bounded, and refused
-        // (nothing created) rather than cut.
+        // Kept on the workflow or run for its whole retention: bounded, and
+        // refused (nothing created) rather than cut.
         if let Some(token) = token.as_ref().filter(|t| t.len() > MAX_PROGRESS_TOKEN_BYTES) {
             return Err(McpError::invalid_params(
                 format!(
@@ -199,12 +197,25 @@ impl CoreTasks {
         }
         let annotations: Vec<(&str, String)> =
             token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
+        let trace = incoming_trace(meta, Some(headers));
+        let run_options = StartOptions {
+            annotations: &annotations,
+            retention_seconds: None,
+            trace,
+            idempotency_key: idempotency_key_of(meta),
+        };
+        if let Some(created) =
+            tool_tasks_2025::create(&self.core, &self.caller, name, arguments.clone(), run_options).await
+        {
+            return created;
+        }
         let retention = task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
             .map_err(|problem| McpError::invalid_params(problem, None))?;
         let options = StartOptions {
             annotations: &annotations,
             retention_seconds: retention,
-            trace: incoming_trace(params.get("_meta").and_then(Value::as_object), Some(headers)),
+            trace,
+            idempotency_key: None,
         };
         match self.core.start(&self.caller, arguments, options).await {
             Ok(started) => {

@@ -69,7 +69,13 @@ pub(crate) fn detailed_json(
 
 /// [`detailed_json`] of a tool run.
 pub(crate) fn detailed_run_json(core: &Core, run: &mining_api::ToolRun) -> (TaskState, serde_json::Value) {
-    let task = run_snapshot(run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+    let task = run_snapshot(
+        run,
+        Timestamp::now(),
+        Generation::Extension2026,
+        core.default_ttl_seconds,
+        core.operator_presence(),
+    );
     let state = task.state;
     (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
 }
@@ -112,12 +118,18 @@ pub(crate) async fn start_tool_task(
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
+    options: StartOptions<'_>,
 ) -> Option<(CallToolResponse, &'static str)> {
     let tool = core.catalog.get(name)?;
-    Some(match core.start_run(caller, name, &tool, arguments).await {
+    Some(match core.start_run(caller, name, &tool, arguments, options).await {
         Ok(run) => {
-            let task =
-                run_snapshot(&run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+            let task = run_snapshot(
+                &run,
+                Timestamp::now(),
+                Generation::Extension2026,
+                core.default_ttl_seconds,
+                core.operator_presence(),
+            );
             (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
         }
         Err(answer) => {
@@ -132,8 +144,13 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
         core.find_task(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))?;
     let view = match found {
         TaskView::Run(run) => {
-            let task =
-                run_snapshot(&run, Timestamp::now(), Generation::Extension2026, core.default_ttl_seconds);
+            let task = run_snapshot(
+                &run,
+                Timestamp::now(),
+                Generation::Extension2026,
+                core.default_ttl_seconds,
+                core.operator_presence(),
+            );
             return Ok(GetTaskResult::new(detailed(task)));
         }
         TaskView::Workflow(view) => view,

@@ -7,8 +7,9 @@ use std::time::Duration;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use tokio::time::Instant;
 
-use crate::core::{Answer, Core};
+use crate::core::{Answer, Core, StartOptions, WaitListener};
 use crate::ids::Caller;
+use crate::operator_presence::Presence;
 use crate::tool_runs::RunView;
 use crate::tool_runs::contract::{
     CANCEL_TOOL_RUN, CancelToolRunArgs, GET_TOOL_RESULT, GetToolResultArgs, LIST_TOOL_RUNS, ListToolRunsArgs,
@@ -30,9 +31,11 @@ pub enum ToolAnswer {
 }
 
 impl ToolAnswer {
-    fn of(id: &str, view: RunView) -> Self {
+    fn of(id: &str, view: RunView, presence: Presence) -> Self {
         match view {
-            RunView::Found(run) => Self::Outcome(run_outcome(&run, k8s_openapi::jiff::Timestamp::now())),
+            RunView::Found(run) => {
+                Self::Outcome(run_outcome(&run, k8s_openapi::jiff::Timestamp::now()).with_operator(presence))
+            }
             RunView::Missing => Self::Outcome(ToolOutcome::not_found(id)),
         }
     }
@@ -75,17 +78,19 @@ fn structured(text: String, value: &impl serde::Serialize, is_error: bool) -> Ca
 }
 
 /// Calls the defined tool `name`: a run within the caller's limits, waited
-/// for within the tool's budget. `None` when no such tool is defined.
+/// for within the tool's budget, its progress told to `listener`. `None`
+/// when no such tool is defined.
 pub async fn call_defined(
     core: &Arc<Core>,
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
-    gone: impl Future<Output = ()>,
+    options: StartOptions<'_>,
+    listener: &mut impl WaitListener,
 ) -> Option<ToolAnswer> {
     let started = Instant::now();
     let tool = core.catalog.get(name)?;
-    let run = match core.start_run(caller, name, &tool, arguments).await {
+    let run = match core.start_run(caller, name, &tool, arguments, options).await {
         Ok(run) => run,
         Err(answer) => return Some(ToolAnswer::Error(answer)),
     };
@@ -96,7 +101,7 @@ pub async fn call_defined(
         .min(core.limits.wait_budget_seconds);
     let deadline = started + Duration::from_secs(u64::from(budget));
     let id = run.metadata.name.clone().unwrap_or_default();
-    Some(ToolAnswer::of(&id, core.wait_run(caller, run, deadline, gone).await))
+    Some(ToolAnswer::of(&id, core.wait_run(caller, run, deadline, listener).await, core.operator_presence()))
 }
 
 /// Answers a companion tool, or `None` for another name.
@@ -105,7 +110,7 @@ pub async fn call_companion(
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
-    gone: impl Future<Output = ()>,
+    listener: &mut impl WaitListener,
 ) -> Option<ToolAnswer> {
     let limits = &core.limits;
     let invalid = |text: String| ToolAnswer::Error(Answer::InvalidArguments(text));
@@ -122,10 +127,14 @@ pub async fn call_companion(
             };
             let deadline = Instant::now() + Duration::from_secs(u64::from(wait));
             match core.find_run(caller, &args.workflow_id).await {
-                Ok(RunView::Found(run)) => {
-                    ToolAnswer::of(&args.workflow_id, core.wait_run(caller, run, deadline, gone).await)
+                Ok(RunView::Found(run)) => ToolAnswer::of(
+                    &args.workflow_id,
+                    core.wait_run(caller, run, deadline, listener).await,
+                    core.operator_presence(),
+                ),
+                Ok(RunView::Missing) => {
+                    ToolAnswer::of(&args.workflow_id, RunView::Missing, core.operator_presence())
                 }
-                Ok(RunView::Missing) => ToolAnswer::of(&args.workflow_id, RunView::Missing),
                 Err(problem) => ToolAnswer::Error(Answer::Refused(problem)),
             }
         }
@@ -136,7 +145,7 @@ pub async fn call_companion(
             };
             let confirm = CANCEL_CONFIRM_WAIT.min(Duration::from_secs(u64::from(limits.wait_budget_seconds)));
             match core.cancel_run(caller, &args.workflow_id, confirm).await {
-                Ok(view) => ToolAnswer::of(&args.workflow_id, view),
+                Ok(view) => ToolAnswer::of(&args.workflow_id, view, core.operator_presence()),
                 Err(problem) => ToolAnswer::Error(Answer::Refused(problem)),
             }
         }

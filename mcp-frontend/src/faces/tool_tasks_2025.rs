@@ -9,13 +9,19 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::tasks_2025::{REQUEST_TIMEOUT, task_json, task_result_json};
-use crate::core::{Answer, Core};
+use crate::core::{Answer, Core, StartOptions, Unattended};
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, run_snapshot};
 use crate::tool_runs::RunView;
 
 fn snapshot(core: &Core, run: &ToolRun) -> TaskSnapshot {
-    run_snapshot(run, Timestamp::now(), Generation::Core2025, core.default_ttl_seconds)
+    run_snapshot(
+        run,
+        Timestamp::now(),
+        Generation::Core2025,
+        core.default_ttl_seconds,
+        core.operator_presence(),
+    )
 }
 
 /// `tasks/get` of a run.
@@ -29,9 +35,10 @@ pub(super) async fn create(
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
+    options: StartOptions<'_>,
 ) -> Option<Result<Value, McpError>> {
     let tool = core.catalog.get(name)?;
-    Some(match core.start_run(caller, name, &tool, arguments).await {
+    Some(match core.start_run(caller, name, &tool, arguments, options).await {
         Ok(run) => {
             core.record_call("defined_tool", "task", None);
             Ok(json!({ "task": task_json(&snapshot(core, &run)) }))
@@ -75,7 +82,7 @@ pub(super) async fn cancel(core: &Core, caller: &Caller, run: Box<ToolRun>) -> R
 pub(super) async fn result(core: &Core, caller: &Caller, run: Box<ToolRun>) -> Result<Value, McpError> {
     let id = run.metadata.name.clone().unwrap_or_default();
     let deadline = Instant::now() + core.task_result_wait;
-    let run = match core.wait_run(caller, run, deadline, std::future::pending()).await {
+    let run = match core.wait_run(caller, run, deadline, &mut Unattended).await {
         RunView::Found(run) => run,
         RunView::Missing => return Err(super::missing_task(core, caller, &id)),
     };

@@ -47,6 +47,10 @@ pub struct ToolOutcome {
     /// When `status` is `running` or `not_found`: exactly what to do next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// Why it is where it is, when that needs a name: `NoOperator` while a
+    /// running run has no operator to carry it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl ToolOutcome {
@@ -63,7 +67,21 @@ impl ToolOutcome {
             exit_code: None,
             poll_after_seconds: None,
             next: Some("Call the tool again, or find the id with list_tool_runs.".into()),
+            reason: None,
         }
+    }
+
+    /// The answer as seen with the operator `presence`: a running run says
+    /// that nobody carries it on when no operator leads, so an agent can
+    /// tell "slow" from "nobody is working" (as a workflow's answer does).
+    pub fn with_operator(mut self, presence: crate::operator_presence::Presence) -> Self {
+        if self.status == OutcomeStatus::Running
+            && let Some(message) = crate::contract::without_operator(&self.status_message, presence)
+        {
+            self.status_message = message;
+            self.reason = Some(crate::contract::NO_OPERATOR.to_string());
+        }
+        self
     }
 
     /// The answer as a tool result: text for people, the outcome as

@@ -10,18 +10,23 @@ use mining_api::Work as _;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::ResourceExt as _;
+use kube::api::{Patch, PatchParams};
 use mining_api::tool::MAX_ARGUMENTS_BYTES;
 use mining_api::{ToolRun, ToolRunSpec, annotations, labels};
 use rmcp::model::JsonObject;
 use serde_json::Value;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::cache::Entry;
-use crate::core::{Answer, Core};
-use crate::ids::{Caller, WorkflowId};
+use crate::contract::Progress;
+use crate::core::start::TOOL_RUN_ATTEMPTS;
+use crate::core::{Answer, Core, StartOptions, Unattended, WaitListener};
+use crate::ids::{Caller, WorkflowId, check_idempotency_key};
 use crate::metrics::ReasonLabels;
 use crate::quota;
+use crate::workflows::Created;
 use crate::workflows::MANAGER;
 use catalog::DefinedTool;
 
@@ -43,7 +48,7 @@ impl Core {
     /// holds first, then a workflow, then a run the watch has not brought yet.
     pub async fn find_task(&self, caller: &Caller, id_text: &str) -> Result<TaskView, String> {
         if let Entry::Found(run) = self.runs.get(id_text)
-            && self.owns_run(&run, caller)
+            && self.owns(&*run, caller)
         {
             return Ok(TaskView::Run(run));
         }
@@ -68,23 +73,41 @@ impl Core {
         tools
     }
 
-    /// Whether `caller` made `run` through this frontend: the caller label
-    /// is theirs and the run carries the frontend's proof for exactly that.
-    pub fn owns_run(&self, run: &ToolRun, caller: &Caller) -> bool {
-        run.caller_label()
-            .is_some_and(|label| self.keys.caller_labels(&caller.digest).iter().any(|l| l == label))
-            && self.keys.proves(run)
-    }
-
-    /// Checks a call's arguments against the tool and makes its run. The
-    /// error is the answer; nothing is created unless the call is valid
-    /// and within the caller's limits.
+    /// Checks a call's arguments against the tool and makes its run (or
+    /// finds the one `options.idempotency_key` already made). The error is
+    /// the answer; nothing is created unless the call is valid and within
+    /// the caller's limits. The call is one span of the caller's trace, and
+    /// the run keeps its traceparent, so the operator's reconciles join it.
     pub async fn start_run(
         &self,
         caller: &Caller,
         name: &str,
         tool: &DefinedTool,
         arguments: Option<JsonObject>,
+        options: StartOptions<'_>,
+    ) -> Result<Box<ToolRun>, Answer> {
+        let span = tracing::info_span!("call_tool", tool = name, trace_id = tracing::field::Empty);
+        if let Some(parent) = &options.trace {
+            telemetry::continue_trace(&span, parent);
+        }
+        let mut annotations = options.annotations.to_vec();
+        if let Some(own) = telemetry::traceparent_of(&span) {
+            span.record("trace_id", own.trace_id_hex());
+            annotations.push((annotations::TRACEPARENT, own.to_string()));
+        }
+        self.start_run_traced(caller, name, tool, arguments, options.idempotency_key, &annotations)
+            .instrument(span)
+            .await
+    }
+
+    async fn start_run_traced(
+        &self,
+        caller: &Caller,
+        name: &str,
+        tool: &DefinedTool,
+        arguments: Option<JsonObject>,
+        idempotency_key: Option<&str>,
+        annotations: &[(&str, String)],
     ) -> Result<Box<ToolRun>, Answer> {
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
@@ -97,6 +120,41 @@ impl Core {
         tool.input.check(&arguments).map_err(|why| {
             Answer::InvalidArguments(format!("the arguments do not match {name}'s inputSchema: {why}"))
         })?;
+        let Some(key) = idempotency_key else {
+            let id = WorkflowId::random(&self.keys, caller)
+                .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
+            return match self.create_run(caller, id, name, tool, &text, annotations).await? {
+                Created::New(run) => Ok(run),
+                // Only an 80-bit collision gets here; never hand over another run.
+                Created::Existing(_) => Err(Answer::Refused("the new run's id is taken; try again".into())),
+            };
+        };
+        check_idempotency_key(key).map_err(Answer::InvalidArguments)?;
+        let text = &text;
+        let create =
+            move |id| async move { self.create_run(caller, id, name, tool, text, annotations).await };
+        let (id, run) = self.start_idempotent(caller, key, &self.runs, TOOL_RUN_ATTEMPTS, create).await?;
+        if run.spec.tool != name || run.spec.arguments != *text {
+            return Err(Answer::InvalidArguments(format!(
+                "idempotency key {key:?} already made run {id} of {} with other arguments; use a new key \
+                 to call {name} with these",
+                run.spec.tool
+            )));
+        }
+        Ok(run)
+    }
+
+    /// Makes the run `id` within the tool's limit per caller and the
+    /// caller's quotas, both decided in the caller's ledger.
+    async fn create_run(
+        &self,
+        caller: &Caller,
+        id: WorkflowId,
+        name: &str,
+        tool: &DefinedTool,
+        text: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<Created<ToolRun>, Answer> {
         if let Some(limit) = tool.spec.max_running_per_caller {
             let unfinished = self
                 .keys
@@ -104,7 +162,7 @@ impl Core {
                 .iter()
                 .map(|label| {
                     self.runs.count_for(label, |run| {
-                        run.spec.tool == name && run.holds_place() && self.owns_run(run, caller)
+                        run.spec.tool == name && run.holds_place() && self.owns(run, caller)
                     })
                 })
                 .sum::<usize>();
@@ -116,8 +174,6 @@ impl Core {
                 )));
             }
         }
-        let id = WorkflowId::random(&self.keys, caller)
-            .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
         let owned = |workflow: &mining_api::MiningWorkflow| self.owns(workflow, caller);
         // Exact under bursts: decided in the caller's ledger, under its write precondition.
         let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
@@ -134,15 +190,13 @@ impl Core {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             return Err(Answer::Refused(refusal.to_string()));
         }
-        let run = self.build_run(caller, &id, name, tool, text);
-        let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-        match self.api_call("create", self.run_api.create(&params, &run)).await {
+        let run = self.build_run(caller, &id, name, tool, text.to_string(), annotations);
+        match self.api_call("create", crate::workflows::create(&self.run_api, &run)).await {
             Ok(created) => {
-                tracing::info!(run = %id, tool = name, caller = %caller.name, "tool run started");
-                Ok(Box::new(created))
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Err(Answer::Refused("the new run's id is taken; try again".into()))
+                if let Created::New(_) = &created {
+                    tracing::info!(run = %id, tool = name, caller = %caller.name, "tool run started");
+                }
+                Ok(created)
             }
             Err(err) => {
                 self.count_api_error("create");
@@ -152,7 +206,8 @@ impl Core {
     }
 
     /// The run a call makes: the tool's definition as it is now, the
-    /// arguments as validated, the caller's label, and the proof of it all.
+    /// arguments as validated, the caller's label, `annotations` (a trace,
+    /// a task's progress token), and the proof of it all.
     fn build_run(
         &self,
         caller: &Caller,
@@ -160,6 +215,7 @@ impl Core {
         name: &str,
         tool: &DefinedTool,
         arguments: String,
+        annotations: &[(&str, String)],
     ) -> ToolRun {
         let spec = ToolRunSpec {
             tool: name.to_string(),
@@ -178,8 +234,11 @@ impl Core {
             ]
             .into(),
         );
+        let kept = annotations.iter().map(|(key, value)| (key.to_string(), value.clone()));
+        run.metadata.annotations = Some(kept.collect());
+        // Last: the proof binds the annotations it covers (the progress token).
         let proof = self.keys.proof(&run);
-        run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
+        run.annotations_mut().insert(annotations::OWNER_PROOF.to_string(), proof);
         run
     }
 
@@ -189,10 +248,10 @@ impl Core {
             return Ok(RunView::Missing);
         };
         match self.runs.get(id.as_str()) {
-            Entry::Found(run) if self.owns_run(&run, caller) => Ok(RunView::Found(run)),
+            Entry::Found(run) if self.owns(&*run, caller) => Ok(RunView::Found(run)),
             Entry::Found(_) | Entry::Unreadable { .. } => Ok(RunView::Missing),
             Entry::Missing => match self.api_call("get", self.run_api.get_opt(id.as_str())).await {
-                Ok(Some(run)) if self.owns_run(&run, caller) => Ok(RunView::Found(Box::new(run))),
+                Ok(Some(run)) if self.owns(&run, caller) => Ok(RunView::Found(Box::new(run))),
                 Ok(_) => Ok(RunView::Missing),
                 Err(err) => {
                     self.count_api_error("get");
@@ -203,19 +262,21 @@ impl Core {
     }
 
     /// Waits until `deadline` for the caller's `latest` run to finish (or
-    /// until `gone` resolves); the run as last seen, `Missing` once deleted.
+    /// until the listener's client has gone); the run as last seen,
+    /// `Missing` once deleted. Each new status line or part count of a
+    /// running run goes to `listener` as progress (parts done of all).
     pub async fn wait_run(
         &self,
         caller: &Caller,
         mut latest: Box<ToolRun>,
         deadline: Instant,
-        gone: impl Future<Output = ()>,
+        listener: &mut impl WaitListener,
     ) -> RunView {
         let name = latest.metadata.name.clone().unwrap_or_default();
         let Ok(_slot) = self.waits.take(&caller.digest) else { return RunView::Found(latest) };
         let mut subscription = self.runs.subscribe(&name);
         let mut seen_in_cache = false;
-        let mut gone = std::pin::pin!(gone);
+        let mut reported = None;
         loop {
             match self.runs.get(&name) {
                 Entry::Found(run) => {
@@ -228,10 +289,18 @@ impl Core {
             if latest.is_finished() || Instant::now() >= deadline {
                 return RunView::Found(latest);
             }
+            if let Some((progress, message)) = running_progress(&latest)
+                && reported.as_ref() != Some(&message)
+            {
+                if !listener.progress(progress, &message).await {
+                    return RunView::Found(latest);
+                }
+                reported = Some(message);
+            }
             tokio::select! {
                 () = subscription.changed() => {}
                 () = tokio::time::sleep_until(deadline) => {}
-                () = &mut gone => return RunView::Found(latest),
+                () = listener.gone() => return RunView::Found(latest),
             }
         }
     }
@@ -264,7 +333,7 @@ impl Core {
             }
             tracing::info!(run = %name, caller = %caller.name, "tool run cancel requested");
         }
-        Ok(self.wait_run(caller, run, Instant::now() + confirm, std::future::pending()).await)
+        Ok(self.wait_run(caller, run, Instant::now() + confirm, &mut Unattended).await)
     }
 
     /// The caller's own runs, newest first (optionally of one tool).
@@ -275,7 +344,7 @@ impl Core {
             .iter()
             .flat_map(|label| self.runs.list_for(label))
             .filter_map(|entry| match entry {
-                Entry::Found(run) if self.owns_run(&run, caller) => Some(run),
+                Entry::Found(run) if self.owns(&*run, caller) => Some(run),
                 _ => None,
             })
             .filter(|run| tool.is_none_or(|tool| run.spec.tool == tool))
@@ -285,4 +354,22 @@ impl Core {
         runs.sort_by(|a, b| created(b).cmp(&created(a)).then_with(|| a.metadata.name.cmp(&b.metadata.name)));
         runs
     }
+}
+
+/// A running run's progress (parts done of all) and the message a client
+/// reads with it; `None` before it runs.
+fn running_progress(run: &ToolRun) -> Option<(Progress, String)> {
+    if run.phase() != mining_api::ToolRunPhase::Running {
+        return None;
+    }
+    let parts = u32::try_from(run.parts()).unwrap_or(1);
+    let done = run
+        .status
+        .as_ref()
+        .and_then(|s| s.progress.as_deref())
+        .and_then(|p| p.split_once('/'))
+        .and_then(|(done, _)| done.parse().ok())
+        .unwrap_or(0);
+    let message = contract::run_outcome(run, Timestamp::now()).status_message;
+    Some((Progress { blocks_done: done, blocks_total: parts }, message))
 }

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured};
-use cluster_tests::tools::{ALICE, IMAGE, call, define, listed_names, settle, setup, tool};
+use cluster_tests::tools::{ALICE, BOB, IMAGE, call, define, listed_names, settle, setup, setup_with, tool};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use mining_api::{McpTool, MiningWorkflow, ToolRun, ToolRunPhase, WorkflowPhase};
+use mining_api::{McpTool, MiningWorkflow, ToolRun, ToolRunPhase, Work as _, WorkflowPhase};
 use serde_json::{Value, json};
 
 /// Creates `value` as it is, bypassing the typed client (which could not
@@ -186,4 +186,58 @@ async fn a_tools_limit_per_caller_holds_under_a_burst() {
     let runs: Api<ToolRun> = ns.api();
     let made = runs.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(made.iter().filter(|run| run.spec.tool == "one-at-a-time").count(), 1);
+}
+
+/// One queue for every kind of work: with the one slot of the budget held
+/// by alice's tool run and another of hers waiting (older), the slot that
+/// frees goes to bob's workflow, and alice's next run waits its turn.
+#[tokio::test]
+async fn a_budget_full_of_one_callers_runs_serves_anothers_workflow_next() {
+    let (ns, _operator, frontend) = setup_with("tb-one-queue", &["--max-concurrent-work", "1"]).await;
+    let url = frontend.url();
+    define(&ns, &url, tool("slow-sum", 1, json!({}))).await;
+    let slow = json!({"numbers": [1], "delay_seconds": 600});
+    let first = call(Sdk::Python, &url, ALICE, "slow-sum", slow.clone()).await;
+    let first_id = first["workflow_id"].as_str().unwrap_or_else(|| panic!("{first:#}")).to_string();
+    let runs: Api<ToolRun> = ns.api();
+    eventually("alice's first run to hold the slot", Duration::from_secs(60), || async {
+        (runs.get(&first_id).await.ok()?.phase() == ToolRunPhase::Running).then_some(())
+    })
+    .await;
+    let second = call(Sdk::Python, &url, ALICE, "slow-sum", slow).await;
+    let second_id = second["workflow_id"].as_str().unwrap_or_else(|| panic!("{second:#}")).to_string();
+    let started = call(
+        Sdk::Python,
+        &url,
+        BOB,
+        "start_mining",
+        json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0}),
+    )
+    .await;
+    let bob_id = started["workflow_id"].as_str().unwrap_or_else(|| panic!("{started:#}")).to_string();
+    let workflows: Api<MiningWorkflow> = ns.api();
+    let queued = eventually("bob's workflow to say it is queued", Duration::from_secs(30), || async {
+        let workflow = workflows.get(&bob_id).await.ok()?;
+        let message = workflow.status.as_ref()?.message.clone()?;
+        message.starts_with("queued").then_some(message)
+    })
+    .await;
+    assert!(queued.contains("slots (workflows and tool runs) are taken"), "{queued}");
+    assert_eq!(runs.get(&second_id).await.unwrap().phase(), ToolRunPhase::Pending);
+
+    let cancelled = call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": first_id})).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+    eventually("bob's workflow to take the freed slot", Duration::from_secs(60), || async {
+        workflows.get(&bob_id).await.ok()?.is_finished().then_some(())
+    })
+    .await;
+    assert_eq!(workflows.get(&bob_id).await.unwrap().phase(), WorkflowPhase::Succeeded);
+    let waiting = runs.get(&second_id).await.unwrap();
+    assert!(
+        waiting.phase() == ToolRunPhase::Pending
+            || waiting.status.as_ref().and_then(|s| s.started_at.clone())
+                > workflows.get(&bob_id).await.unwrap().status.and_then(|s| s.started_at),
+        "alice's older run went first: {:?}",
+        waiting.status
+    );
 }
