@@ -3,7 +3,8 @@
 //   node ts-client.mjs URL tools
 //   node ts-client.mjs URL call TOOL 'JSON-ARGUMENTS'
 // The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks
-// for progress notifications. Prints one JSON document on stdout:
+// for progress notifications, and $MCP_META (a JSON object) goes in the
+// call's _meta. Prints one JSON document on stdout:
 // {tools} | {result, progress} | {error: {code, message}}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -29,7 +30,11 @@ try {
     if (process.env.MCP_PROGRESS === "1") {
       options.onprogress = (p) => progress.push(p);
     }
-    const result = await client.callTool({ name: tool, arguments: JSON.parse(json ?? "{}") }, undefined, options);
+    const params = { name: tool, arguments: JSON.parse(json ?? "{}") };
+    if (process.env.MCP_META) {
+      params._meta = JSON.parse(process.env.MCP_META);
+    }
+    const result = await client.callTool(params, undefined, options);
     print({ result, progress });
   } else {
     throw new Error(`unknown command ${command}`);

@@ -241,3 +241,67 @@ async fn a_budget_full_of_one_callers_runs_serves_anothers_workflow_next() {
         waiting.status
     );
 }
+
+/// A retry of a tool call with the same idempotency key (in `_meta`, from
+/// the official TypeScript SDK) finds the first call's run instead of
+/// making a second; the same key with other arguments is refused, and the
+/// key names another id for `start_mining`. While the call waits, the
+/// tool's status lines arrive as `notifications/progress`.
+#[tokio::test]
+async fn a_retried_tool_call_finds_its_run_and_its_wait_reports_progress() {
+    let (ns, _operator, frontend) = setup("tb-retry").await;
+    let url = frontend.url();
+    define(&ns, &url, tool("retry-sum", 20, json!({}))).await;
+    let call_with_key = |arguments: Value, progress: bool| {
+        let url = url.clone();
+        async move {
+            let mut command = Sdk::TypeScript.command(
+                &url,
+                ALICE,
+                progress,
+                &["call", "retry-sum", &arguments.to_string()],
+            );
+            command.env("MCP_META", json!({"mining-operator.dev/idempotency-key": "retry-1"}).to_string());
+            cluster_tests::mcp::collect(Sdk::TypeScript, command.spawn().unwrap()).await
+        }
+    };
+    let first = call_with_key(json!({"numbers": [1, 2], "delay_seconds": 25}), true).await;
+    let first_id =
+        structured(&first)["workflow_id"].as_str().unwrap_or_else(|| panic!("{first:#}")).to_string();
+    let lines: Vec<String> = first["progress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        lines.iter().any(|line| line.contains("adding:")),
+        "the tool's status line as progress: {first:#}"
+    );
+
+    let retried = call_with_key(json!({"numbers": [1, 2], "delay_seconds": 25}), false).await;
+    assert_eq!(structured(&retried)["workflow_id"], first_id.as_str(), "{retried:#}");
+    let runs: Api<ToolRun> = ns.api();
+    let made = runs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(made.iter().filter(|run| run.spec.tool == "retry-sum").count(), 1, "one run for two calls");
+    let run = made.iter().find(|run| run.spec.tool == "retry-sum").unwrap();
+    assert!(run.annotation(mining_api::annotations::TRACEPARENT).is_some(), "the run joins the call's trace");
+
+    let other = call_with_key(json!({"numbers": [5]}), false).await;
+    assert!(other.to_string().contains("with other arguments"), "{other:#}");
+    let mut mining = Sdk::TypeScript.command(
+        &url,
+        ALICE,
+        false,
+        &[
+            "call",
+            "start_mining",
+            &json!({"difficulty": 4, "blocks": 1, "idempotency_key": "retry-1"}).to_string(),
+        ],
+    );
+    mining.env("MCP_META", "{}");
+    let mined = cluster_tests::mcp::collect(Sdk::TypeScript, mining.spawn().unwrap()).await;
+    let mined_id =
+        structured(&mined)["workflow_id"].as_str().unwrap_or_else(|| panic!("{mined:#}")).to_string();
+    assert_ne!(mined_id, first_id, "one key, one id per kind");
+}
