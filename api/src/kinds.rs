@@ -34,6 +34,24 @@ impl ToolRunPhase {
     }
 }
 
+/// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
+/// `spec.ttlSecondsAfterFinished`), read the same way.
+macro_rules! common_fields {
+    () => {
+        fn lifecycle(&self) -> Lifecycle {
+            self.phase().lifecycle()
+        }
+
+        fn cancel_requested(&self) -> bool {
+            self.spec.cancel
+        }
+
+        fn ttl_seconds_after_finished(&self) -> Option<i64> {
+            self.spec.ttl_seconds_after_finished
+        }
+    };
+}
+
 /// The spec fields a workflow's proof binds, in declaration order.
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -101,17 +119,7 @@ impl Work for MiningWorkflow {
         ]
     }
 
-    fn lifecycle(&self) -> Lifecycle {
-        self.phase().lifecycle()
-    }
-
-    fn cancel_requested(&self) -> bool {
-        self.spec.cancel
-    }
-
-    fn ttl_seconds_after_finished(&self) -> Option<i64> {
-        self.spec.ttl_seconds_after_finished
-    }
+    common_fields!();
 }
 
 /// The request a tool run's proof binds: the tool, the arguments and the
@@ -187,17 +195,7 @@ impl Work for ToolRun {
         vec![serde_json::to_vec(&document).unwrap_or_default()]
     }
 
-    fn lifecycle(&self) -> Lifecycle {
-        self.phase().lifecycle()
-    }
-
-    fn cancel_requested(&self) -> bool {
-        self.spec.cancel
-    }
-
-    fn ttl_seconds_after_finished(&self) -> Option<i64> {
-        self.spec.ttl_seconds_after_finished
-    }
+    common_fields!();
 }
 
 #[cfg(test)]

@@ -69,13 +69,7 @@ pub(crate) fn detailed_json(
 
 /// [`detailed_json`] of a tool run.
 pub(crate) fn detailed_run_json(core: &Core, run: &mining_api::ToolRun) -> (TaskState, serde_json::Value) {
-    let task = run_snapshot(
-        run,
-        Timestamp::now(),
-        Generation::Extension2026,
-        core.default_ttl_seconds,
-        core.operator_presence(),
-    );
+    let task = run_task(core, run);
     let state = task.state;
     (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
 }
@@ -123,13 +117,7 @@ pub(crate) async fn start_tool_task(
     let tool = core.catalog.get(name)?;
     Some(match core.start_run(caller, name, &tool, arguments, options).await {
         Ok(run) => {
-            let task = run_snapshot(
-                &run,
-                Timestamp::now(),
-                Generation::Extension2026,
-                core.default_ttl_seconds,
-                core.operator_presence(),
-            );
+            let task = run_task(core, &run);
             (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
         }
         Err(answer) => {
@@ -144,13 +132,7 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
         core.find_task(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))?;
     let view = match found {
         TaskView::Run(run) => {
-            let task = run_snapshot(
-                &run,
-                Timestamp::now(),
-                Generation::Extension2026,
-                core.default_ttl_seconds,
-                core.operator_presence(),
-            );
+            let task = run_task(core, &run);
             return Ok(GetTaskResult::new(detailed(task)));
         }
         TaskView::Workflow(view) => view,
@@ -229,6 +211,17 @@ pub async fn mirror_task_id_header(
         request.headers_mut().insert("mcp-name", value);
     }
     next.run(request).await
+}
+
+/// A run as a 2026-07-28 task, now, as this replica sees the operator.
+fn run_task(core: &Core, run: &mining_api::ToolRun) -> TaskSnapshot {
+    run_snapshot(
+        run,
+        Timestamp::now(),
+        Generation::Extension2026,
+        core.default_ttl_seconds,
+        core.operator_presence(),
+    )
 }
 
 #[cfg(test)]
