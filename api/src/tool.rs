@@ -71,10 +71,13 @@ pub const MAX_WAIT_BUDGET_SECONDS: u32 = 3600;
     doc = "A container image as a durable MCP tool: each call runs one Job from this template. The resource name is the tool's name.",
     plural = "mcptools",
     namespaced,
+    status = "McpToolStatus",
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name":"Wait","type":"integer","jsonPath":".spec.waitBudgetSeconds"}"#,
     printcolumn = r#"{"name":"Parts","type":"integer","jsonPath":".spec.jobTemplate.spec.completions"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"Description","type":"string","jsonPath":".spec.description","priority":1}"#
+    printcolumn = r#"{"name":"Description","type":"string","jsonPath":".spec.description","priority":1}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].message","priority":1}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct McpToolSpec {
@@ -112,6 +115,28 @@ pub struct McpToolSpec {
     #[schemars(schema_with = "any_object")]
     #[serde(deserialize_with = "crate::tool_template::lenient_template")]
     pub job_template: JobTemplateSpec,
+}
+
+/// Whether the MCP frontend offers a definition, and why not: what a tool
+/// author reads with `kubectl get mcptools` (a refused definition is
+/// otherwise visible only in a frontend's log).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpToolStatus {
+    /// `Accepted`: True when the tool is offered, False with reason
+    /// `Invalid` and the cause in the message when it is not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub conditions: Vec<crate::Condition>,
+}
+
+/// The condition an McpTool's status reports, and its reasons.
+pub mod tool_conditions {
+    pub const ACCEPTED: &str = "Accepted";
+    /// The frontend offers the tool.
+    pub const REASON_ACCEPTED: &str = "Accepted";
+    /// The definition is refused; the message says why.
+    pub const REASON_INVALID: &str = "Invalid";
 }
 
 /// One call of an `McpTool`, made by the MCP frontend. The name is the

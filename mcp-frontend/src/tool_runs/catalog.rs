@@ -1,8 +1,10 @@
 //! The tools defined as `McpTool`s in the namespace the frontend serves,
 //! from one watch on every replica: they appear and disappear as their
 //! objects do. Each definition is checked and its input schema compiled
-//! once, when it arrives; one that is unbounded or broken is not offered
-//! (and the log says why), so no definition can fail the others.
+//! once, when it arrives; one that is unbounded or broken is not offered,
+//! so no definition can fail the others. Either way its status says so
+//! (condition `Accepted`, with the cause when False), so its author reads it
+//! with `kubectl get mcptools` instead of in a frontend's log.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +53,7 @@ impl ToolCatalog {
         let catalog =
             Arc::new(Self { live: RwLock::new(Arc::default()), ready: AtomicBool::new(false), reserved });
         let runner = catalog.clone();
+        let statuses = StatusWriter::new(api.clone());
         let run = async move {
             let events = watcher(api, watcher::Config::default().page_size(50)).default_backoff();
             let mut events = std::pin::pin!(events);
@@ -61,7 +64,7 @@ impl ToolCatalog {
                     Ok(watcher::Event::Init) => listing = Some(Tools::new()),
                     Ok(watcher::Event::InitApply(tool)) => {
                         if let Some(listing) = listing.as_mut() {
-                            runner.add(listing, &tool);
+                            statuses.tell(&tool, runner.add(listing, &tool));
                         }
                     }
                     Ok(watcher::Event::InitDone) => {
@@ -73,8 +76,9 @@ impl ToolCatalog {
                     Ok(watcher::Event::Apply(tool)) => {
                         let mut next = (*runner.read()).clone();
                         next.remove(tool.metadata.name.as_deref().unwrap_or_default());
-                        runner.add(&mut next, &tool);
+                        let verdict = runner.add(&mut next, &tool);
                         *runner.write() = Arc::new(next);
+                        statuses.tell(&tool, verdict);
                     }
                     Ok(watcher::Event::Delete(tool)) => {
                         let mut next = (*runner.read()).clone();
@@ -96,7 +100,7 @@ impl ToolCatalog {
         let catalog = Self { live: RwLock::new(Arc::default()), ready: AtomicBool::new(true), reserved };
         let mut listing = Tools::new();
         for tool in tools {
-            catalog.add(&mut listing, tool);
+            let _ = catalog.add(&mut listing, tool);
         }
         *catalog.write() = Arc::new(listing);
         catalog
@@ -110,17 +114,22 @@ impl ToolCatalog {
         self.live.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn add(&self, listing: &mut Tools, tool: &McpTool) {
+    /// Offers `tool` in `listing` when its definition is good; the verdict.
+    fn add(&self, listing: &mut Tools, tool: &McpTool) -> Result<(), String> {
         let name = tool.metadata.name.clone().unwrap_or_default();
         if listing.len() >= MAX_TOOLS {
             tracing::warn!(tool = %name, max = MAX_TOOLS, "not offering an McpTool: too many tools are defined");
-            return;
+            return Err(format!("too many tools are defined (this frontend offers at most {MAX_TOOLS})"));
         }
         match define(&name, &tool.spec, &self.reserved) {
             Ok(defined) => {
                 listing.insert(name, Arc::new(defined));
+                Ok(())
             }
-            Err(why) => tracing::warn!(tool = %name, %why, "not offering an McpTool"),
+            Err(why) => {
+                tracing::warn!(tool = %name, %why, "not offering an McpTool");
+                Err(why)
+            }
         }
     }
 
@@ -145,6 +154,87 @@ impl ToolCatalog {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
+}
+
+/// Writes each definition's verdict into its status when it differs from
+/// what the status says (a few writes at once; a failed one is logged and
+/// written again with the object's next change or the next start).
+struct StatusWriter {
+    api: Api<McpTool>,
+    writes: Arc<tokio::sync::Semaphore>,
+}
+
+/// Status writes in flight at once, per replica.
+const STATUS_WRITES: usize = 4;
+
+impl StatusWriter {
+    fn new(api: Api<McpTool>) -> Self {
+        Self { api, writes: Arc::new(tokio::sync::Semaphore::new(STATUS_WRITES)) }
+    }
+
+    fn tell(&self, tool: &McpTool, verdict: Result<(), String>) {
+        let Some(condition) = accepted_condition(tool, &verdict, k8s_openapi::jiff::Timestamp::now()) else {
+            return;
+        };
+        let name = tool.metadata.name.clone().unwrap_or_default();
+        let (api, writes) = (self.api.clone(), self.writes.clone());
+        tokio::spawn(async move {
+            let Ok(_permit) = writes.acquire().await else { return };
+            let body = serde_json::json!({
+                "apiVersion": <McpTool as kube::Resource>::api_version(&()),
+                "kind": <McpTool as kube::Resource>::kind(&()),
+                "status": {"conditions": [condition]},
+            });
+            let params = kube::api::PatchParams::apply(crate::workflows::MANAGER).force();
+            let patch = kube::api::Patch::Apply(body);
+            let write = api.patch_status(&name, &params, &patch);
+            match tokio::time::timeout(crate::workflows::API_TIMEOUT, write).await {
+                Ok(Ok(_)) => tracing::debug!(tool = %name, "wrote the McpTool's Accepted condition"),
+                Ok(Err(err)) => {
+                    tracing::warn!(tool = %name, error = %err, "writing an McpTool's status failed")
+                }
+                Err(_) => tracing::warn!(tool = %name, "writing an McpTool's status timed out"),
+            }
+        });
+    }
+}
+
+/// The `Accepted` condition `verdict` calls for, when the status does not
+/// say it already (pure): the time moves only when the status flips, so a
+/// restart or another replica rewrites nothing.
+pub fn accepted_condition(
+    tool: &McpTool,
+    verdict: &Result<(), String>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<mining_api::Condition> {
+    use mining_api::tool::tool_conditions::{ACCEPTED, REASON_ACCEPTED, REASON_INVALID};
+    use mining_api::{Condition, ConditionStatus};
+    let (status, reason, message) = match verdict {
+        Ok(()) => (ConditionStatus::True, REASON_ACCEPTED, "offered as an MCP tool".to_string()),
+        Err(why) => (ConditionStatus::False, REASON_INVALID, mining_api::pow::clip(why, 1024).to_string()),
+    };
+    let generation = tool.metadata.generation;
+    let current = tool.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == ACCEPTED));
+    if let Some(current) = current
+        && current.status == status
+        && current.reason == reason
+        && current.message == message
+        && current.observed_generation == generation
+    {
+        return None;
+    }
+    let last_transition_time = match current {
+        Some(current) if current.status == status => current.last_transition_time.clone(),
+        _ => k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    };
+    Some(Condition {
+        type_: ACCEPTED.into(),
+        status,
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    })
 }
 
 /// The tool a definition offers, or why it offers none (pure).
@@ -178,4 +268,42 @@ pub fn define(name: &str, spec: &McpToolSpec, reserved: &[String]) -> Result<Def
         spec: spec.clone(),
         output_schema: output.map(|schema| Value::Object(schema).to_string()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+    use mining_api::ConditionStatus;
+
+    use super::*;
+
+    fn tool() -> McpTool {
+        let mut tool = McpTool::new(
+            "sum",
+            serde_json::from_value(serde_json::json!({
+                "description": "Adds.", "inputSchema": {"type": "object"},
+                "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}},
+            }))
+            .unwrap(),
+        );
+        tool.metadata.generation = Some(3);
+        tool
+    }
+
+    #[test]
+    fn the_status_says_whether_a_tool_is_offered_and_is_written_only_when_that_changes() {
+        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let mut tool = tool();
+        let accepted = accepted_condition(&tool, &Ok(()), at(0)).expect("no status yet");
+        assert_eq!((accepted.status, accepted.observed_generation), (ConditionStatus::True, Some(3)));
+        tool.status = Some(mining_api::tool::McpToolStatus { conditions: vec![accepted.clone()] });
+        assert_eq!(accepted_condition(&tool, &Ok(()), at(5)), None, "the same verdict writes nothing");
+        let refused = accepted_condition(&tool, &Err("inputSchema is larger".into()), at(9)).unwrap();
+        assert_eq!((refused.status, refused.reason.as_str()), (ConditionStatus::False, "Invalid"));
+        assert_eq!(refused.message, "inputSchema is larger");
+        assert_eq!(refused.last_transition_time.0, at(9), "a flip moves the time");
+        tool.metadata.generation = Some(4);
+        let again = accepted_condition(&tool, &Ok(()), at(12)).expect("a new generation is told again");
+        assert_eq!(again.last_transition_time.0, at(0), "no flip keeps the time");
+    }
 }

@@ -60,7 +60,12 @@ async fn planted_pods_of_700_kib_grow_no_operator_replica_and_no_restart_relists
     let ns = TestNamespace::new("bounds-pods").await;
     install_crd(&ns.client).await;
     let running = OperatorProcess::start(&ns.name, &[]);
-    assert_eq!(running.get("/readyz").await.0, 200);
+    // Ready once its caches have synced, which a loaded machine may take a
+    // moment for: waited for, not assumed.
+    eventually("the operator to be ready", Duration::from_secs(60), || async {
+        (running.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
     let idle = resident_mib(running.pid());
     let pods: Api<Pod> = ns.api();
     create_all(&pods, (0..150).map(|i| planted_pod(&format!("planted-{i}"))).collect()).await;
