@@ -58,6 +58,22 @@ async fn arguments_reach_the_tool_as_validated_and_no_definition_can_fail_the_ot
     .await;
     assert!(!names.contains(&"ill-typed".to_string()), "{names:?}");
     assert!(!names.contains(&"shell-sum".to_string()), "a command line made of the arguments: {names:?}");
+    // Their authors read the verdicts with `kubectl get mcptools`.
+    let accepted = |name: &'static str| {
+        let tools = tools.clone();
+        async move {
+            let tool = tools.get(name).await.ok()?;
+            let condition = tool.status?.conditions.into_iter().find(|c| c.type_ == "Accepted")?;
+            Some((condition.status, condition.message))
+        }
+    };
+    let (status, _) =
+        eventually("keyed-sum's verdict", Duration::from_secs(30), || accepted("keyed-sum")).await;
+    assert_eq!(status, mining_api::ConditionStatus::True);
+    let (status, why) =
+        eventually("shell-sum's verdict", Duration::from_secs(30), || accepted("shell-sum")).await;
+    assert_eq!(status, mining_api::ConditionStatus::False);
+    assert!(why.contains("command line"), "{why}");
 
     let label = "$(API_KEY) $$(API_KEY) $(MCP_TOOL_RUN) $";
     let done =
