@@ -611,3 +611,6 @@ mod tests {
         assert_eq!(job_state(&run, Some(&replaced)), JobState::Foreign);
     }
 }
+
+#[cfg(test)]
+mod reconcile_tests;

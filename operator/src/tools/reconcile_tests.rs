@@ -1,0 +1,247 @@
+//! The order of a tool run reconcile's calls against a scripted API server
+//! (a mock only for the order; the behaviour is tested on the real one):
+//! admit, a status written under a precondition, cancel, a foreign Job.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response};
+use kube::client::Body;
+use kube::runtime::reflector;
+use mining_api::ownership::OwnershipKeys;
+use mining_api::testing::{ToolRunExt, tool_run};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::admission::Budget;
+use crate::memory::Memory;
+use crate::parties::Parties;
+use crate::queue::{Wakers, WorkQueue};
+
+const RUNS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/toolruns";
+const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
+const SECRETS: &str = "/api/v1/namespaces/ns/secrets";
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
+
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    path: String,
+    query: String,
+    body: Value,
+}
+
+type Log = Arc<Mutex<Vec<Call>>>;
+
+/// What the scripted API server holds: the run's Job, if any, and whether
+/// a status write meets a newer version (409).
+#[derive(Clone, Default)]
+struct Script {
+    job: Option<Value>,
+    status_conflicts: bool,
+}
+
+fn answer(script: &Script, call: &Call) -> (u16, Value) {
+    let not_found =
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound"});
+    let created = |body: &Value, uid: &str| {
+        let mut object = body.clone();
+        object["metadata"]["uid"] = json!(uid);
+        object
+    };
+    match call.method.as_str() {
+        "GET" if call.path.starts_with(JOBS) => match &script.job {
+            Some(job) => (200, job.clone()),
+            None => (404, not_found),
+        },
+        "GET" if call.path == PODS => {
+            (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}))
+        }
+        "POST" if call.path == SECRETS => (201, created(&call.body, "secret-uid")),
+        "POST" if call.path == JOBS => (201, created(&call.body, "job-uid")),
+        "POST" if call.path == EVENTS => (201, call.body.clone()),
+        "DELETE" if call.path.starts_with(JOBS) => {
+            (200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))
+        }
+        "PATCH" if call.path.starts_with(RUNS) && call.path.ends_with("/status") => {
+            if script.status_conflicts {
+                let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "Conflict"});
+                return (409, conflict);
+            }
+            let mut written = serde_json::to_value(run_of(&keys())).unwrap();
+            written["metadata"]["resourceVersion"] = json!("8");
+            written["status"] = call.body["status"].clone();
+            (200, written)
+        }
+        _ => (404, not_found),
+    }
+}
+
+fn scripted_client(log: Log, script: Script) -> Client {
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let (log, script) = (log.clone(), script.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let call = Call {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            let (code, reply) = answer(&script, &call);
+            log.lock().unwrap().push(call);
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    Client::new(service, "ns")
+}
+
+fn keys() -> OwnershipKeys {
+    OwnershipKeys::new(vec![4; 32], None).unwrap()
+}
+
+/// A waiting run the frontend proved, as the cache holds it (version 7).
+fn run_of(keys: &OwnershipKeys) -> ToolRun {
+    let mut run = tool_run("mw-run", "sum").with_caller("alice");
+    run.metadata.resource_version = Some("7".into());
+    let proof = keys.proof(&run);
+    run.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
+    run
+}
+
+struct Scenario {
+    log: Log,
+    ctx: Arc<ToolContext>,
+}
+
+impl Scenario {
+    fn new(run: &ToolRun, script: Script) -> Self {
+        let log = Log::default();
+        let client = scripted_client(log.clone(), script);
+        let (runs, mut writer) = reflector::store::<ToolRun>();
+        writer.apply_watcher_event(&watcher::Event::Apply(run.clone()));
+        let (workflows, _) = reflector::store::<mining_api::MiningWorkflow>();
+        let queue = Arc::new(WorkQueue {
+            workflows,
+            runs,
+            parties: Parties::new(Some(keys())),
+            memory: Arc::new(Memory::default()),
+            budget: Budget { total: 2, workflows: 2, tool_runs: 2 },
+            wakers: Wakers {
+                workflows: futures::channel::mpsc::unbounded().0,
+                runs: futures::channel::mpsc::unbounded().0,
+            },
+        });
+        let ctx = Arc::new(ToolContext {
+            client,
+            keys: Some(keys()),
+            leadership: Leadership::alone(),
+            default_ttl_seconds: 60,
+            metrics: Arc::new(Metrics::default()),
+            queue,
+            instance: "operator-0".into(),
+        });
+        Self { log, ctx }
+    }
+
+    async fn reconcile(&self, run: &ToolRun) -> Requeue {
+        reconcile(Arc::new(run.clone()), self.ctx.clone()).await.expect("the reconcile succeeds")
+    }
+
+    /// "METHOD path" of each call, Events left out (they go out on a task).
+    fn calls(&self) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|c| c.path != EVENTS)
+            .map(|c| {
+                format!("{} {}", c.method, c.path.trim_start_matches("/apis").trim_start_matches("/api"))
+            })
+            .collect()
+    }
+
+    fn status_write(&self) -> Call {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .find(|c| c.method == "PATCH" && c.path.ends_with("/status"))
+            .cloned()
+            .expect("a status write")
+    }
+}
+
+#[tokio::test]
+async fn an_admitted_run_gets_its_secret_then_its_job_then_a_preconditioned_status() {
+    let run = run_of(&keys());
+    let scenario = Scenario::new(&run, Script::default());
+    scenario.reconcile(&run).await;
+    assert_eq!(
+        scenario.calls(),
+        [
+            "GET /batch/v1/namespaces/ns/jobs/mw-run",
+            "POST /v1/namespaces/ns/secrets",
+            "POST /batch/v1/namespaces/ns/jobs",
+            "PATCH /mining-operator.dev/v1alpha1/namespaces/ns/toolruns/mw-run/status",
+        ]
+    );
+    let write = scenario.status_write();
+    // Lost guarantee 1: a server-side apply under the operator's field
+    // manager, only on the version the plan was made from.
+    assert_eq!(write.body["metadata"]["resourceVersion"], "7", "{:#}", write.body);
+    assert!(write.query.contains("fieldManager=mining-operator"), "{}", write.query);
+    assert_eq!(write.body["status"]["phase"], "Running");
+    assert_eq!(write.body["status"]["jobUid"], "job-uid");
+    // The queue counts what was written, whatever the cache says.
+    let standings = scenario.ctx.queue.memory.written_standings();
+    assert_eq!(standings["uid-mw-run"].phase, mining_api::Lifecycle::Active);
+}
+
+#[tokio::test]
+async fn a_status_write_that_meets_a_newer_version_is_planned_again_and_counts_nothing() {
+    let run = run_of(&keys());
+    let scenario = Scenario::new(&run, Script { status_conflicts: true, ..Script::default() });
+    let requeue = scenario.reconcile(&run).await;
+    assert_eq!(requeue, Requeue::requeue(REPLAN_AFTER));
+    assert!(scenario.ctx.queue.memory.written_standings().is_empty());
+}
+
+#[tokio::test]
+async fn a_cancelled_run_stops_its_job_before_its_status_says_so() {
+    let mut run = run_of(&keys());
+    run.spec.cancel = true;
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Running),
+        job_uid: Some("job-uid".into()),
+        ..Default::default()
+    });
+    let job = serde_json::to_value(job::job_for_run(&run).unwrap()).unwrap();
+    let mut job = job;
+    job["metadata"]["uid"] = json!("job-uid");
+    job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
+        "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
+    let scenario = Scenario::new(&run, Script { job: Some(job), ..Script::default() });
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    let delete = calls.iter().position(|c| c.starts_with("DELETE /batch/v1/namespaces/ns/jobs/mw-run"));
+    let status = calls.iter().position(|c| c.ends_with("/status"));
+    assert!(delete.is_some() && delete < status, "{calls:#?}");
+    assert_eq!(scenario.status_write().body["status"]["phase"], "Cancelled");
+}
+
+#[tokio::test]
+async fn a_job_the_run_does_not_control_fails_the_run_and_is_left_alone() {
+    let run = run_of(&keys());
+    let planted = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "mw-run", "namespace": "ns", "uid": "planted"},
+        "spec": {"template": {"spec": {"containers": [{"name": "x", "image": "attacker"}]}}}});
+    let scenario = Scenario::new(&run, Script { job: Some(planted), ..Script::default() });
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("DELETE") || c.starts_with("POST")), "{calls:#?}");
+    assert_eq!(scenario.status_write().body["status"]["phase"], "Failed");
+}
