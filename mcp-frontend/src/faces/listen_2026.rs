@@ -65,6 +65,9 @@ pub struct ListenRequest {
     pub task_ids: Option<Vec<String>>,
     /// The request declares the Tasks extension among its client capabilities.
     pub declares_tasks: bool,
+    /// `notifications.toolsListChanged: true`: told when the tools change
+    /// (an `McpTool` defined, edited or deleted).
+    pub tools_list_changed: bool,
 }
 
 /// Reads a listen's params, or the error that refuses it (pure).
@@ -103,7 +106,8 @@ pub fn parse_listen(params: &Value) -> Result<ListenRequest, McpError> {
         .and_then(|meta| meta.get(CLIENT_CAPABILITIES))
         .and_then(|capabilities| serde_json::from_value::<ClientCapabilities>(capabilities.clone()).ok())
         .is_some_and(|capabilities| capabilities.supports_tasks());
-    Ok(ListenRequest { task_ids, declares_tasks })
+    let tools_list_changed = notifications.get("toolsListChanged").and_then(Value::as_bool).unwrap_or(false);
+    Ok(ListenRequest { task_ids, declares_tasks, tools_list_changed })
 }
 
 /// The error for task notifications asked without the extension declared.
@@ -138,12 +142,16 @@ pub fn tagged(method: &str, mut params: Value, subscription: &Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
 
-/// The acknowledgement: the task ids this listen will be told about (pure).
-pub fn acknowledgement(accepted: Option<&[String]>, subscription: &Value) -> Value {
-    let notifications = match accepted {
+/// The acknowledgement: the task ids this listen will be told about, and
+/// whether tool list changes are (pure).
+pub fn acknowledgement(accepted: Option<&[String]>, tools_list_changed: bool, subscription: &Value) -> Value {
+    let mut notifications = match accepted {
         Some(ids) => json!({"taskIds": ids}),
         None => json!({}),
     };
+    if tools_list_changed {
+        notifications["toolsListChanged"] = json!(true);
+    }
     tagged("notifications/subscriptions/acknowledged", json!({"notifications": notifications}), subscription)
 }
 
@@ -182,7 +190,7 @@ pub async fn answer_listens(State(state): State<ListenState>, request: Request, 
         Err(error) => return json_response(response_json(&id, Err(error))),
     };
     let (sender, mut receiver) = mpsc::channel::<Value>(8);
-    tokio::spawn(run_listen(state, caller, id, listen.task_ids, sender));
+    tokio::spawn(run_listen(state, caller, id, listen, sender));
     // The first message is the refusal (a response) or the acknowledgement.
     let Some(first) = receiver.recv().await else {
         return json_response(json!({"jsonrpc": "2.0", "id": Value::Null,
@@ -243,10 +251,13 @@ async fn run_listen(
     state: ListenState,
     caller: Caller,
     id: Value,
-    task_ids: Option<Vec<String>>,
+    listen: ListenRequest,
     sender: mpsc::Sender<Value>,
 ) {
+    let ListenRequest { task_ids, tools_list_changed, .. } = listen;
     let core = &*state.core;
+    // Subscribed before the acknowledgement, so no change after it is missed.
+    let mut tool_changes = tools_list_changed.then(|| core.catalog.subscribe());
     let _slot = match core.listens.take(&caller.digest) {
         Ok(slot) => slot,
         Err(cap) => {
@@ -281,7 +292,8 @@ async fn run_listen(
             done: false,
         });
     }
-    if sender.send(acknowledgement(task_ids.as_ref().map(|_| accepted.as_slice()), &id)).await.is_err() {
+    let accepted = task_ids.as_ref().map(|_| accepted.as_slice());
+    if sender.send(acknowledgement(accepted, tools_list_changed, &id)).await.is_err() {
         return;
     }
     tracing::debug!(tasks = followed.len(), "listen opened");
@@ -293,7 +305,7 @@ async fn run_listen(
                 return;
             }
         }
-        if !followed.is_empty() && followed.iter().all(|task| task.done) {
+        if !followed.is_empty() && followed.iter().all(|task| task.done) && tool_changes.is_none() {
             let _ = sender.send(closing(&id)).await;
             return;
         }
@@ -308,8 +320,23 @@ async fn run_listen(
             }
             futures::future::select_all(changes.iter_mut()).await;
         };
+        let tools_changed = async {
+            let gone = match tool_changes.as_mut() {
+                Some(changes) => changes.changed().await.is_err(),
+                None => true,
+            };
+            if gone {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = any_change => {}
+            () = tools_changed => {
+                let notification = tagged("notifications/tools/list_changed", json!({}), &id);
+                if sender.send(notification).await.is_err() {
+                    return;
+                }
+            }
             () = sender.closed() => return,
             () = state.stopping.cancelled() => {
                 let _ = sender.send(closing(&id)).await;

@@ -21,6 +21,8 @@ fn a_listen_names_tasks_once_each_and_says_whether_it_declared_the_extension() {
 
     let no_tasks = parse_listen(&json!({"notifications": {"toolsListChanged": true}})).unwrap();
     assert_eq!(no_tasks.task_ids, None, "tasks were not asked for");
+    assert!(no_tasks.tools_list_changed, "tool list changes were");
+    assert!(!listen.tools_list_changed);
 }
 
 #[test]
@@ -52,14 +54,16 @@ fn the_missing_capability_error_names_the_extension() {
 #[test]
 fn every_message_of_a_listen_carries_its_id() {
     let id = json!(7);
-    let ack = acknowledgement(Some(&["mw-a".to_string()]), &id);
+    let ack = acknowledgement(Some(&["mw-a".to_string()]), false, &id);
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["notifications"], json!({"taskIds": ["mw-a"]}));
     assert_eq!(ack["params"]["_meta"][SUBSCRIPTION_ID], 7);
-    let none = acknowledgement(Some(&[]), &id);
+    let none = acknowledgement(Some(&[]), false, &id);
     assert_eq!(none["params"]["notifications"], json!({"taskIds": []}), "none of them was theirs");
-    let nothing = acknowledgement(None, &json!("s"));
+    let nothing = acknowledgement(None, false, &json!("s"));
     assert_eq!(nothing["params"]["notifications"], json!({}), "nothing asked that we send");
+    let tools = acknowledgement(None, true, &id);
+    assert_eq!(tools["params"]["notifications"], json!({"toolsListChanged": true}));
 
     let pushed = tagged("notifications/tasks", json!({"taskId": "mw-a", "status": "working"}), &id);
     assert_eq!(pushed["params"]["taskId"], "mw-a");

@@ -39,6 +39,9 @@ type Tools = BTreeMap<String, Arc<DefinedTool>>;
 pub struct ToolCatalog {
     live: RwLock<Arc<Tools>>,
     ready: AtomicBool,
+    /// Bumped whenever the listing may have changed after it first synced:
+    /// listens that asked for `toolsListChanged` are told.
+    changes: tokio::sync::watch::Sender<u64>,
     /// Names no McpTool may take (the frontend's own tools).
     reserved: Vec<String>,
 }
@@ -50,8 +53,12 @@ impl ToolCatalog {
         reserved: Vec<String>,
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, impl Future<Output = ()> + Send + 'static) {
-        let catalog =
-            Arc::new(Self { live: RwLock::new(Arc::default()), ready: AtomicBool::new(false), reserved });
+        let catalog = Arc::new(Self {
+            live: RwLock::new(Arc::default()),
+            ready: AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
+            reserved,
+        });
         let runner = catalog.clone();
         let statuses = StatusWriter::new(api.clone());
         let run = async move {
@@ -71,6 +78,10 @@ impl ToolCatalog {
                         if let Some(listing) = listing.take() {
                             *runner.write() = Arc::new(listing);
                         }
+                        // A relist after a lost watch may have missed changes.
+                        if runner.is_ready() {
+                            runner.changed();
+                        }
                         runner.ready.store(true, Ordering::Release);
                     }
                     Ok(watcher::Event::Apply(tool)) => {
@@ -78,12 +89,14 @@ impl ToolCatalog {
                         next.remove(tool.metadata.name.as_deref().unwrap_or_default());
                         let verdict = runner.add(&mut next, &tool);
                         *runner.write() = Arc::new(next);
+                        runner.changed();
                         statuses.tell(&tool, verdict);
                     }
                     Ok(watcher::Event::Delete(tool)) => {
                         let mut next = (*runner.read()).clone();
                         next.remove(tool.metadata.name.as_deref().unwrap_or_default());
                         *runner.write() = Arc::new(next);
+                        runner.changed();
                     }
                     Err(err) => {
                         metrics.watch_errors.inc();
@@ -97,7 +110,12 @@ impl ToolCatalog {
 
     /// A catalog of exactly `tools` (for tests and benchmarks).
     pub fn of(tools: &[McpTool], reserved: Vec<String>) -> Self {
-        let catalog = Self { live: RwLock::new(Arc::default()), ready: AtomicBool::new(true), reserved };
+        let catalog = Self {
+            live: RwLock::new(Arc::default()),
+            ready: AtomicBool::new(true),
+            changes: tokio::sync::watch::Sender::new(0),
+            reserved,
+        };
         let mut listing = Tools::new();
         for tool in tools {
             let _ = catalog.add(&mut listing, tool);
@@ -153,6 +171,15 @@ impl ToolCatalog {
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation = generation.wrapping_add(1));
+    }
+
+    /// Resolves at each change of the listing from now on.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 

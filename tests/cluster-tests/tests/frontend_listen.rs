@@ -234,3 +234,32 @@ async fn the_typescript_sdks_own_listen_is_pushed_the_finished_task() {
     assert!(last["result"]["structuredContent"]["result"]["blocks"].is_array(), "{document:#}");
     assert_eq!(document["ended"], "graceful", "the server ended the listen once all was told: {document:#}");
 }
+
+/// A listen that asks for `toolsListChanged` is acknowledged for it and
+/// told `notifications/tools/list_changed` when an McpTool is defined on
+/// the namespace the frontend serves (through the one catalog watch).
+#[tokio::test]
+async fn a_listen_is_told_when_the_tools_change() {
+    let ns = TestNamespace::new("listen-tools").await;
+    install_crd(&ns.client).await;
+    let frontend = FrontendProcess::start_with_tokens(&ns.name, ALICE_AND_BOB, &[]).await;
+    let mut stream =
+        listen(&frontend, "alice-secret", "tools-1", json!({"toolsListChanged": true}), false).await;
+    assert!(stream.is_event_stream());
+    let ack = stream.next(Duration::from_secs(10)).await.expect("an acknowledgement");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}), "{ack:#}");
+    let tools: kube::Api<mining_api::McpTool> = ns.api();
+    let defined = cluster_tests::tools::tool("new-sum", 20, json!({}));
+    tools.create(&kube::api::PostParams::default(), &defined).await.unwrap();
+    // Each message waited for with a timeout; the change must come within 30 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let told = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let message = stream.next(left).await.expect("notifications/tools/list_changed within 30 s");
+        if message["method"] == "notifications/tools/list_changed" {
+            break message;
+        }
+    };
+    assert_eq!(told["params"]["_meta"][SUBSCRIPTION_ID], "tools-1", "{told:#}");
+}
