@@ -28,6 +28,10 @@ pub fn arguments_secret_name(run_name: &str) -> String {
     format!("{run_name}-arguments")
 }
 
+/// A running run's status message carries the tool's latest status line
+/// after this (the operator writes it, the frontend reads it).
+pub const RUNNING_PREFIX: &str = "running: ";
+
 /// The environment variable holding a run's name (its workflow id), so a
 /// tool can tell its calls apart (e.g. in its own logs).
 pub const RUN_ENV: &str = "MCP_TOOL_RUN";

@@ -83,8 +83,7 @@ pub const PROGRESS_POLL: Duration = Duration::from_secs(10);
 /// What a tool prints to say where it is: a line of its first container's
 /// log (stdout or stderr) starting with this.
 pub const PROGRESS_PREFIX: &str = "MCP_PROGRESS ";
-/// A running run's status message carries its status line after this.
-pub const RUNNING_PREFIX: &str = "running: ";
+pub use mining_api::tool::RUNNING_PREFIX;
 /// Longest status line kept.
 pub const MAX_PROGRESS_LINE_BYTES: usize = 200;
 /// How much of the log's end is read for it.
