@@ -167,8 +167,8 @@ async fn listens_are_refused_without_the_extension_and_over_the_caps_and_release
         "{refused}"
     );
 
-    // A listen that acknowledges no task stays open.
-    let nothing = json!({"toolsListChanged": true});
+    // A listen that acknowledges nothing stays open.
+    let nothing = json!({"resourceSubscriptions": ["file:///x"]});
     let mut first = listen(&frontend, "alice-secret", "a1", nothing.clone(), true).await;
     let ack = first.next(Duration::from_secs(10)).await.unwrap();
     assert_eq!(ack["params"]["notifications"], json!({}), "nothing asked is sent here: {ack}");
