@@ -137,7 +137,10 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                 status: OutcomeStatus::Running,
                 status_message: {
                     // The operator's "running: LINE": the tool's latest status line.
-                    let line = status.message.as_deref().and_then(|m| m.strip_prefix(mining_api::tool::RUNNING_PREFIX));
+                    let line = status
+                        .message
+                        .as_deref()
+                        .and_then(|m| m.strip_prefix(mining_api::tool::RUNNING_PREFIX));
                     match (line, &status.progress) {
                         (Some(line), Some(progress)) => format!("Running ({progress} parts done): {line}"),
                         (Some(line), None) => format!("Running: {line}"),

@@ -55,6 +55,11 @@ fn answer(script: &Script, call: &Call) -> (u16, Value) {
             Some(job) => (200, job.clone()),
             None => (404, not_found),
         },
+        // Two pages: the first says where the second starts.
+        "GET" if call.path == PODS && !call.query.contains("continue=") => (
+            200,
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"continue": "page-2"}, "items": []}),
+        ),
         "GET" if call.path == PODS => {
             (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}))
         }
@@ -166,6 +171,25 @@ impl Scenario {
             .collect()
     }
 
+    /// The reasons of the Events published so far (they go out on a task:
+    /// waited for, at most 5 s, until `reason` is among them).
+    async fn events_until(&self, reason: &str) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let reasons: Vec<String> = {
+                let log = self.log.lock().unwrap();
+                log.iter()
+                    .filter(|c| c.path == EVENTS)
+                    .filter_map(|c| c.body["reason"].as_str().map(str::to_string))
+                    .collect()
+            };
+            if reasons.iter().any(|r| r == reason) || tokio::time::Instant::now() >= deadline {
+                return reasons;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     fn status_write(&self) -> Call {
         let log = self.log.lock().unwrap();
         log.iter()
@@ -199,6 +223,9 @@ async fn an_admitted_run_gets_its_secret_then_its_job_then_a_preconditioned_stat
     // The queue counts what was written, whatever the cache says.
     let standings = scenario.ctx.queue.memory.written_standings();
     assert_eq!(standings["uid-mw-run"].phase, mining_api::Lifecycle::Active);
+    // Lost guarantee 8: what happened is an Event on the run.
+    let events = scenario.events_until(reasons::RUN_STARTED).await;
+    assert_eq!(events, [reasons::RUN_STARTED]);
 }
 
 #[tokio::test]
@@ -227,6 +254,14 @@ async fn a_cancelled_run_stops_its_job_before_its_status_says_so() {
     let scenario = Scenario::new(&run, Script { job: Some(job), ..Script::default() });
     scenario.reconcile(&run).await;
     let calls = scenario.calls();
+    // Lost guarantee 5: the run's Pods are listed a page at a time.
+    let pod_pages: Vec<String> = {
+        let log = scenario.log.lock().unwrap();
+        log.iter().filter(|c| c.path == PODS).map(|c| c.query.clone()).collect()
+    };
+    assert_eq!(pod_pages.len(), 2, "{pod_pages:?}");
+    assert!(pod_pages.iter().all(|q| q.contains(&format!("limit={POD_PAGE_SIZE}"))), "{pod_pages:?}");
+    assert!(pod_pages[1].contains("continue=page-2"), "{pod_pages:?}");
     let delete = calls.iter().position(|c| c.starts_with("DELETE /batch/v1/namespaces/ns/jobs/mw-run"));
     let status = calls.iter().position(|c| c.ends_with("/status"));
     assert!(delete.is_some() && delete < status, "{calls:#?}");
