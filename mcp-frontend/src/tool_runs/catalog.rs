@@ -85,18 +85,25 @@ impl ToolCatalog {
                         runner.ready.store(true, Ordering::Release);
                     }
                     Ok(watcher::Event::Apply(tool)) => {
+                        let name = tool.metadata.name.clone().unwrap_or_default();
                         let mut next = (*runner.read()).clone();
-                        next.remove(tool.metadata.name.as_deref().unwrap_or_default());
+                        let before = next.remove(&name).map(|defined| listing_of(&defined));
                         let verdict = runner.add(&mut next, &tool);
+                        let after = next.get(&name).map(|defined| listing_of(defined));
                         *runner.write() = Arc::new(next);
-                        runner.changed();
+                        // A status write (this frontend's own) changes no listing: nothing to tell.
+                        if before != after {
+                            runner.changed();
+                        }
                         statuses.tell(&tool, verdict);
                     }
                     Ok(watcher::Event::Delete(tool)) => {
                         let mut next = (*runner.read()).clone();
-                        next.remove(tool.metadata.name.as_deref().unwrap_or_default());
+                        let removed = next.remove(tool.metadata.name.as_deref().unwrap_or_default());
                         *runner.write() = Arc::new(next);
-                        runner.changed();
+                        if removed.is_some() {
+                            runner.changed();
+                        }
                     }
                     Err(err) => {
                         metrics.watch_errors.inc();
@@ -181,6 +188,12 @@ impl ToolCatalog {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
+}
+
+/// What `tools/list` shows of a tool, to tell a change of it from a write
+/// that changed nothing listed.
+fn listing_of(defined: &DefinedTool) -> Option<Value> {
+    serde_json::to_value(&defined.listed).ok()
 }
 
 /// Writes each definition's verdict into its status when it differs from
