@@ -27,3 +27,48 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
     };
     crate::job::build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings)
 }
+
+/// One request a scripted API server received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: serde_json::Value,
+}
+
+/// Every request, in order.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<Call>>>;
+
+/// A client whose API server is `answer` (status code and body per
+/// request), recording every request in `log`: the call-order tests of
+/// every kind of work share it.
+pub fn scripted_client(
+    log: Log,
+    answer: impl Fn(&Call) -> (u16, serde_json::Value) + Clone + Send + Sync + 'static,
+) -> kube::Client {
+    use http::{Request, Response};
+    use kube::client::Body;
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let (log, answer) = (log.clone(), answer.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let call = Call {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
+                body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+            };
+            let (code, reply) = answer(&call);
+            log.lock().unwrap().push(call);
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    kube::Client::new(service, "ns")
+}

@@ -3,37 +3,24 @@
 //! request and answers as the API server would. The stores are filled by
 //! hand, as the watches would fill them.
 
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::client::Body;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::job::job_for_block;
-use crate::testing::workflow;
+use crate::testing::{Call, Log, workflow};
 use kube::runtime::reflector::ObjectRef;
 
 const WORKFLOWS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/miningworkflows";
 const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
-
-/// One request the scripted API server received.
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    path: String,
-    body: Value,
-}
-
-type Log = Arc<Mutex<Vec<Call>>>;
 
 /// What the API server answers: the written object back, with a new
 /// resourceVersion; 404 for anything a reconcile has no business asking.
@@ -60,24 +47,7 @@ fn answer(method: &str, path: &str, body: &Value) -> (u16, Value) {
 }
 
 fn scripted_client(log: Log) -> Client {
-    let service = tower::service_fn(move |request: Request<Body>| {
-        let log = log.clone();
-        async move {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
-            let (code, reply) = answer(&method, &path, &body);
-            log.lock().unwrap().push(Call { method, path, body });
-            let response = Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                .unwrap();
-            Ok::<_, Infallible>(response)
-        }
-    });
-    Client::new(service, "ns")
+    crate::testing::scripted_client(log, |call: &Call| answer(&call.method, &call.path, &call.body))
 }
 
 fn store_of<K>(objects: Vec<K>) -> Store<K>

@@ -2,11 +2,8 @@
 //! (a mock only for the order; the behaviour is tested on the real one):
 //! admit, a status written under a precondition, cancel, a foreign Job.
 
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use http::{Request, Response};
-use kube::client::Body;
 use kube::runtime::reflector;
 use mining_api::ownership::OwnershipKeys;
 use mining_api::testing::{ToolRunExt, tool_run};
@@ -17,22 +14,13 @@ use crate::admission::Budget;
 use crate::memory::Memory;
 use crate::parties::Parties;
 use crate::queue::{Wakers, WorkQueue};
+use crate::testing::{Call, Log};
 
 const RUNS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/toolruns";
 const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
 const SECRETS: &str = "/api/v1/namespaces/ns/secrets";
 const PODS: &str = "/api/v1/namespaces/ns/pods";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
-
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    path: String,
-    query: String,
-    body: Value,
-}
-
-type Log = Arc<Mutex<Vec<Call>>>;
 
 /// What the scripted API server holds: the run's Job, if any, and whether
 /// a status write meets a newer version (409).
@@ -84,28 +72,7 @@ fn answer(script: &Script, call: &Call) -> (u16, Value) {
 }
 
 fn scripted_client(log: Log, script: Script) -> Client {
-    let service = tower::service_fn(move |request: Request<Body>| {
-        let (log, script) = (log.clone(), script.clone());
-        async move {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let call = Call {
-                method: parts.method.to_string(),
-                path: parts.uri.path().to_string(),
-                query: parts.uri.query().unwrap_or_default().to_string(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            let (code, reply) = answer(&script, &call);
-            log.lock().unwrap().push(call);
-            let response = Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                .unwrap();
-            Ok::<_, Infallible>(response)
-        }
-    });
-    Client::new(service, "ns")
+    crate::testing::scripted_client(log, move |call: &Call| answer(&script, call))
 }
 
 fn keys() -> OwnershipKeys {
