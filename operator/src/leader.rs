@@ -45,6 +45,20 @@ impl Leadership {
         Self { elected: None }
     }
 
+    /// A replica that takes part in the election and holds no Lease (for tests).
+    #[cfg(test)]
+    pub fn standby() -> Self {
+        let (seen, _) = kube::runtime::reflector::store();
+        let elected = Elected {
+            identity: "standby".into(),
+            lease: ObjectRef::new("lease").within("ns"),
+            seen,
+            lease_duration: Duration::from_secs(15),
+            safety: Duration::from_secs(2),
+        };
+        Self { elected: Some(Arc::new(elected)) }
+    }
+
     pub fn is_leading(&self) -> bool {
         let Some(elected) = &self.elected else { return true };
         let lease = elected.seen.get(&elected.lease);

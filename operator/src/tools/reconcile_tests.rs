@@ -95,6 +95,10 @@ struct Scenario {
 
 impl Scenario {
     fn new(run: &ToolRun, script: Script) -> Self {
+        Self::with_leadership(run, script, Leadership::alone())
+    }
+
+    fn with_leadership(run: &ToolRun, script: Script, leadership: Leadership) -> Self {
         let log = Log::default();
         let client = scripted_client(log.clone(), script);
         let (runs, mut writer) = reflector::store::<ToolRun>();
@@ -114,7 +118,7 @@ impl Scenario {
         let ctx = Arc::new(ToolContext {
             client,
             keys: Some(keys()),
-            leadership: Leadership::alone(),
+            leadership,
             default_ttl_seconds: 60,
             metrics: Arc::new(Metrics::default()),
             queue,
@@ -246,4 +250,28 @@ async fn a_job_the_run_does_not_control_fails_the_run_and_is_left_alone() {
     let calls = scenario.calls();
     assert!(!calls.iter().any(|c| c.starts_with("DELETE") || c.starts_with("POST")), "{calls:#?}");
     assert_eq!(scenario.status_write().body["status"]["phase"], "Failed");
+}
+
+#[tokio::test]
+async fn a_standby_asks_nothing_and_waits_to_be_woken_instead_of_polling() {
+    // Lost guarantee 7: a standby used to look at every run every 5 s.
+    let run = run_of(&keys());
+    let scenario = Scenario::with_leadership(&run, Script::default(), Leadership::standby());
+    assert_eq!(scenario.reconcile(&run).await, Requeue::await_change());
+    assert!(scenario.log.lock().unwrap().is_empty(), "a standby makes no API call");
+    // Leading, it is woken with every workflow and run (`wake_all`).
+    let (workflows_tx, mut workflows_rx) = futures::channel::mpsc::unbounded();
+    let (runs_tx, mut runs_rx) = futures::channel::mpsc::unbounded();
+    let queue = WorkQueue {
+        workflows: scenario.ctx.queue.workflows.clone(),
+        runs: scenario.ctx.queue.runs.clone(),
+        parties: Parties::new(None),
+        memory: Arc::new(Memory::default()),
+        budget: Budget { total: 1, workflows: 1, tool_runs: 1 },
+        wakers: Wakers { workflows: workflows_tx, runs: runs_tx },
+    };
+    queue.wake_all();
+    let woken = runs_rx.try_recv().expect("a run is woken");
+    assert_eq!(woken.name, "mw-run");
+    assert!(workflows_rx.try_recv().is_err(), "no workflow is stored, none is woken");
 }
