@@ -7,6 +7,7 @@
 mod arguments;
 pub mod job;
 pub mod plan;
+mod pods;
 pub mod provenance;
 
 use mining_api::Work as _;
@@ -17,7 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,19 +38,17 @@ use crate::metrics::{ErrorLabels, Metrics};
 use crate::plan::PlannedEvent;
 use crate::queue::WorkQueue;
 use crate::{Error, Result};
-use plan::{JobPhase, JobState, Observed, PodOutcome};
+use plan::{JobPhase, JobState, Observed};
+#[cfg(test)]
+use pods::{COMPLETION_INDEX, POD_PAGE_SIZE, made_by, number_without_indexes, outcomes_of};
+use pods::{latest_progress, own_pods};
 
 /// Runs reconciled at once.
 const CONCURRENCY: u16 = 16;
-/// The annotation the Job controller puts the completion index in.
-const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 /// Objects per page of the run, Job and Pod lists: at most this many of
 /// whatever size anyone made are held at once.
 const RUN_PAGE_SIZE: u32 = 50;
 const JOB_PAGE_SIZE: u32 = 20;
-const POD_PAGE_SIZE: u32 = 5;
-/// Most Pod pages one reconcile reads (a run of 100 parts, each retried).
-const MAX_POD_PAGES: usize = 100;
 
 pub struct ToolContext {
     pub client: Client,
@@ -372,66 +371,6 @@ fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
     publish_events(&ctx.client, &ctx.instance, run, &name, vec![PlannedEvent { warning, reason, note }]);
 }
 
-/// What the Pods the run's Job made ended with, and the newest running
-/// one (with its first container) for the status line. Read page by page,
-/// each projected before the next: Pods are what anyone can create.
-async fn own_pods(
-    pods: &Api<Pod>,
-    name: &str,
-    job: &Job,
-) -> Result<(Vec<PodOutcome>, Option<(String, String)>)> {
-    let mut own_outcomes = Vec::new();
-    let mut running: Option<(Option<Timestamp>, String, String)> = None;
-    let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);
-    for _ in 0..MAX_POD_PAGES {
-        let page = pods.list(&params).await.map_err(tool_error("list the Pods of", name))?;
-        let own: Vec<&Pod> = page.items.iter().filter(|pod| made_by(pod, job)).collect();
-        own_outcomes.extend(outcomes_of(&own));
-        for pod in
-            own.iter().filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        {
-            let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
-            let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone());
-            if let Some(container) = container
-                && running.as_ref().is_none_or(|(at, _, _)| started > *at)
-            {
-                running = Some((started, pod.name_any(), container));
-            }
-        }
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
-    }
-    Ok((number_without_indexes(own_outcomes), running.map(|(_, pod, container)| (pod, container))))
-}
-
-/// The latest status line of the run's running Pod `pod`, from the tail of
-/// its first container's log; a failure to read is no reason to fail
-/// anything, so it is only logged.
-async fn latest_progress(pods: &Api<Pod>, pod: &str, container: String) -> Option<String> {
-    let params = kube::api::LogParams {
-        container: Some(container),
-        tail_lines: Some(plan::PROGRESS_TAIL_LINES),
-        limit_bytes: Some(plan::PROGRESS_TAIL_BYTES),
-        ..Default::default()
-    };
-    match pods.logs(pod, &params).await {
-        Ok(log) => plan::progress_line(&log),
-        Err(err) => {
-            tracing::debug!(pod = %pod, error = %err, "reading a tool run's status line");
-            None
-        }
-    }
-}
-
-/// Whether `pod` is one the Job controller made from `job`'s template: it
-/// names the Job as its controller and runs exactly what the template runs.
-fn made_by(pod: &Pod, job: &Job) -> bool {
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    crate::provenance::controlled_by(&pod.metadata, uid) && provenance::pod_mismatch(pod, job).is_none()
-}
-
 /// The Failed status of a run the operator could not carry on: `message`
 /// says why; no result is kept.
 fn failed(run: &ToolRun, message: String) -> ToolRunStatus {
@@ -482,135 +421,8 @@ fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
     JobState::Ours { uid, phase, succeeded: status.succeeded.unwrap_or(0) }
 }
 
-/// What each Pod controlled by the Job `job_uid` ended with. A Pod another
-/// party made with the same labels is not among them: results come only
-/// from the run's own Job. Without completion indexes (API servers before
-/// Indexed Jobs) succeeded Pods are numbered in the order they finished.
-fn outcomes_of(own: &[&Pod]) -> Vec<PodOutcome> {
-    own.iter()
-        .filter_map(|pod| {
-            let phase = pod.status.as_ref()?.phase.as_deref()?;
-            let first = pod.spec.as_ref()?.containers.first()?.name.as_str();
-            let terminated = pod
-                .status
-                .as_ref()?
-                .container_statuses
-                .iter()
-                .flatten()
-                .find(|status| status.name == first)
-                .and_then(|status| status.state.as_ref()?.terminated.clone());
-            let index = pod.annotations().get(COMPLETION_INDEX).and_then(|i| i.parse().ok());
-            Some(PodOutcome {
-                index: index.unwrap_or(-1),
-                succeeded: phase == "Succeeded",
-                exit_code: terminated.as_ref().map(|t| t.exit_code),
-                message: terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default(),
-                finished_at: terminated.and_then(|t| t.finished_at).map(|t| t.0),
-            })
-        })
-        .collect()
-}
-
-/// Numbers succeeded Pods in the order they finished when none carries a
-/// completion index (API servers before Indexed Jobs).
-fn number_without_indexes(mut outcomes: Vec<PodOutcome>) -> Vec<PodOutcome> {
-    if outcomes.iter().all(|o| o.index < 0) {
-        let mut succeeded: Vec<&mut PodOutcome> = outcomes.iter_mut().filter(|o| o.succeeded).collect();
-        succeeded.sort_by_key(|o| o.finished_at);
-        for (index, outcome) in succeeded.into_iter().enumerate() {
-            outcome.index = index as i32;
-        }
-    }
-    outcomes
-}
-
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn pod(owner_uid: &str, index: Option<&str>, phase: &str, message: &str) -> Pod {
-        let mut annotations = serde_json::Map::new();
-        if let Some(index) = index {
-            annotations.insert(COMPLETION_INDEX.into(), json!(index));
-        }
-        serde_json::from_value(json!({
-            "metadata": {"name": "p", "labels": {"job-name": "mw-abc"}, "annotations": annotations,
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "mw-abc", "uid": owner_uid, "controller": true}]},
-            "spec": {"containers": [{"name": "tool", "image": "x"}, {"name": "sidecar", "image": "y"}]},
-            "status": {"phase": phase, "containerStatuses": [
-                {"name": "sidecar", "ready": false, "restartCount": 0, "image": "y", "imageID": "",
-                 "state": {"terminated": {"exitCode": 0, "message": "not the tool"}}},
-                {"name": "tool", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
-                 "state": {"terminated": {"exitCode": 0, "message": message}}}]},
-        }))
-        .unwrap()
-    }
-
-    fn the_job() -> Job {
-        serde_json::from_value(json!({"metadata": {"name": "mw-abc", "uid": "job-uid"},
-            "spec": {"template": {"spec": {"containers": [{"name": "tool", "image": "x"}, {"name": "sidecar", "image": "y"}]}}}}))
-        .unwrap()
-    }
-
-    fn read(pods: &[Pod]) -> Vec<PodOutcome> {
-        let job = the_job();
-        let own: Vec<&Pod> = pods.iter().filter(|pod| made_by(pod, &job)).collect();
-        number_without_indexes(outcomes_of(&own))
-    }
-
-    #[test]
-    fn a_planted_pod_with_the_jobs_labels_is_never_read() {
-        // Finding 2: a Pod of the attacker's, labelled and owned as the Job's
-        // (the Job controller adopts it), running a command of its own.
-        let mut adopted = pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1337}");
-        adopted.spec.as_mut().unwrap().containers[0].command = Some(vec!["echo".into()]);
-        let pods = [
-            pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1}"),
-            pod("planted", Some("0"), "Succeeded", "forged"),
-            adopted,
-        ];
-        let read = read(&pods);
-        assert_eq!(read.len(), 1);
-        assert_eq!(read[0].message, "{\"sum\":1}", "the first container's message, from the Job's own Pod");
-    }
-
-    #[test]
-    fn without_indexes_succeeded_pods_are_numbered_in_order() {
-        let pods = [pod("job-uid", None, "Failed", "x"), pod("job-uid", None, "Succeeded", "a")];
-        let read = read(&pods);
-        let succeeded: Vec<_> = read.iter().filter(|o| o.succeeded).map(|o| o.index).collect();
-        assert_eq!(succeeded, [0]);
-    }
-
-    #[test]
-    fn a_job_the_run_does_not_control_is_foreign() {
-        let run: ToolRun = serde_json::from_value(json!({
-            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
-            "metadata": {"name": "mw-abc", "uid": "run-uid"},
-            "spec": {"tool": "t", "arguments": "{}", "jobTemplate": {}},
-            "status": {"jobUid": "job-uid"},
-        }))
-        .unwrap();
-        let job = |owner: &str| -> Job {
-            serde_json::from_value(json!({"metadata": {"name": "mw-abc", "uid": "job-uid", "ownerReferences": [
-                {"apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun", "name": "mw-abc", "uid": owner, "controller": true}]},
-                "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}))
-            .unwrap()
-        };
-        assert_eq!(job_state(&run, Some(&job("someone-else"))), JobState::Foreign);
-        assert_eq!(
-            job_state(&run, Some(&job("run-uid"))),
-            JobState::Ours { uid: "job-uid".into(), phase: JobPhase::Complete, succeeded: 1 }
-        );
-        assert_eq!(job_state(&run, None), JobState::Missing);
-        // A Job re-made under the run's name by someone else, owned by the run.
-        let mut replaced = job("run-uid");
-        replaced.metadata.uid = Some("planted-uid".into());
-        assert_eq!(job_state(&run, Some(&replaced)), JobState::Foreign);
-    }
-}
+mod tests;
 
 #[cfg(test)]
 mod reconcile_tests;

@@ -1,0 +1,287 @@
+//! The queue's and the budget's rules, table by table.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::testing::{at, workflow};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// One slot budget that only `total` binds.
+fn budget(total: usize) -> Budget {
+    Budget { total, workflows: total, tool_runs: total }
+}
+
+fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+    let work = QueueEntry {
+        kind,
+        uid: format!("{namespace}/{name}"),
+        namespace: namespace.into(),
+        name: name.into(),
+        created: Some(at(created)),
+        leaving: false,
+    };
+    Seen { work, phase, started: None, party: String::new() }
+}
+
+fn seen(name: &str, created: i64, phase: Lifecycle) -> Seen {
+    seen_of(WorkKind::Workflow, "ns", name, created, phase)
+}
+
+fn seen_in(namespace: &str, caller: Option<&str>, name: &str, created: i64, phase: Lifecycle) -> Seen {
+    let mut seen = seen_of(WorkKind::Workflow, namespace, name, created, phase);
+    // As if its proof verified: what a party is, is decided in `party`.
+    seen.party = caller.unwrap_or_default().into();
+    seen
+}
+
+fn names(queue: &[&Seen]) -> Vec<String> {
+    queue.iter().map(|s| s.work.name.clone()).collect()
+}
+
+/// `me`'s slots as a reconcile computes them (no admission in flight).
+fn slots(all: &[Seen], me: &QueueEntry, budget: &Budget) -> Slots {
+    slots_for(me, taken_by_others(all, me), &queue_positions(all, budget), budget)
+}
+
+#[test]
+fn a_namespace_holding_every_slot_yields_one_to_a_newcomer_and_no_more() {
+    let mut all: Vec<Seen> =
+        (0..4).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+    all.push(seen_in("busy", None, "long-queued", 5, Lifecycle::Waiting));
+    let me = all[0].work.clone();
+    assert!(!should_yield(&all, &me, &budget(4)), "nobody else waits");
+    all.push(seen_in("victim", None, "short", 9, Lifecycle::Waiting));
+    assert!(should_yield(&all, &me, &budget(4)), "4 slots against none");
+    assert!(!should_yield(&all, &me, &budget(5)), "a free slot serves the newcomer");
+    // Once it has yielded and the newcomer mines: 3 against 1, and the
+    // head of the queue is the busy namespace's own: no more trades.
+    all[0].phase = Lifecycle::Waiting;
+    all.last_mut().unwrap().phase = Lifecycle::Active;
+    assert!(!should_yield(&all, &all[1].work.clone(), &budget(4)));
+    // The newcomer never yields back to the busy namespace.
+    let newcomer = all.last().unwrap().work.clone();
+    assert!(!should_yield(&all, &newcomer, &budget(4)));
+}
+
+#[test]
+fn within_a_namespace_a_party_holding_more_yields_to_another() {
+    let party =
+        |name: &str, created: i64, phase, caller: &str| seen_in("shared", Some(caller), name, created, phase);
+    let all = [
+        party("a-1", 0, Lifecycle::Active, "alice"),
+        party("a-2", 1, Lifecycle::Active, "alice"),
+        party("b-1", 2, Lifecycle::Waiting, "bob"),
+    ];
+    assert!(should_yield(&all, &all[0].work, &budget(2)));
+    // Equal holdings never trade.
+    let even = [
+        party("a-1", 0, Lifecycle::Active, "alice"),
+        party("b-1", 1, Lifecycle::Active, "bob"),
+        party("a-2", 2, Lifecycle::Waiting, "alice"),
+    ];
+    assert!(!should_yield(&even, &even[1].work, &budget(2)));
+    assert!(!should_yield(&even, &even[0].work, &budget(2)), "the head is alice's own");
+}
+
+#[test]
+fn slots_count_the_others_holding_one_and_older_waiting_ones() {
+    let all = [
+        seen("a", 0, Lifecycle::Active),
+        seen("b", 1, Lifecycle::Waiting),
+        seen("c", 2, Lifecycle::Waiting),
+        seen("d", 3, Lifecycle::Succeeded),
+    ];
+    let of = |i: usize| {
+        let s = slots(&all, &all[i].work, &budget(2));
+        (s.taken, s.ahead)
+    };
+    assert_eq!((of(2), of(1), of(0)), ((1, 1), (1, 0), (0, 0)));
+    assert!(slots(&all, &all[1].work, &budget(2)).admits());
+    assert!(!slots(&all, &all[2].work, &budget(2)).admits(), "b takes the one free slot");
+}
+
+#[test]
+fn a_caller_label_without_the_frontends_proof_is_the_direct_party() {
+    let mut labelled = workflow("w", 8, 1);
+    labelled.metadata.labels = Some([(labels::CALLER.to_string(), "abc".to_string())].into());
+    assert_eq!(party(&labelled, |_| true), "abc");
+    assert_eq!(party(&labelled, |_| false), "", "a label anyone wrote is a claim");
+    assert_eq!(party(&workflow("w", 8, 1), |_| true), "", "no label: direct");
+}
+
+#[test]
+fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_turn() {
+    // The attack as found: 30 direct workflows, each with its own random
+    // caller label, against one MCP caller's workflow queued after them.
+    let mut all: Vec<Seen> = (0..30)
+        .map(|i| {
+            let mut labelled = workflow(&format!("d{i}"), 8, 1);
+            labelled.metadata.labels = Some([(labels::CALLER.to_string(), format!("random-{i}"))].into());
+            let mut seen = seen_in("shared", None, &format!("d{i}"), i, Lifecycle::Waiting);
+            seen.party = party(&labelled, |_| false);
+            seen
+        })
+        .collect();
+    all.push(seen_in("shared", Some("caller"), "mcp", 100, Lifecycle::Waiting));
+    let order = names(&queue(&all));
+    let place = order.iter().position(|n| *n == "mcp").unwrap();
+    assert!(place <= 1, "the caller's workflow waits {place} turns");
+}
+
+#[test]
+fn what_this_operator_wrote_wins_over_a_lagging_cache() {
+    let mut written = HashMap::new();
+    written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(7)) });
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, started: None });
+    let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
+    let seen = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
+    let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+    // The fixtures carry no status, so the cache would say Waiting for both.
+    assert_eq!(phases, [Lifecycle::Succeeded, Lifecycle::Active]);
+    assert_eq!(seen[1].started, Some(at(7)), "an admission the cache has not seen yet counts");
+}
+
+#[test]
+fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
+    // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
+    let mut written = HashMap::new();
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(1)) });
+    let mut deleted = workflow("a", 8, 1);
+    deleted.metadata.deletion_timestamp = Some(Time(at(2)));
+    deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let cached = [Arc::new(deleted), Arc::new(workflow("b", 8, 1))];
+    let all = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
+    assert_eq!(all[0].phase, Lifecycle::Cancelled);
+    assert_eq!(taken_by_others(&all, &all[1].work), (0, 0), "no slot is held");
+    assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");
+}
+
+#[test]
+fn free_slots_go_to_the_oldest_waiting_workflows() {
+    let mut cancelled = seen("x", -5, Lifecycle::Waiting);
+    cancelled.work.leaving = true;
+    let all = [
+        seen("late", 9, Lifecycle::Waiting),
+        seen("busy", 0, Lifecycle::Active),
+        seen("early", 1, Lifecycle::Waiting),
+        cancelled,
+        seen("middle", 5, Lifecycle::Waiting),
+    ];
+    let names: Vec<_> = next_in_queue(&all, &budget(3)).iter().map(|w| w.name.clone()).collect();
+    assert_eq!(names, ["early", "middle"]);
+    assert!(next_in_queue(&all, &budget(1)).is_empty());
+}
+
+#[test]
+fn a_backlog_in_one_namespace_delays_another_by_at_most_one_turn() {
+    let mut all: Vec<Seen> =
+        (0..300).map(|i| seen_in("x", None, &format!("x{i}"), i, Lifecycle::Waiting)).collect();
+    all.push(seen_in("x", None, "x-busy", -1, Lifecycle::Active));
+    all.push(seen_in("y", None, "y0", 1_000, Lifecycle::Waiting));
+    all.push(seen_in("y", None, "y1", 1_001, Lifecycle::Waiting));
+    // x holds a slot, y none: y's oldest goes first, then they alternate.
+    let order = names(&queue(&all));
+    assert_eq!(order[..4], ["y0", "x0", "y1", "x1"]);
+    let y0 = slots(&all, &all[301].work, &budget(2));
+    assert_eq!((y0.taken, y0.ahead), (1, 0));
+    // With no slot held and neither served yet, the older head goes first.
+    all.retain(|s| s.phase != Lifecycle::Active);
+    assert_eq!(names(&queue(&all))[..3], ["x0", "y0", "x1"]);
+    // The slot x held has just freed: x was served last, so y goes next.
+    let mut done = seen_in("x", None, "x-done", -1, Lifecycle::Succeeded);
+    done.started = Some(at(500));
+    all.push(done);
+    assert_eq!(names(&queue(&all))[..4], ["y0", "x0", "y1", "x1"]);
+}
+
+#[test]
+fn within_a_namespace_callers_take_turns_and_direct_creators_are_one_more() {
+    let mut all: Vec<Seen> =
+        (0..50).map(|i| seen_in("ns", Some("greedy"), &format!("g{i}"), i, Lifecycle::Waiting)).collect();
+    all.push(seen_in("ns", Some("modest"), "m0", 100, Lifecycle::Waiting));
+    all.push(seen_in("ns", None, "direct0", 200, Lifecycle::Waiting));
+    all.push(seen_in("ns", Some("greedy"), "g-busy", -1, Lifecycle::Active));
+    let order = names(&queue(&all));
+    assert_eq!(order[..4], ["m0", "direct0", "g0", "g1"]);
+}
+
+#[test]
+fn the_queue_holds_every_waiting_workflow_once() {
+    let mut all = Vec::new();
+    for i in 0..40i64 {
+        let namespace = ["a", "b", "c"][i as usize % 3];
+        let caller = [Some("p"), Some("q"), None][(i as usize / 3) % 3];
+        let phase = if i % 7 == 0 { Lifecycle::Active } else { Lifecycle::Waiting };
+        all.push(seen_in(namespace, caller, &format!("w{i}"), i * 13 % 17, phase));
+    }
+    let mut order = names(&queue(&all));
+    let waiting = all.iter().filter(|s| waiting(s)).count();
+    assert_eq!(order.len(), waiting);
+    order.sort();
+    order.dedup();
+    assert_eq!(order.len(), waiting);
+}
+
+fn run_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+    let mut seen = seen_of(WorkKind::ToolRun, "ns", name, created, phase);
+    seen.party = caller.into();
+    seen
+}
+
+fn workflow_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
+    let mut seen = seen_of(WorkKind::Workflow, "ns", name, created, phase);
+    seen.party = caller.into();
+    seen
+}
+
+#[test]
+fn one_budget_full_of_one_callers_runs_gives_the_next_slot_to_anothers_workflow() {
+    // Alice's tool runs hold the whole budget and more of hers wait
+    // (older); bob's workflow is next the moment a slot frees.
+    let budget = Budget { total: 3, workflows: 3, tool_runs: 3 };
+    let mut all: Vec<Seen> =
+        (0..3).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Active)).collect();
+    all.extend((3..6).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Waiting)));
+    all.push(workflow_of("bob", "b-mine", 100, Lifecycle::Waiting));
+    let bob = all.last().unwrap().work.clone();
+    let full = slots(&all, &bob, &budget);
+    assert!(!full.admits(), "the budget is full: {full:?}");
+    assert_eq!((full.taken, full.limit, full.ahead), (3, 3, 0), "bob is first in line");
+    all[0].phase = Lifecycle::Succeeded;
+    assert!(slots(&all, &bob, &budget).admits(), "the freed slot is bob's");
+    assert!(!slots(&all, &all[3].work, &budget).admits(), "not alice's next run");
+    assert_eq!(next_in_queue(&all, &budget), [&bob]);
+    // And the reverse: a budget of bob's workflows, alice's run next.
+    let mut reverse: Vec<Seen> =
+        (0..3).map(|i| workflow_of("bob", &format!("b{i}"), i, Lifecycle::Active)).collect();
+    reverse.push(workflow_of("bob", "b3", 3, Lifecycle::Waiting));
+    reverse.push(run_of("alice", "a-run", 50, Lifecycle::Waiting));
+    reverse[1].phase = Lifecycle::Failed;
+    let alice = reverse.last().unwrap().work.clone();
+    assert!(slots(&reverse, &alice, &budget).admits());
+    assert!(!slots(&reverse, &reverse[3].work, &budget).admits());
+}
+
+#[test]
+fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
+    let budget = Budget { total: 4, workflows: 4, tool_runs: 2 };
+    let all = [
+        run_of("alice", "r0", 0, Lifecycle::Active),
+        run_of("alice", "r1", 1, Lifecycle::Active),
+        run_of("alice", "r2", 2, Lifecycle::Waiting),
+        workflow_of("alice", "w0", 3, Lifecycle::Waiting),
+    ];
+    let run = slots(&all, &all[2].work, &budget);
+    assert!(!run.admits() && run.kind_cap, "tool runs are at their cap: {run:?}");
+    let workflow = slots(&all, &all[3].work, &budget);
+    assert!(workflow.admits(), "the waiting run is no turn ahead of the workflow: {workflow:?}");
+    assert_eq!(next_in_queue(&all, &budget), [&all[3].work]);
+    // A run never yields, and a workflow yields only to its own kind when
+    // its kind's cap binds.
+    let capped = Budget { total: 10, workflows: 1, tool_runs: 10 };
+    let mut busy = vec![workflow_of("alice", "w-busy", 0, Lifecycle::Active)];
+    busy.push(run_of("bob", "r-wait", 1, Lifecycle::Waiting));
+    assert!(!should_yield(&busy, &busy[0].work, &capped), "the run has slots of its own");
+    busy.push(workflow_of("bob", "w-wait", 2, Lifecycle::Waiting));
+    assert!(should_yield(&busy, &busy[0].work, &capped));
+}

@@ -1,0 +1,122 @@
+//! The run's own Pods: read a page at a time, only those its Job made from
+//! its template, projected to what a plan needs (outcomes, the newest
+//! running one for the status line).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+
+use super::plan::{self, PodOutcome};
+use super::{provenance, tool_error};
+use crate::Result;
+
+/// The annotation the Job controller puts the completion index in.
+pub(super) const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// Pods per page: whatever size anyone made, at most this many are held at once.
+pub(super) const POD_PAGE_SIZE: u32 = 5;
+/// Most Pod pages one reconcile reads (a run of 100 parts, each retried).
+const MAX_POD_PAGES: usize = 100;
+
+/// What the Pods the run's Job made ended with, and the newest running
+/// one (with its first container) for the status line. Read page by page,
+/// each projected before the next: Pods are what anyone can create.
+pub(super) async fn own_pods(
+    pods: &Api<Pod>,
+    name: &str,
+    job: &Job,
+) -> Result<(Vec<PodOutcome>, Option<(String, String)>)> {
+    let mut own_outcomes = Vec::new();
+    let mut running: Option<(Option<Timestamp>, String, String)> = None;
+    let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);
+    for _ in 0..MAX_POD_PAGES {
+        let page = pods.list(&params).await.map_err(tool_error("list the Pods of", name))?;
+        let own: Vec<&Pod> = page.items.iter().filter(|pod| made_by(pod, job)).collect();
+        own_outcomes.extend(outcomes_of(&own));
+        for pod in
+            own.iter().filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        {
+            let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
+            let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone());
+            if let Some(container) = container
+                && running.as_ref().is_none_or(|(at, _, _)| started > *at)
+            {
+                running = Some((started, pod.name_any(), container));
+            }
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok((number_without_indexes(own_outcomes), running.map(|(_, pod, container)| (pod, container))))
+}
+
+/// The latest status line of the run's running Pod `pod`, from the tail of
+/// its first container's log; a failure to read is no reason to fail
+/// anything, so it is only logged.
+pub(super) async fn latest_progress(pods: &Api<Pod>, pod: &str, container: String) -> Option<String> {
+    let params = kube::api::LogParams {
+        container: Some(container),
+        tail_lines: Some(plan::PROGRESS_TAIL_LINES),
+        limit_bytes: Some(plan::PROGRESS_TAIL_BYTES),
+        ..Default::default()
+    };
+    match pods.logs(pod, &params).await {
+        Ok(log) => plan::progress_line(&log),
+        Err(err) => {
+            tracing::debug!(pod = %pod, error = %err, "reading a tool run's status line");
+            None
+        }
+    }
+}
+
+/// Whether `pod` is one the Job controller made from `job`'s template: it
+/// names the Job as its controller and runs exactly what the template runs.
+pub(super) fn made_by(pod: &Pod, job: &Job) -> bool {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    crate::provenance::controlled_by(&pod.metadata, uid) && provenance::pod_mismatch(pod, job).is_none()
+}
+
+/// What each Pod controlled by the Job `job_uid` ended with. A Pod another
+/// party made with the same labels is not among them: results come only
+/// from the run's own Job. Without completion indexes (API servers before
+/// Indexed Jobs) succeeded Pods are numbered in the order they finished.
+pub(super) fn outcomes_of(own: &[&Pod]) -> Vec<PodOutcome> {
+    own.iter()
+        .filter_map(|pod| {
+            let phase = pod.status.as_ref()?.phase.as_deref()?;
+            let first = pod.spec.as_ref()?.containers.first()?.name.as_str();
+            let terminated = pod
+                .status
+                .as_ref()?
+                .container_statuses
+                .iter()
+                .flatten()
+                .find(|status| status.name == first)
+                .and_then(|status| status.state.as_ref()?.terminated.clone());
+            let index = pod.annotations().get(COMPLETION_INDEX).and_then(|i| i.parse().ok());
+            Some(PodOutcome {
+                index: index.unwrap_or(-1),
+                succeeded: phase == "Succeeded",
+                exit_code: terminated.as_ref().map(|t| t.exit_code),
+                message: terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default(),
+                finished_at: terminated.and_then(|t| t.finished_at).map(|t| t.0),
+            })
+        })
+        .collect()
+}
+
+/// Numbers succeeded Pods in the order they finished when none carries a
+/// completion index (API servers before Indexed Jobs).
+pub(super) fn number_without_indexes(mut outcomes: Vec<PodOutcome>) -> Vec<PodOutcome> {
+    if outcomes.iter().all(|o| o.index < 0) {
+        let mut succeeded: Vec<&mut PodOutcome> = outcomes.iter_mut().filter(|o| o.succeeded).collect();
+        succeeded.sort_by_key(|o| o.finished_at);
+        for (index, outcome) in succeeded.into_iter().enumerate() {
+            outcome.index = index as i32;
+        }
+    }
+    outcomes
+}
