@@ -9,6 +9,8 @@ use mining_api::{MiningWorkflow, WorkflowPhase, condition_types, reasons};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use rmcp::model::{CallToolResult, ContentBlock};
+
 use crate::operator_presence::Presence;
 
 /// Longest wait a `poll_after_seconds` may suggest.
@@ -76,19 +78,19 @@ pub struct MinedChain {
     pub elapsed_seconds: f64,
 }
 
-/// The answer of `start_mining`, `get_mining_result` and `cancel_mining`.
+/// Where one piece of work stands, for the model that started it: one
+/// contract for every kind of work — `status` says what to do next (use the
+/// result, poll again, stop and report, stop, or start anew) — and the
+/// kind's own `details` (a mined chain, a tool's output) beside it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct MiningOutcome {
+pub struct Outcome<D> {
     pub status: OutcomeStatus,
-    /// The id to pass to `get_mining_result` and `cancel_mining`.
+    /// The id to pass back to get, cancel or list this work.
     pub workflow_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<Progress>,
-    /// One sentence on where the workflow is, e.g. "Mined 2 of 4 blocks; mining block 3".
+    /// One sentence on where the work is, e.g. "Mined 2 of 4 blocks; mining block 3".
     pub status_message: String,
-    /// Present when `status` is `completed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<MinedChain>,
+    #[serde(flatten)]
+    pub details: D,
     /// When `status` is `failed`: a CamelCase reason such as `JobFailed`,
     /// `InvalidResult`, `DeadlineExceeded` or `OverLimit`. When `running`:
     /// `NoOperator` while no operator is running to do the work.
@@ -105,41 +107,127 @@ pub struct MiningOutcome {
     pub next: Option<String>,
 }
 
-impl MiningOutcome {
+/// What one kind of work adds to its [`Outcome`].
+pub trait Details: Default + Serialize {
+    /// The work, in the words of an answer ("mining workflow", "tool run").
+    const NOUN: &'static str;
+    /// What to do when an id names nothing of this caller's.
+    const NOT_FOUND_NEXT: &'static str;
+    /// Parts done of all, for progress notifications.
+    fn progress(&self) -> Option<Progress>;
+    /// The result as text, for clients that show text only.
+    fn result_text(&self) -> Option<String>;
+}
+
+/// The details of a mining workflow: blocks mined, and the verified chain.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+pub struct MiningDetails {
+    /// Blocks mined so far over the chain's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// Present when `status` is `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<MinedChain>,
+}
+
+impl Details for MiningDetails {
+    const NOUN: &'static str = "mining workflow";
+    const NOT_FOUND_NEXT: &'static str =
+        "Call list_mining_workflows to find your workflows, or start_mining to start a new one.";
+
+    fn progress(&self) -> Option<Progress> {
+        self.progress
+    }
+
+    fn result_text(&self) -> Option<String> {
+        let chain = self.result.as_ref()?;
+        let lines: Vec<String> = chain
+            .blocks
+            .iter()
+            .map(|block| format!("block {}: nonce {} hash {}", block.index, block.nonce, block.hash))
+            .collect();
+        Some(lines.join("\n"))
+    }
+}
+
+/// The answer of `start_mining`, `get_mining_result` and `cancel_mining`.
+pub type MiningOutcome = Outcome<MiningDetails>;
+
+impl<D: Details> Outcome<D> {
     /// The same answer for an unknown, malformed, expired or foreign id.
     pub fn not_found(workflow_id: &str) -> Self {
         Self {
             status: OutcomeStatus::NotFound,
             workflow_id: workflow_id.to_string(),
-            progress: None,
-            status_message: "No mining workflow with this id exists for you (it may have expired).".into(),
-            result: None,
+            status_message: format!("No {} with this id exists for you (it may have expired).", D::NOUN),
+            details: D::default(),
             reason: None,
             error: None,
             poll_after_seconds: None,
-            next: Some(
-                "Call list_mining_workflows to find your workflows, or start_mining to start a new one."
-                    .into(),
-            ),
+            next: Some(D::NOT_FOUND_NEXT.into()),
         }
+    }
+
+    /// The caller's work whose stored state cannot be read; `problem` says why.
+    pub fn unreadable(workflow_id: &str, problem: String) -> Self {
+        Self {
+            status: OutcomeStatus::Failed,
+            reason: Some("Unreadable".into()),
+            status_message: format!("The {}'s stored state cannot be read", D::NOUN),
+            error: Some(problem),
+            next: None,
+            ..Self::not_found(workflow_id)
+        }
+    }
+
+    /// The answer as seen with the operator `presence`: unfinished work says
+    /// that nobody is working on it when no operator leads, so an agent can
+    /// tell "slow" from "nobody is working". Finished answers stay as they are.
+    pub fn with_operator(mut self, presence: Presence) -> Self {
+        if self.status == OutcomeStatus::Running
+            && let Some(message) = without_operator(&self.status_message, presence)
+        {
+            self.status_message = message;
+            self.reason.get_or_insert_with(|| NO_OPERATOR.to_string());
+        }
+        self
     }
 
     /// A short text rendering for clients that show text only.
     pub fn to_text(&self) -> String {
         let mut text = format!("[{}] {}: {}", self.status.as_str(), self.workflow_id, self.status_message);
-        if let Some(chain) = &self.result {
-            for block in &chain.blocks {
-                text.push_str(&format!("\nblock {}: nonce {} hash {}", block.index, block.nonce, block.hash));
-            }
+        if let Some(result) = self.details.result_text() {
+            text.push('\n');
+            text.push_str(&result);
         }
-        if let Some(error) = &self.error {
-            text.push_str(&format!("\nerror ({}): {error}", self.reason.as_deref().unwrap_or("Unknown")));
+        match (&self.error, &self.reason) {
+            (Some(error), Some(reason)) => text.push_str(&format!("\nerror ({reason}): {error}")),
+            (Some(error), None) => text.push_str(&format!("\nerror: {error}")),
+            (None, _) => {}
         }
         if let Some(next) = &self.next {
             text.push_str(&format!("\nnext: {next}"));
         }
         text
     }
+
+    /// The answer as a tool result: the text, the outcome as structured
+    /// content and as JSON text (for clients that read text only), and a
+    /// tool error when the work failed.
+    pub fn into_result(self) -> CallToolResult {
+        let failed = self.status == OutcomeStatus::Failed;
+        structured(self.to_text(), &self, failed)
+    }
+}
+
+/// A result with `structuredContent`, a short rendering and the JSON as text
+/// (for clients that read text only).
+pub fn structured(text: String, value: &impl Serialize, is_error: bool) -> CallToolResult {
+    let value = serde_json::to_value(value).unwrap_or_default();
+    let content = vec![ContentBlock::text(text), ContentBlock::text(value.to_string())];
+    let mut result = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    result.structured_content = Some(value);
+    result
 }
 
 /// Where a workflow stands, read from its status (pure; `now` injected).
@@ -155,9 +243,8 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
     let mut answer = MiningOutcome {
         status: OutcomeStatus::Running,
         workflow_id: id.clone(),
-        progress,
         status_message: String::new(),
-        result: None,
+        details: MiningDetails { progress, result: None },
         reason: None,
         error: None,
         poll_after_seconds: None,
@@ -171,7 +258,7 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
                 answer.status = OutcomeStatus::Completed;
                 answer.status_message =
                     format!("Mined all {total} {} at difficulty {difficulty}", plural(total));
-                answer.result = Some(chain);
+                answer.details.result = Some(chain);
             }
             Err(problem) => {
                 answer.status = OutcomeStatus::Failed;
@@ -213,20 +300,6 @@ pub fn outcome(workflow: &MiningWorkflow, now: Timestamp) -> MiningOutcome {
 
 /// The reason a running workflow's answer carries while no operator runs.
 pub const NO_OPERATOR: &str = "NoOperator";
-
-/// `answer` as seen with the operator `presence`: an unfinished workflow says
-/// that nobody is working on it when no operator leads, so an agent can tell
-/// "slow" from "nobody is working". Finished answers are left as they are.
-pub fn with_operator(mut answer: MiningOutcome, presence: Presence) -> MiningOutcome {
-    if answer.status != OutcomeStatus::Running {
-        return answer;
-    }
-    if let Some(message) = without_operator(&answer.status_message, presence) {
-        answer.status_message = message;
-        answer.reason.get_or_insert_with(|| NO_OPERATOR.to_string());
-    }
-    answer
-}
 
 /// An unfinished answer's `status_message` (of any kind of work) when no
 /// operator leads: it says so, and that the work goes on when one returns.

@@ -17,7 +17,7 @@ use mining_api::Work as _;
 use mining_api::ToolRun;
 use rmcp::model::CallToolResult;
 
-use crate::contract::{OutcomeStatus, outcome, with_operator};
+use crate::contract::{OutcomeStatus, outcome};
 use crate::core::Answer;
 use crate::operator_presence::Presence;
 use crate::tool_runs::contract::run_outcome;
@@ -85,7 +85,7 @@ pub fn snapshot(
     default_ttl_seconds: u64,
     operator: Presence,
 ) -> TaskSnapshot {
-    let answer = with_operator(outcome(workflow, now), operator);
+    let answer = outcome(workflow, now).with_operator(operator);
     let result_ready = answer.status != OutcomeStatus::Running;
     let state = match (generation, answer.status) {
         // The cancel's answer said `cancelled`; no later read may say

@@ -64,8 +64,8 @@ fn succeeded_workflow_is_completed_with_the_verified_chain() {
     workflow.status.as_mut().unwrap().finished_at = Some(Time(at(16)));
     let answer = outcome(&workflow, at(20));
     assert_eq!(answer.status, OutcomeStatus::Completed);
-    assert_eq!(answer.progress, Some(Progress { blocks_done: 3, blocks_total: 3 }));
-    let chain = answer.result.unwrap();
+    assert_eq!(answer.details.progress, Some(Progress { blocks_done: 3, blocks_total: 3 }));
+    let chain = answer.details.result.unwrap();
     assert_eq!(chain.difficulty, 8);
     assert_eq!(chain.blocks[0].prev, GENESIS);
     assert_eq!(chain.blocks[1].prev, chain.blocks[0].hash);
@@ -83,7 +83,7 @@ fn forged_chain_in_a_succeeded_status_is_failed_invalid_result() {
     assert_eq!(answer.status, OutcomeStatus::Failed);
     assert_eq!(answer.reason.as_deref(), Some(reasons::INVALID_RESULT));
     assert!(answer.error.unwrap().contains("block 2"));
-    assert_eq!(answer.result, None);
+    assert_eq!(answer.details.result, None);
 }
 
 #[test]
@@ -98,7 +98,7 @@ fn a_status_claiming_an_easier_chain_than_the_spec_asked_for_is_failed_invalid_r
     assert_eq!(answer.reason.as_deref(), Some(reasons::INVALID_RESULT));
     assert!(answer.error.unwrap().contains("the workflow asked for 20"));
     assert_eq!(
-        answer.progress,
+        answer.details.progress,
         Some(Progress { blocks_done: 1, blocks_total: 3 }),
         "progress is against the spec"
     );
@@ -127,7 +127,7 @@ fn succeeded_status_missing_a_block_is_not_called_complete() {
 fn mining_workflow_is_running_with_progress_and_instructions() {
     let answer = outcome(&with_status(workflow(8, 4), WorkflowPhase::Mining, mined_blocks(8, 2)), at(13));
     assert_eq!(answer.status, OutcomeStatus::Running);
-    assert_eq!(answer.progress, Some(Progress { blocks_done: 2, blocks_total: 4 }));
+    assert_eq!(answer.details.progress, Some(Progress { blocks_done: 2, blocks_total: 4 }));
     assert_eq!(answer.status_message, "Mined 2 of 4 blocks; mining block 3");
     let next = answer.next.unwrap();
     assert!(next.contains("get_mining_result") && next.contains("mw-aaaaaaaaaaaaaaaaaaaaaaaaaa"), "{next}");
@@ -169,7 +169,10 @@ fn queued_workflow_says_so() {
     let answer = outcome(&queued, at(5));
     assert_eq!(answer.status_message, "Queued: 3 workflows are mining (limit 3)");
     assert_eq!(outcome(&workflow(8, 1), at(5)).status_message, "Accepted; mining has not started yet");
-    assert_eq!(outcome(&workflow(8, 1), at(5)).progress, Some(Progress { blocks_done: 0, blocks_total: 1 }));
+    assert_eq!(
+        outcome(&workflow(8, 1), at(5)).details.progress,
+        Some(Progress { blocks_done: 0, blocks_total: 1 })
+    );
 }
 
 #[test]
@@ -182,7 +185,7 @@ fn a_workflow_that_yielded_its_slot_says_what_it_mined_and_that_it_waits() {
     let answer = outcome(&yielded, at(30));
     assert_eq!(answer.status, OutcomeStatus::Running);
     assert_eq!(answer.status_message, format!("Mined 1 of 3 blocks; {text}"));
-    assert_eq!(answer.progress, Some(Progress { blocks_done: 1, blocks_total: 3 }));
+    assert_eq!(answer.details.progress, Some(Progress { blocks_done: 1, blocks_total: 3 }));
 }
 
 #[test]
@@ -258,12 +261,12 @@ proptest! {
         let mut workflow = workflow(difficulty, blocks);
         workflow.status = Some(MiningWorkflowStatus { phase, blocks: recorded, admitted_blocks: admitted, ..Default::default() });
         let answer = outcome(&workflow, at(i64::from(now)));
-        let progress = answer.progress.unwrap();
+        let progress = answer.details.progress.unwrap();
         prop_assert!(progress.blocks_done <= progress.blocks_total);
         if let Some(wait) = answer.poll_after_seconds {
             prop_assert!((1..=MAX_POLL_AFTER_SECONDS).contains(&wait));
         }
-        prop_assert_eq!(answer.result.is_some(), answer.status == OutcomeStatus::Completed);
+        prop_assert_eq!(answer.details.result.is_some(), answer.status == OutcomeStatus::Completed);
     }
 }
 
@@ -272,10 +275,10 @@ fn with_no_operator_an_unfinished_workflow_says_nobody_is_working_and_a_finished
     let pending = workflow(8, 2);
     let plain = outcome(&pending, at(20));
     // Known to lead, or unknown: the answer is the plain one.
-    assert_eq!(with_operator(plain.clone(), Presence::Leading), plain);
-    assert_eq!(with_operator(plain.clone(), Presence::Unknown), plain);
+    assert_eq!(plain.clone().with_operator(Presence::Leading), plain);
+    assert_eq!(plain.clone().with_operator(Presence::Unknown), plain);
     // None leads: still running (the work is recorded), and it says so.
-    let absent = with_operator(plain.clone(), Presence::Absent { since: Some(at(5)) });
+    let absent = plain.clone().with_operator(Presence::Absent { since: Some(at(5)) });
     assert_eq!(absent.status, OutcomeStatus::Running);
     assert_eq!(absent.reason.as_deref(), Some(NO_OPERATOR));
     assert!(absent.status_message.starts_with(&plain.status_message), "{}", absent.status_message);
@@ -285,11 +288,11 @@ fn with_no_operator_an_unfinished_workflow_says_nobody_is_working_and_a_finished
         absent.status_message
     );
     assert_eq!((&absent.next, absent.poll_after_seconds), (&plain.next, plain.poll_after_seconds));
-    let never = with_operator(plain.clone(), Presence::Absent { since: None });
+    let never = plain.clone().with_operator(Presence::Absent { since: None });
     assert!(never.status_message.contains("No operator is running:"), "{}", never.status_message);
     // Finished work needs no operator.
     let done = with_status(workflow(8, 2), WorkflowPhase::Succeeded, mined_blocks(8, 2));
     let completed = outcome(&done, at(20));
     assert_eq!(completed.status, OutcomeStatus::Completed);
-    assert_eq!(with_operator(completed.clone(), Presence::Absent { since: None }), completed);
+    assert_eq!(completed.clone().with_operator(Presence::Absent { since: None }), completed);
 }

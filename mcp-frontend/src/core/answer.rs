@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::View;
-use crate::contract::{MiningOutcome, OutcomeStatus, outcome, with_operator};
+use crate::contract::{MiningOutcome, outcome, structured};
 use crate::operator_presence::Presence;
 use crate::tools::WorkflowList;
 
@@ -25,16 +25,9 @@ impl Answer {
         match view {
             View::Missing => Self::Outcome(MiningOutcome::not_found(id_text)),
             View::Found(workflow) => {
-                Self::Outcome(with_operator(outcome(&workflow, Timestamp::now()), operator))
+                Self::Outcome(outcome(&workflow, Timestamp::now()).with_operator(operator))
             }
-            View::Unreadable(problem) => Self::Outcome(MiningOutcome {
-                status: OutcomeStatus::Failed,
-                reason: Some("Unreadable".into()),
-                status_message: "The workflow's stored state cannot be read".into(),
-                error: Some(problem),
-                next: None,
-                ..MiningOutcome::not_found(id_text)
-            }),
+            View::Unreadable(problem) => Self::Outcome(MiningOutcome::unreadable(id_text, problem)),
         }
     }
 
@@ -58,9 +51,7 @@ impl Answer {
 
     pub fn into_result(self) -> CallToolResult {
         match self {
-            Self::Outcome(outcome) => {
-                structured(outcome.to_text(), &outcome, outcome.status == OutcomeStatus::Failed)
-            }
+            Self::Outcome(outcome) => outcome.into_result(),
             Self::List(list) => {
                 let mut text = format!("{} of your mining workflows (newest first):", list.workflows.len());
                 for row in &list.workflows {
@@ -78,14 +69,4 @@ impl Answer {
             }
         }
     }
-}
-
-/// A result with `structuredContent`, a short rendering and the JSON as text
-/// (for clients that read text only).
-fn structured(text: String, value: &impl serde::Serialize, is_error: bool) -> CallToolResult {
-    let value = serde_json::to_value(value).unwrap_or_default();
-    let content = vec![ContentBlock::text(text), ContentBlock::text(value.to_string())];
-    let mut result = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
-    result.structured_content = Some(value);
-    result
 }

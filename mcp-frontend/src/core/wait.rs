@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{Core, View};
 use crate::cache::Cached;
-use crate::contract::{OutcomeStatus, Progress, outcome, with_operator};
+use crate::contract::{Details as _, OutcomeStatus, Progress, outcome};
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 
@@ -168,8 +168,8 @@ impl Core {
             if !self.owns(&*latest, caller) {
                 return View::Missing;
             }
-            let answer = with_operator(outcome(&latest, Timestamp::now()), self.operator_presence());
-            if let Some(progress) = answer.progress
+            let answer = outcome(&latest, Timestamp::now()).with_operator(self.operator_presence());
+            if let Some(progress) = answer.details.progress()
                 && reported.is_none_or(|done| progress.blocks_done > done)
             {
                 reported = Some(progress.blocks_done);

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{tasks_2026, tool_calls};
-use crate::contract::{Progress, outcome, with_operator};
+use crate::contract::{Progress, outcome};
 use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
@@ -174,11 +174,11 @@ impl MiningServer {
             .into_iter()
             .filter_map(|listed| {
                 let workflow = listed.workflow;
-                let answer = with_operator(outcome(&workflow, now), self.core.operator_presence());
+                let answer = outcome(&workflow, now).with_operator(self.core.operator_presence());
                 Some(ListedWorkflow {
                     workflow_id: answer.workflow_id,
                     status: answer.status,
-                    progress: answer.progress?,
+                    progress: answer.details.progress?,
                     difficulty: workflow.mined_difficulty(),
                     created: workflow
                         .metadata

@@ -170,7 +170,7 @@ pub async fn call_companion(
                         workflow_id: outcome.workflow_id,
                         tool: run.spec.tool.clone(),
                         status: outcome.status,
-                        progress: outcome.progress,
+                        progress: outcome.details.progress,
                         created: run
                             .metadata
                             .creation_timestamp

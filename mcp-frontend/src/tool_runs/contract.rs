@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::contract::{MAX_POLL_AFTER_SECONDS, OutcomeStatus};
+use crate::contract::{Details, MAX_POLL_AFTER_SECONDS, Outcome, OutcomeStatus, Progress};
 use crate::tools::{input_schema, output_schema};
 
 pub const GET_TOOL_RESULT: &str = "get_tool_result";
@@ -18,116 +18,53 @@ pub const LIST_TOOL_RUNS: &str = "list_tool_runs";
 /// The companion tools every defined tool shares.
 pub const COMPANIONS: [&str; 3] = [GET_TOOL_RESULT, CANCEL_TOOL_RUN, LIST_TOOL_RUNS];
 
-/// The answer of a defined tool, `get_tool_result` and `cancel_tool_run`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct ToolOutcome {
-    pub status: OutcomeStatus,
-    /// The id to pass to `get_tool_result` and `cancel_tool_run`.
-    pub workflow_id: String,
+/// What a tool run adds to its [`Outcome`]: the tool, its parts, its output.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+pub struct ToolDetails {
     /// The tool called.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// Completed parts over all, e.g. "1/4".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
-    /// One sentence on where the run is.
-    pub status_message: String,
     /// Present when `status` is `completed`: the tool's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// When `status` is `failed`: what went wrong.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     /// When the tool's container failed: its exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// When `status` is `running`: seconds to wait before polling again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_after_seconds: Option<u32>,
-    /// When `status` is `running` or `not_found`: exactly what to do next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
-    /// Why it is where it is, when that needs a name: `NoOperator` while a
-    /// running run has no operator to carry it on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
 }
 
-impl ToolOutcome {
-    /// The same answer for an unknown, malformed, expired or foreign id.
-    pub fn not_found(workflow_id: &str) -> Self {
-        Self {
-            status: OutcomeStatus::NotFound,
-            workflow_id: workflow_id.to_string(),
-            tool: None,
-            progress: None,
-            status_message: "No tool run with this id exists for you (it may have expired).".into(),
-            result: None,
-            error: None,
-            exit_code: None,
-            poll_after_seconds: None,
-            next: Some("Call the tool again, or find the id with list_tool_runs.".into()),
-            reason: None,
-        }
+impl Details for ToolDetails {
+    const NOUN: &'static str = "tool run";
+    const NOT_FOUND_NEXT: &'static str = "Call the tool again, or find the id with list_tool_runs.";
+
+    fn progress(&self) -> Option<Progress> {
+        let (done, total) = self.progress.as_deref()?.split_once('/')?;
+        Some(Progress { blocks_done: done.parse().ok()?, blocks_total: total.parse().ok()? })
     }
 
-    /// The answer as seen with the operator `presence`: a running run says
-    /// that nobody carries it on when no operator leads, so an agent can
-    /// tell "slow" from "nobody is working" (as a workflow's answer does).
-    pub fn with_operator(mut self, presence: crate::operator_presence::Presence) -> Self {
-        if self.status == OutcomeStatus::Running
-            && let Some(message) = crate::contract::without_operator(&self.status_message, presence)
-        {
-            self.status_message = message;
-            self.reason = Some(crate::contract::NO_OPERATOR.to_string());
-        }
-        self
-    }
-
-    /// The answer as a tool result: text for people, the outcome as
-    /// structured content, a tool error when the run failed.
-    pub fn into_result(self) -> rmcp::model::CallToolResult {
-        use rmcp::model::{CallToolResult, ContentBlock};
-        let content = vec![ContentBlock::text(self.to_text())];
-        let failed = self.status == OutcomeStatus::Failed;
-        let mut result =
-            if failed { CallToolResult::error(content) } else { CallToolResult::success(content) };
-        result.structured_content = serde_json::to_value(&self).ok();
-        result
-    }
-
-    pub fn to_text(&self) -> String {
-        let mut text = format!("{} [{}] {}", self.workflow_id, self.status.as_str(), self.status_message);
-        if let Some(result) = &self.result {
-            text.push_str(&format!("\nresult: {}", result_text(result)));
-        }
-        if let Some(error) = &self.error {
-            text.push_str(&format!("\nerror: {error}"));
-        }
-        if let Some(next) = &self.next {
-            text.push_str(&format!("\n{next}"));
-        }
-        text
+    fn result_text(&self) -> Option<String> {
+        self.result.as_ref().map(|result| match result {
+            Value::String(text) => format!("result: {text}"),
+            other => format!("result: {other}"),
+        })
     }
 }
 
-fn result_text(result: &Value) -> String {
-    match result {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    }
-}
+/// The answer of a defined tool, `get_tool_result` and `cancel_tool_run`.
+pub type ToolOutcome = Outcome<ToolDetails>;
 
 /// What `run` means to the model that called it, at `now`.
 pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
     let id = run.metadata.name.clone().unwrap_or_default();
     let status = run.status.clone().unwrap_or_default();
-    let base = ToolOutcome {
+    let details = ToolDetails {
         tool: Some(run.spec.tool.clone()),
         progress: status.progress.clone(),
-        next: None,
-        ..ToolOutcome::not_found(&id)
+        ..ToolDetails::default()
     };
+    let base = ToolOutcome { details, next: None, ..ToolOutcome::not_found(&id) };
     match run.phase() {
         ToolRunPhase::Pending | ToolRunPhase::Running => {
             let started = run.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
@@ -153,19 +90,25 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                 ..base
             }
         }
-        ToolRunPhase::Succeeded => ToolOutcome {
-            status: OutcomeStatus::Completed,
-            status_message: "The tool finished".into(),
-            result: Some(parse_result(run)),
-            ..base
-        },
-        ToolRunPhase::Failed => ToolOutcome {
-            status: OutcomeStatus::Failed,
-            status_message: "The tool failed".into(),
-            error: Some(status.message.clone().unwrap_or_else(|| "the run failed".into())),
-            exit_code: status.exit_code,
-            ..base
-        },
+        ToolRunPhase::Succeeded => {
+            let mut done = ToolOutcome {
+                status: OutcomeStatus::Completed,
+                status_message: "The tool finished".into(),
+                ..base
+            };
+            done.details.result = Some(parse_result(run));
+            done
+        }
+        ToolRunPhase::Failed => {
+            let mut failed = ToolOutcome {
+                status: OutcomeStatus::Failed,
+                status_message: "The tool failed".into(),
+                error: Some(status.message.clone().unwrap_or_else(|| "the run failed".into())),
+                ..base
+            };
+            failed.details.exit_code = status.exit_code;
+            failed
+        }
         ToolRunPhase::Cancelled => {
             ToolOutcome { status: OutcomeStatus::Cancelled, status_message: "Cancelled".into(), ..base }
         }
@@ -319,11 +262,11 @@ mod tests {
         assert_eq!((running.status, running.poll_after_seconds), (OutcomeStatus::Running, Some(10)));
         assert!(running.next.unwrap().contains("get_tool_result"));
         let done = run_outcome(&run(ToolRunPhase::Succeeded, Some(r#"{"sum":3}"#), true), now);
-        assert_eq!(done.result, Some(json!({"sum": 3})));
+        assert_eq!(done.details.result, Some(json!({"sum": 3})));
         let text = run_outcome(&run(ToolRunPhase::Succeeded, Some(r#"{"sum":3}"#), false), now);
-        assert_eq!(text.result, Some(json!(r#"{"sum":3}"#)), "without a schema the result is text");
+        assert_eq!(text.details.result, Some(json!(r#"{"sum":3}"#)), "without a schema the result is text");
         let failed = run_outcome(&run(ToolRunPhase::Failed, None, false), now);
-        assert_eq!((failed.status, failed.exit_code), (OutcomeStatus::Failed, Some(2)));
+        assert_eq!((failed.status, failed.details.exit_code), (OutcomeStatus::Failed, Some(2)));
         assert!(failed.error.unwrap().contains("boom"));
     }
 
