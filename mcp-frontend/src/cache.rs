@@ -66,20 +66,32 @@ pub struct ObjectCache<K> {
     resource: ApiResource,
     namespace: String,
     ready: AtomicBool,
-    /// One sender per name somebody waits on; woken on that name's events.
-    waiters: Mutex<HashMap<String, watch::Sender<()>>>,
+    waiters: Waiters,
     metrics: Arc<Metrics>,
     kind: PhantomData<fn() -> K>,
 }
 
-/// A caller's interest in one object; leaving it dropped unregisters it.
-pub struct Subscription<'a, K> {
-    cache: &'a ObjectCache<K>,
+/// One sender per name somebody waits on; woken on that name's events.
+struct Waiters {
+    senders: Mutex<HashMap<String, watch::Sender<()>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Waiters {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A caller's interest in one object (of any kind); dropping it unregisters it.
+pub struct Subscription<'a> {
+    waiters: &'a Waiters,
     name: String,
     receiver: Option<watch::Receiver<()>>,
 }
 
-impl<K> Subscription<'_, K> {
+impl Subscription<'_> {
     /// Resolves at the next event for this workflow (or a re-list).
     pub async fn changed(&mut self) {
         if let Some(receiver) = self.receiver.as_mut()
@@ -91,21 +103,14 @@ impl<K> Subscription<'_, K> {
     }
 }
 
-impl<K> Drop for Subscription<'_, K> {
+impl Drop for Subscription<'_> {
     fn drop(&mut self) {
         drop(self.receiver.take());
-        let mut waiters = self.cache.lock_waiters();
+        let mut waiters = self.waiters.lock();
         if waiters.get(&self.name).is_some_and(|sender| sender.receiver_count() == 0) {
             waiters.remove(&self.name);
         }
-        self.cache.metrics.waiters.dec();
-    }
-}
-
-impl<K> ObjectCache<K> {
-    fn lock_waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
-        // A panic while holding this lock cannot leave the map inconsistent.
-        self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.waiters.metrics.waiters.dec();
     }
 }
 
@@ -125,7 +130,7 @@ impl<K: Kind> ObjectCache<K> {
             resource: resource.clone(),
             namespace: namespace.to_string(),
             ready: AtomicBool::new(false),
-            waiters: Mutex::new(HashMap::new()),
+            waiters: Waiters { senders: Mutex::new(HashMap::new()), metrics: metrics.clone() },
             metrics,
             kind: PhantomData,
         });
@@ -172,24 +177,29 @@ impl<K: Kind> ObjectCache<K> {
     }
 
     fn wake(&self, name: &str) {
-        if let Some(sender) = self.lock_waiters().get(name) {
+        if let Some(sender) = self.waiters.lock().get(name) {
             sender.send_replace(());
         }
     }
 
     fn wake_all(&self) {
-        for sender in self.lock_waiters().values() {
+        for sender in self.waiters.lock().values() {
             sender.send_replace(());
         }
     }
 
     /// Registers interest in `name` before reading it, so no change between
     /// the read and the wait is missed.
-    pub fn subscribe(&self, name: &str) -> Subscription<'_, K> {
+    pub fn subscribe(&self, name: &str) -> Subscription<'_> {
         let receiver =
-            self.lock_waiters().entry(name.to_string()).or_insert_with(|| watch::channel(()).0).subscribe();
+            self.waiters.lock().entry(name.to_string()).or_insert_with(|| watch::channel(()).0).subscribe();
         self.metrics.waiters.inc();
-        Subscription { cache: self, name: name.to_string(), receiver: Some(receiver) }
+        Subscription { waiters: &self.waiters, name: name.to_string(), receiver: Some(receiver) }
+    }
+
+    /// The namespace this cache watches.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// True once the first list has completed.

@@ -1,5 +1,5 @@
-//! MCP tasks over MiningWorkflows (pure): what a workflow looks like as a
-//! task to each of the two task generations this server speaks.
+//! MCP tasks over any kind of work (pure): what a workflow or a tool run
+//! looks like as a task to each of the two task generations this server speaks.
 //!
 //! The task id is the workflow name and the workflow is the only record, so a
 //! task survives frontend restarts and reads the same from every replica.
@@ -12,15 +12,11 @@
 
 use k8s_openapi::jiff::Timestamp;
 use mining_api::MiningWorkflow;
-use mining_api::Work as _;
-
-use mining_api::ToolRun;
 use rmcp::model::CallToolResult;
 
-use crate::contract::{OutcomeStatus, outcome};
-use crate::core::Answer;
+use crate::contract::OutcomeStatus;
+use crate::core::{Any, Served};
 use crate::operator_presence::Presence;
-use crate::tool_runs::contract::run_outcome;
 
 /// Which task protocol a request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,17 +71,17 @@ pub struct TaskSnapshot {
     pub result: CallToolResult,
 }
 
-/// The workflow as a task of `generation`, with what is known of the
-/// operator; `default_ttl_seconds` is the operator's retention for workflows
-/// that set none.
-pub fn snapshot(
-    workflow: &MiningWorkflow,
+/// The work (of any kind) as a task of `generation`, with what is known
+/// of the operator; `default_ttl_seconds` is the operator's retention for
+/// work that sets none.
+pub fn snapshot<K: Served>(
+    work: &K,
     now: Timestamp,
     generation: Generation,
     default_ttl_seconds: u64,
     operator: Presence,
 ) -> TaskSnapshot {
-    let answer = outcome(workflow, now).with_operator(operator);
+    let answer = work.outcome(now).with_operator(operator);
     let result_ready = answer.status != OutcomeStatus::Running;
     let state = match (generation, answer.status) {
         // The cancel's answer said `cancelled`; no later read may say
@@ -96,7 +92,7 @@ pub fn snapshot(
         (
             Generation::Core2025,
             OutcomeStatus::Running | OutcomeStatus::NotFound | OutcomeStatus::Cancelled,
-        ) if workflow.spec.cancel => TaskState::Cancelled,
+        ) if work.cancel_requested() => TaskState::Cancelled,
         (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
         (_, OutcomeStatus::Completed) => TaskState::Completed,
         (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
@@ -112,85 +108,42 @@ pub fn snapshot(
         }
         _ => answer.status_message.clone(),
     };
-    let ttl_seconds = workflow
-        .spec
-        .ttl_seconds_after_finished
+    let ttl_seconds = work
+        .ttl_seconds_after_finished()
         .and_then(|seconds| u64::try_from(seconds).ok())
         .unwrap_or(default_ttl_seconds);
     let poll_interval_ms = match state {
         TaskState::Working => answer.poll_after_seconds.map(|seconds| u64::from(seconds) * 1000),
         _ => None,
     };
-    let created = workflow.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let created = work.meta().creation_timestamp.as_ref().map(|t| t.0);
     TaskSnapshot {
         task_id: answer.workflow_id.clone(),
         state,
         status_message,
         created_at: created.unwrap_or(now).to_string(),
-        last_updated_at: last_updated(workflow).or(created).unwrap_or(now).to_string(),
+        last_updated_at: work.last_updated().or(created).unwrap_or(now).to_string(),
         ttl_ms: ttl_seconds.saturating_mul(1000),
         poll_interval_ms,
-        result_ready,
-        result: Answer::Outcome(answer).into_result(),
-    }
-}
-
-/// A tool run as a task of `generation`: the same rules as a workflow's
-/// (a failure is `failed` in 2025 and a completed error in 2026; a recorded
-/// cancel reads `cancelled` at once in 2025).
-pub fn run_snapshot(
-    run: &ToolRun,
-    now: Timestamp,
-    generation: Generation,
-    default_ttl_seconds: u64,
-    presence: Presence,
-) -> TaskSnapshot {
-    let answer = run_outcome(run, now).with_operator(presence);
-    let result_ready = answer.status != OutcomeStatus::Running;
-    let state = match (generation, answer.status) {
-        (Generation::Core2025, OutcomeStatus::Running | OutcomeStatus::NotFound) if run.spec.cancel => {
-            TaskState::Cancelled
-        }
-        (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
-        (_, OutcomeStatus::Completed) => TaskState::Completed,
-        (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
-        (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Completed,
-        (_, OutcomeStatus::Cancelled) => TaskState::Cancelled,
-    };
-    let status_message = match &answer.error {
-        Some(error) => format!("{}: {error}", answer.status_message),
-        None => answer.status_message.clone(),
-    };
-    let ttl_seconds = run
-        .spec
-        .ttl_seconds_after_finished
-        .and_then(|s| u64::try_from(s).ok())
-        .unwrap_or(default_ttl_seconds);
-    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let status = run.status.as_ref();
-    let updated = match status.and_then(|s| s.finished_at.as_ref()) {
-        Some(finished) if run.is_finished() => Some(finished.0),
-        _ => status.and_then(|s| s.started_at.as_ref()).map(|t| t.0),
-    };
-    TaskSnapshot {
-        task_id: answer.workflow_id.clone(),
-        state,
-        status_message,
-        created_at: created.unwrap_or(now).to_string(),
-        last_updated_at: updated.or(created).unwrap_or(now).to_string(),
-        ttl_ms: ttl_seconds.saturating_mul(1000),
-        poll_interval_ms: match state {
-            TaskState::Working => answer.poll_after_seconds.map(|seconds| u64::from(seconds) * 1000),
-            _ => None,
-        },
         result_ready,
         result: answer.into_result(),
     }
 }
 
+/// [`snapshot`] of work of whichever kind.
+pub fn snapshot_any(
+    work: &Any,
+    now: Timestamp,
+    generation: Generation,
+    default_ttl_seconds: u64,
+    operator: Presence,
+) -> TaskSnapshot {
+    crate::each_kind!(work, work => snapshot(&**work, now, generation, default_ttl_seconds, operator))
+}
+
 /// The newest moment the workflow's status records a change; once it has
 /// finished, the moment it finished (later edits change no task).
-fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
+pub(crate) fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
     let status = workflow.status.as_ref()?;
     if let Some(finished) = &status.finished_at
         && status.phase.is_some_and(|phase| phase.is_finished())
@@ -209,7 +162,9 @@ fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
 mod tests {
     use super::*;
     use mining_api::testing::{self, WorkflowExt};
-    use mining_api::{ConditionStatus, WorkflowPhase};
+    use mining_api::{ConditionStatus, ToolRun, WorkflowPhase};
+
+    use crate::tool_runs::contract::run_outcome;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap()
@@ -366,7 +321,7 @@ mod tests {
     #[test]
     fn a_tool_run_is_a_task_by_the_same_rules_as_a_workflow() {
         use mining_api::ToolRunPhase;
-        let working = run_snapshot(
+        let working = snapshot(
             &run(ToolRunPhase::Running, false),
             at(1_010),
             Generation::Core2025,
@@ -376,19 +331,19 @@ mod tests {
         assert_eq!((working.state, working.ttl_ms), (TaskState::Working, 90_000));
         assert!(working.poll_interval_ms.is_some());
         let failed = run(ToolRunPhase::Failed, false);
-        let core = run_snapshot(&failed, at(1_100), Generation::Core2025, 60, Presence::Leading);
+        let core = snapshot(&failed, at(1_100), Generation::Core2025, 60, Presence::Leading);
         assert_eq!(core.state, TaskState::Failed);
         assert!(core.status_message.contains("boom"), "{}", core.status_message);
         assert_eq!(core.last_updated_at, at(1_030).to_string());
-        let extension = run_snapshot(&failed, at(1_100), Generation::Extension2026, 60, Presence::Leading);
+        let extension = snapshot(&failed, at(1_100), Generation::Extension2026, 60, Presence::Leading);
         assert_eq!((extension.state, extension.result.is_error), (TaskState::Completed, Some(true)));
         let cancelling = run(ToolRunPhase::Running, true);
         assert_eq!(
-            run_snapshot(&cancelling, at(1_010), Generation::Core2025, 60, Presence::Leading).state,
+            snapshot(&cancelling, at(1_010), Generation::Core2025, 60, Presence::Leading).state,
             TaskState::Cancelled
         );
         assert_eq!(
-            run_snapshot(&cancelling, at(1_010), Generation::Extension2026, 60, Presence::Leading).state,
+            snapshot(&cancelling, at(1_010), Generation::Extension2026, 60, Presence::Leading).state,
             TaskState::Working
         );
     }
@@ -398,7 +353,7 @@ mod tests {
         use mining_api::ToolRunPhase;
         let absent = Presence::Absent { since: Some(at(1_000)) };
         let running = run(ToolRunPhase::Running, false);
-        let task = run_snapshot(&running, at(1_010), Generation::Extension2026, 60, absent);
+        let task = snapshot(&running, at(1_010), Generation::Extension2026, 60, absent);
         assert_eq!(task.state, TaskState::Working);
         assert!(task.status_message.contains("No operator is running"), "{}", task.status_message);
         let answer = run_outcome(&running, at(1_010)).with_operator(absent);

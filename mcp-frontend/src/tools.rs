@@ -60,7 +60,8 @@ pub const CANCEL_MINING: &str = MiningTool::CancelMining.name();
 pub const LIST_MINING_WORKFLOWS: &str = MiningTool::ListMiningWorkflows.name();
 
 /// Workflows one list answer holds.
-pub const LIST_LIMIT: Bound = Bound::new("limit", 1, 100);
+/// Rows one list call gives at most, for every kind of work.
+pub const LIST_LIMIT: Bound = Bound::new("limit", 1, 200);
 const DEFAULT_LIST_LIMIT: u32 = 20;
 
 /// The bounds tool arguments are checked against (from the flags).
@@ -441,8 +442,8 @@ mod tests {
     #[test]
     fn list_limit_is_bounded() {
         assert_eq!(limits().list_limit(None), Ok(20));
-        assert!(limits().list_limit(Some(0)).unwrap_err().contains("from 1 to 100"));
-        assert!(limits().list_limit(Some(101)).is_err());
+        assert!(limits().list_limit(Some(0)).unwrap_err().contains("from 1 to 200"));
+        assert!(limits().list_limit(Some(201)).is_err());
         let parsed: ListMiningWorkflowsArgs =
             parse_args(&limits(), LIST_MINING_WORKFLOWS, args(json!({"status": "running"}))).unwrap();
         assert_eq!(parsed.status, Some(ListedStatus::Running));

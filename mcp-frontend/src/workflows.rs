@@ -85,25 +85,27 @@ pub async fn get<K: mining_api::Work>(api: &Api<K>, name: &str) -> Result<Option
     bounded("get", api.get_opt(name)).await
 }
 
-/// Asks the operator to stop: sets `spec.cancel`, and writes the current
-/// proof when the workflow carries an older version's (`reproof`).
-pub async fn request_cancel(
-    api: &Api<MiningWorkflow>,
-    workflow: &MiningWorkflow,
+/// Asks the operator to stop the work (of any kind): sets `spec.cancel`, and
+/// writes the current proof when the work carries an older version's
+/// (`reproof`).
+pub async fn request_cancel<K: mining_api::Work>(
+    api: &Api<K>,
+    work: &K,
     reproof: Option<String>,
-) -> Result<MiningWorkflow> {
-    let name = workflow.metadata.name.as_deref().unwrap_or_default();
+) -> Result<K> {
+    let name = work.meta().name.as_deref().unwrap_or_default();
     // Only on the version the decision was made on (409 otherwise): a
     // cancel never lands on a workflow that finished meanwhile, and the
     // operator's status write, made on the version before, conflicts.
     let mut patch = json!({
-        "metadata": {"resourceVersion": workflow.metadata.resource_version},
+        "metadata": {"resourceVersion": work.meta().resource_version},
         "spec": {"cancel": true},
     });
     if let Some(proof) = reproof {
         patch["metadata"]["annotations"] = json!({mining_api::annotations::OWNER_PROOF: proof});
     }
-    bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    bounded("patch", api.patch(name, &params, &Patch::Merge(patch))).await
 }
 
 /// Writes the current proof over an older version's: the proof covers the

@@ -1,22 +1,22 @@
-//! A caller's workflows, newest first, from the cache alone.
+//! A caller's work, newest first, from the caches alone.
 
-use mining_api::MiningWorkflow;
+use mining_api::{MiningWorkflow, ToolRun};
 
-use super::Core;
-use crate::cache::Cached;
+use super::{Any, Core, Served};
+use crate::cache::Entry;
 use crate::ids::Caller;
 
-/// One of the caller's workflows with its sort key.
-pub struct Listed {
+/// One piece of the caller's work with its sort key.
+pub struct Listed<K = MiningWorkflow> {
     /// Creation time in seconds since the epoch (0 when unknown).
     pub created: i64,
     pub name: String,
-    pub workflow: Box<MiningWorkflow>,
+    pub work: Box<K>,
 }
 
-impl Listed {
+impl<K> Listed<K> {
     /// Newest first, then by name: a total order, so a page boundary
-    /// (a cursor) never moves when new workflows arrive.
+    /// (a cursor) never moves when new work arrives.
     fn sort_key(&self) -> (std::cmp::Reverse<i64>, &str) {
         (std::cmp::Reverse(self.created), &self.name)
     }
@@ -25,26 +25,45 @@ impl Listed {
     pub fn comes_after(&self, created: i64, name: &str) -> bool {
         self.sort_key() > (std::cmp::Reverse(created), name)
     }
+
+    fn into_any(self) -> Listed<Any>
+    where
+        Box<K>: Into<Any>,
+    {
+        Listed { created: self.created, name: self.name, work: Box::new(self.work.into()) }
+    }
+}
+
+fn sorted<K>(mut rows: Vec<Listed<K>>) -> Vec<Listed<K>> {
+    rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    rows
 }
 
 impl Core {
-    /// Every readable workflow `caller` started through this frontend,
-    /// newest first (objects others labelled as the caller's are not).
-    pub fn list(&self, caller: &Caller) -> Vec<Listed> {
-        let caches = std::iter::once(&self.cache).chain(self.previous.as_ref().map(|p| &p.cache));
+    /// Every readable piece of work of kind `K` that `caller` started
+    /// through this frontend, newest first (objects others labelled as the
+    /// caller's are not).
+    pub fn list<K: Served>(&self, caller: &Caller) -> Vec<Listed<K>> {
         let labels = self.keys.caller_labels(&caller.digest);
-        let mut rows: Vec<Listed> = caches
-            .flat_map(|cache| labels.iter().flat_map(|label| cache.list_for(label)))
+        let rows = K::homes(self)
+            .all()
+            .flat_map(|home| labels.iter().flat_map(move |label| home.cache.list_for(label)))
             .filter_map(|cached| match cached {
-                Cached::Found(workflow) if self.owns(&*workflow, caller) => Some(Listed {
-                    created: workflow.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
-                    name: workflow.metadata.name.clone().unwrap_or_default(),
-                    workflow,
+                Entry::Found(work) if self.owns(&*work, caller) => Some(Listed {
+                    created: work.meta().creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+                    name: work.meta().name.clone().unwrap_or_default(),
+                    work,
                 }),
                 _ => None,
             })
             .collect();
-        rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
-        rows
+        sorted(rows)
+    }
+
+    /// The caller's work of every kind, in one order.
+    pub fn list_any(&self, caller: &Caller) -> Vec<Listed<Any>> {
+        let workflows = self.list::<MiningWorkflow>(caller).into_iter().map(Listed::into_any);
+        let runs = self.list::<ToolRun>(caller).into_iter().map(Listed::into_any);
+        sorted(workflows.chain(runs).collect())
     }
 }

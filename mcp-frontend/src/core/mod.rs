@@ -10,6 +10,7 @@ mod answer;
 mod cancel;
 mod list;
 mod reprove;
+mod served;
 pub(crate) mod start;
 mod wait;
 
@@ -21,7 +22,7 @@ use kube::api::Api;
 use mining_api::{MiningLedger, MiningWorkflow};
 use rmcp::model::Tool;
 
-use crate::cache::{Cached, Entry, RunCache, WorkflowCache};
+use crate::cache::{Entry, RunCache, WorkflowCache};
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::operator_presence::{OperatorWatch, Presence};
@@ -33,6 +34,7 @@ use crate::workflows;
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use list::Listed;
+pub use served::{Any, Home, Homes, Refreshed, Served};
 pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};
 pub use wait::{Unattended, WaitCap, WaitListener, WaitSlots};
 
@@ -102,13 +104,27 @@ pub struct Previous {
     pub cache: Arc<WorkflowCache>,
 }
 
-/// What a caller may see of one workflow.
-pub enum View {
+/// What a caller may see of one piece of work.
+pub enum View<K = MiningWorkflow> {
     /// Unknown, malformed, expired, or another caller's: all look the same.
     Missing,
     /// The caller's, but its stored state cannot be read; the text says why.
     Unreadable(String),
-    Found(Box<MiningWorkflow>),
+    Found(Box<K>),
+}
+
+impl<K> View<K> {
+    /// The same view of the work as [`Any`] kind.
+    pub fn into_any(self) -> View<Any>
+    where
+        Box<K>: Into<Any>,
+    {
+        match self {
+            Self::Missing => View::Missing,
+            Self::Unreadable(problem) => View::Unreadable(problem),
+            Self::Found(work) => View::Found(Box::new(work.into())),
+        }
+    }
 }
 
 /// Whether `caller` started `work` (of any kind) through this frontend: its
@@ -120,69 +136,55 @@ pub fn belongs_to<K: mining_api::Work>(keys: &OwnershipKeys, work: &K, caller: &
 }
 
 impl Core {
-    /// The workflow behind `id_text` as this caller may see it: from the
-    /// cache, else (for a name the watch has not delivered yet) one read from
-    /// the API server. Ids that are malformed or not this caller's (their tag
-    /// says so) are `Missing` without any lookup.
-    pub async fn find(&self, caller: &Caller, id_text: &str) -> Result<View, String> {
-        match WorkflowId::parse_for(&self.keys, caller, id_text) {
-            Some(id) => self.visible(caller, &id).await,
-            None => Ok(View::Missing),
+    /// The work of kind `K` behind `id_text` as this caller may see it: from
+    /// the cache, else (for a name the watch has not delivered yet) one read
+    /// from the API server. Ids that are malformed or not this caller's
+    /// (their tag says so) are `Missing` without any lookup.
+    pub async fn find<K: Served>(&self, caller: &Caller, id_text: &str) -> Result<View<K>, String> {
+        let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
+        match self.cached::<K>(caller, id.as_str()) {
+            Some(view) => Ok(view),
+            None => self.fetched::<K>(caller, id.as_str()).await,
         }
     }
 
-    async fn visible(&self, caller: &Caller, id: &WorkflowId) -> Result<View, String> {
-        match self.cache_holding(id.as_str()).get(id.as_str()) {
-            Cached::Found(workflow) if self.owns(&*workflow, caller) => Ok(View::Found(workflow)),
-            Cached::Found(_) => Ok(View::Missing),
-            Cached::Unreadable { caller_label, problem, .. }
+    /// `name` as the caller may see it in the caches of kind `K`; `None`
+    /// when no cache holds it (yet).
+    pub(crate) fn cached<K: Served>(&self, caller: &Caller, name: &str) -> Option<View<K>> {
+        Some(match K::homes(self).holding(name).cache.get(name) {
+            Entry::Found(work) if self.owns(&*work, caller) => View::Found(work),
+            Entry::Found(_) => View::Missing,
+            Entry::Unreadable { caller_label, problem }
                 if caller_label.as_deref().is_some_and(|label| {
                     self.keys.caller_labels(&caller.digest).iter().any(|l| l == label)
                 }) =>
             {
-                Ok(View::Unreadable(problem))
+                View::Unreadable(problem)
             }
-            Cached::Unreadable { .. } => Ok(View::Missing),
-            Cached::Missing => match self.api_call("get", self.get_anywhere(id.as_str())).await {
-                Ok(Some(workflow)) if self.owns(&workflow, caller) => Ok(View::Found(Box::new(workflow))),
-                Ok(_) => Ok(View::Missing),
-                Err(err) => {
-                    self.count_api_error("get");
-                    Err(format!("cannot read the workflow: {err}"))
+            Entry::Unreadable { .. } => View::Missing,
+            Entry::Missing => return None,
+        })
+    }
+
+    /// `name` of kind `K` as the caller may see it, read from the API
+    /// server: the workflow namespace first, then where releases before it
+    /// put work.
+    pub(crate) async fn fetched<K: Served>(&self, caller: &Caller, name: &str) -> Result<View<K>, String> {
+        let read = async {
+            for home in K::homes(self).all() {
+                if let Some(work) = workflows::get(home.api, name).await? {
+                    return Ok(Some(work));
                 }
-            },
-        }
-    }
-
-    /// The cache that holds `name`: the workflow namespace's, unless only
-    /// the previous namespace's has it.
-    pub(crate) fn cache_holding(&self, name: &str) -> &WorkflowCache {
-        match &self.previous {
-            Some(previous)
-                if matches!(self.cache.get(name), Cached::Missing)
-                    && !matches!(previous.cache.get(name), Cached::Missing) =>
-            {
-                &previous.cache
             }
-            _ => &self.cache,
-        }
-    }
-
-    /// The API of the namespace `workflow` lives in.
-    pub(crate) fn api_of(&self, workflow: &MiningWorkflow) -> &Api<MiningWorkflow> {
-        match &self.previous {
-            Some(previous) if workflow.metadata.namespace.as_deref() != Some(self.namespace.as_str()) => {
-                &previous.api
+            Ok::<_, crate::Error>(None)
+        };
+        match self.api_call("get", read).await {
+            Ok(Some(work)) if self.owns(&work, caller) => Ok(View::Found(Box::new(work))),
+            Ok(_) => Ok(View::Missing),
+            Err(err) => {
+                self.count_api_error("get");
+                Err(format!("cannot read the {}: {err}", K::NOUN))
             }
-            _ => &self.api,
-        }
-    }
-
-    /// `name` read from the API server: the workflow namespace first, then the previous one.
-    async fn get_anywhere(&self, name: &str) -> Result<Option<MiningWorkflow>, crate::Error> {
-        match (workflows::get(&self.api, name).await?, &self.previous) {
-            (None, Some(previous)) => workflows::get(&previous.api, name).await,
-            (found, _) => Ok(found),
         }
     }
 

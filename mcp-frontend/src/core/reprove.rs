@@ -8,8 +8,10 @@ use std::time::Duration;
 use kube::api::Api;
 use mining_api::Work;
 
-use super::Core;
-use crate::cache::{Entry, Kind, ObjectCache};
+use mining_api::{MiningWorkflow, ToolRun};
+
+use super::{Core, Served};
+use crate::cache::Entry;
 
 /// Proofs written per pass at most, so an upgrade with thousands of retained
 /// workflows and runs spreads its writes instead of loading the API server at start.
@@ -17,20 +19,17 @@ pub const REPROVE_PER_PASS: usize = 50;
 /// How often a pass runs.
 pub const REPROVE_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Cached work of one kind that carries an older version's valid proof,
-/// with its current proof (at most `limit`).
-fn stale<K: Kind>(
-    keys: &mining_api::ownership::OwnershipKeys,
-    caches: &[&ObjectCache<K>],
-    limit: usize,
-) -> Vec<(Box<K>, String)> {
-    caches
-        .iter()
-        .flat_map(|cache| cache.all())
-        .filter_map(|cached| match cached {
+/// Cached work of kind `K` that carries an older version's valid proof,
+/// with its current proof and the API of its namespace (at most `limit`).
+fn stale<K: Served>(core: &Core, limit: usize) -> Vec<(Box<K>, String, &Api<K>)> {
+    let homes = K::homes(core);
+    homes
+        .all()
+        .flat_map(|home| home.cache.all().into_iter().map(move |cached| (home, cached)))
+        .filter_map(|(home, cached)| match cached {
             Entry::Found(work) => {
-                let proof = keys.reproof(&*work)?;
-                Some((work, proof))
+                let proof = core.keys.reproof(&*work)?;
+                Some((work, proof, home.api))
             }
             _ => None,
         })
@@ -40,22 +39,25 @@ fn stale<K: Kind>(
 
 impl Core {
     /// Writes the current proof on up to [`REPROVE_PER_PASS`] cached
-    /// workflows and tool runs that carry an older version's valid proof;
-    /// returns how many.
+    /// pieces of work (of every kind) that carry an older version's valid
+    /// proof; returns how many.
     pub async fn reprove_some(&self) -> usize {
-        let mut caches = vec![&*self.cache];
-        caches.extend(self.previous.as_ref().map(|p| &*p.cache));
-        let workflows = stale(&self.keys, &caches, REPROVE_PER_PASS);
-        let runs = stale(&self.keys, &[&*self.runs], REPROVE_PER_PASS - workflows.len());
+        let mut left = REPROVE_PER_PASS;
         let mut written = 0;
-        for (workflow, proof) in workflows {
-            written += self.reprove_one(self.api_of(&workflow), &*workflow, &proof).await;
-        }
-        for (run, proof) in runs {
-            written += self.reprove_one(&self.run_api, &*run, &proof).await;
-        }
+        written += self.reprove_kind::<MiningWorkflow>(&mut left).await;
+        written += self.reprove_kind::<ToolRun>(&mut left).await;
         if written > 0 {
             tracing::info!(written, "wrote current ownership proofs over older versions");
+        }
+        written
+    }
+
+    async fn reprove_kind<K: Served>(&self, left: &mut usize) -> usize {
+        let stale = stale::<K>(self, *left);
+        *left -= stale.len();
+        let mut written = 0;
+        for (work, proof, api) in stale {
+            written += self.reprove_one(api, &*work, &proof).await;
         }
         written
     }

@@ -1,26 +1,25 @@
-//! How a wait ends, written once for every face: woken by the one watch,
-//! it returns when the workflow has finished, vanished or become unreadable,
-//! when the deadline passes, or when the one waiting has gone. Progress is
-//! reported through the face's [`WaitListener`] as blocks get mined.
+//! How a wait ends, written once for every kind and face: woken by the one
+//! watch of its kind, it returns when the work has finished, vanished or
+//! become unreadable, when the deadline passes, or when the one waiting has
+//! gone. Progress is reported through the face's [`WaitListener`] as it changes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::jiff::Timestamp;
-use mining_api::MiningWorkflow;
 use tokio::time::Instant;
 
-use super::{Core, View};
-use crate::cache::Cached;
-use crate::contract::{Details as _, OutcomeStatus, Progress, outcome};
+use super::{Core, Refreshed, Served, View};
+use crate::contract::{Details as _, OutcomeStatus, Progress};
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 
 /// The face's side of a wait: where progress goes, and how to tell that
 /// the client has gone.
 pub trait WaitListener: Send {
-    /// Reports that `progress` blocks are mined; `false` when the client is gone.
-    fn progress(&mut self, progress: Progress, message: &str) -> impl Future<Output = bool> + Send;
+    /// Reports `progress` parts done of `total` (a value that only grows);
+    /// `false` when the client is gone.
+    fn progress(&mut self, progress: f64, total: u32, message: &str) -> impl Future<Output = bool> + Send;
 
     /// Resolves once the client has gone (never, if it cannot tell).
     fn gone(&self) -> impl Future<Output = ()> + Send;
@@ -31,7 +30,7 @@ pub trait WaitListener: Send {
 pub struct Unattended;
 
 impl WaitListener for Unattended {
-    async fn progress(&mut self, _progress: Progress, _message: &str) -> bool {
+    async fn progress(&mut self, _progress: f64, _total: u32, _message: &str) -> bool {
         true
     }
 
@@ -124,19 +123,53 @@ impl Drop for WaitSlot<'_> {
     }
 }
 
+/// The progress a wait has told, so that each report says something new
+/// and its value only grows (the protocol's rule).
+#[derive(Debug, Default)]
+pub struct Reported {
+    last: Option<(u32, String)>,
+    /// Reports made since the parts done last grew.
+    steps: u32,
+}
+
+impl Reported {
+    /// The value to report for `progress` and `message`, or `None` when
+    /// nothing changed (pure). A new message at the same parts done (a
+    /// tool's status line, a queue position) moves the value a little
+    /// within the part: done + k/(k+1), always below the next part.
+    pub fn next(&mut self, progress: Progress, message: &str) -> Option<f64> {
+        let done = progress.blocks_done;
+        let value = match &self.last {
+            Some((last, told)) if done == *last && message == told => return None,
+            Some((last, _)) if done < *last => return None,
+            Some((last, _)) if done == *last => {
+                self.steps += 1;
+                f64::from(done) + f64::from(self.steps) / f64::from(self.steps + 1)
+            }
+            _ => {
+                self.steps = 0;
+                f64::from(done)
+            }
+        };
+        self.last = Some((done, message.to_string()));
+        Some(value)
+    }
+}
+
 impl Core {
-    /// Waits until `deadline` for `latest` (a workflow the caller may see) to
-    /// finish. The answer is what the caller may see at the end: the workflow
-    /// as last seen, `Missing` once deleted, `Unreadable` once unreadable.
-    pub async fn wait(
+    /// Waits until `deadline` for `latest` (work the caller may see, of any
+    /// kind) to finish. The answer is what the caller may see at the end:
+    /// the work as last seen, `Missing` once deleted, `Unreadable` once
+    /// unreadable. Progress goes to `listener` as it changes.
+    pub async fn wait<K: Served>(
         &self,
         caller: &Caller,
-        mut latest: Box<MiningWorkflow>,
+        mut latest: Box<K>,
         deadline: Instant,
         listener: &mut impl WaitListener,
-    ) -> View {
-        let name = latest.metadata.name.clone().unwrap_or_default();
-        // Over a cap the wait ends at once, with the workflow as it is now.
+    ) -> View<K> {
+        let name = latest.meta().name.clone().unwrap_or_default();
+        // Over a cap the wait ends at once, with the work as it is now.
         let _slot = match self.waits.take(&caller.digest) {
             Ok(slot) => Some(slot),
             Err(cap) if Instant::now() < deadline => {
@@ -144,38 +177,26 @@ impl Core {
                     .waits_shortened
                     .get_or_create(&ReasonLabels { reason: cap.metric_label() })
                     .inc();
-                tracing::debug!(workflow = %name, ?cap, "wait answered at once: too many waits");
-                return self.view_now(&name, caller, latest);
+                tracing::debug!(kind = K::NOUN, name = %name, ?cap, "wait answered at once: too many waits");
+                return self.cached::<K>(caller, &name).unwrap_or_else(|| self.owned(caller, latest));
             }
             Err(_) => None,
         };
-        let cache = self.cache_holding(&name);
-        let mut subscription = cache.subscribe(&name);
-        let mut reported: Option<u32> = None;
+        let mut subscription = K::homes(self).holding(&name).cache.subscribe(&name);
+        let mut reported = Reported::default();
         let mut seen_in_cache = false;
         loop {
-            match cache.get(&name) {
-                Cached::Found(workflow) => {
-                    seen_in_cache = true;
-                    latest = workflow;
-                }
-                Cached::Unreadable { problem, .. } => return View::Unreadable(problem),
-                // Deleted while we waited (e.g. its retention ran out).
-                Cached::Missing if seen_in_cache => return View::Missing,
-                // Created a moment ago and not delivered by the watch yet.
-                Cached::Missing => {}
+            match self.refresh(caller, &mut latest, &mut seen_in_cache) {
+                Refreshed::Current => {}
+                Refreshed::Unreadable(problem) => return View::Unreadable(problem),
+                Refreshed::Gone => return View::Missing,
             }
-            if !self.owns(&*latest, caller) {
-                return View::Missing;
-            }
-            let answer = outcome(&latest, Timestamp::now()).with_operator(self.operator_presence());
+            let answer = latest.outcome(Timestamp::now()).with_operator(self.operator_presence());
             if let Some(progress) = answer.details.progress()
-                && reported.is_none_or(|done| progress.blocks_done > done)
+                && let Some(value) = reported.next(progress, &answer.status_message)
+                && !listener.progress(value, progress.blocks_total, &answer.status_message).await
             {
-                reported = Some(progress.blocks_done);
-                if !listener.progress(progress, &answer.status_message).await {
-                    return View::Found(latest);
-                }
+                return View::Found(latest);
             }
             if answer.status != OutcomeStatus::Running || Instant::now() >= deadline {
                 return View::Found(latest);
@@ -188,14 +209,9 @@ impl Core {
         }
     }
 
-    /// The workflow as the caller may see it now, without waiting.
-    fn view_now(&self, name: &str, caller: &Caller, latest: Box<MiningWorkflow>) -> View {
-        let latest = match self.cache_holding(name).get(name) {
-            Cached::Found(workflow) => workflow,
-            Cached::Unreadable { problem, .. } => return View::Unreadable(problem),
-            Cached::Missing => latest,
-        };
-        if self.owns(&*latest, caller) { View::Found(latest) } else { View::Missing }
+    /// `work` if it is the caller's.
+    fn owned<K: Served>(&self, caller: &Caller, work: Box<K>) -> View<K> {
+        if self.owns(&*work, caller) { View::Found(work) } else { View::Missing }
     }
 }
 
@@ -227,5 +243,19 @@ mod tests {
         }
         assert_eq!(slots.held(), 0);
         assert!(slots.lock().1.is_empty(), "no per-caller entry outlives its slots");
+    }
+
+    #[test]
+    fn progress_is_told_when_it_changes_and_its_value_only_grows() {
+        let mut reported = Reported::default();
+        let at = |done| Progress { blocks_done: done, blocks_total: 4 };
+        assert_eq!(reported.next(at(0), "queued"), Some(0.0));
+        assert_eq!(reported.next(at(0), "queued"), None, "nothing new");
+        assert_eq!(reported.next(at(0), "running: step 1"), Some(0.5));
+        assert_eq!(reported.next(at(0), "running: step 2"), Some(2.0 / 3.0));
+        assert_eq!(reported.next(at(2), "2 done"), Some(2.0));
+        assert_eq!(reported.next(at(1), "an older status"), None, "never backwards");
+        assert_eq!(reported.next(at(2), "2 done, next"), Some(2.5));
+        assert_eq!(reported.next(at(4), "all done"), Some(4.0));
     }
 }

@@ -29,7 +29,6 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
-use mining_api::{MiningWorkflow, ToolRun};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ClientCapabilities, ErrorCode};
 use serde_json::{Value, json};
@@ -37,13 +36,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{json_response, response_json, tasks_2026};
-use crate::cache::{Cached, Entry, Subscription};
-use crate::core::{Core, View, WaitCap};
+use crate::cache::Subscription;
+use crate::core::{Any, Core, Refreshed, View, WaitCap};
 use crate::http::JsonBody;
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 use crate::tasks::TaskState;
-use crate::tool_runs::TaskView;
 
 pub const METHOD: &str = "subscriptions/listen";
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
@@ -209,26 +207,11 @@ pub async fn answer_listens(State(state): State<ListenState>, request: Request, 
     response
 }
 
-/// What an acknowledged task is: a workflow or a tool run, each woken by
-/// its own watch.
-enum Source<'a> {
-    Workflow { subscription: Subscription<'a, MiningWorkflow>, latest: Box<MiningWorkflow> },
-    Run { subscription: Subscription<'a, ToolRun>, latest: Box<ToolRun> },
-}
-
-impl Source<'_> {
-    async fn changed(&mut self) {
-        match self {
-            Self::Workflow { subscription, .. } => subscription.changed().await,
-            Self::Run { subscription, .. } => subscription.changed().await,
-        }
-    }
-}
-
 /// One acknowledged task, as this listen follows it.
 struct Followed<'a> {
-    name: String,
-    source: Source<'a>,
+    /// Woken by the watch of the task's kind.
+    subscription: Subscription<'a>,
+    latest: Any,
     seen_in_cache: bool,
     /// The status and message last told.
     told: Option<(TaskState, String)>,
@@ -272,25 +255,15 @@ async fn run_listen(
     let mut followed: Vec<Followed<'_>> = Vec::new();
     let mut accepted: Vec<String> = Vec::new();
     for task_id in task_ids.iter().flatten() {
-        // Subscribed before the read, so no change between them is missed
-        // (to both watches: what the id names is known only after the read).
-        let workflow_changes = core.cache_holding(task_id).subscribe(task_id);
-        let run_changes = core.runs.subscribe(task_id);
-        let source = match core.find_task(&caller, task_id).await {
-            Ok(TaskView::Workflow(View::Found(latest))) => {
-                Source::Workflow { subscription: workflow_changes, latest }
-            }
-            Ok(TaskView::Run(latest)) => Source::Run { subscription: run_changes, latest },
+        let latest = match core.resolve(&caller, task_id).await {
+            Ok(View::Found(latest)) => *latest,
             _ => continue,
         };
+        // Subscribed before the first read of the loop below, so no change
+        // after the one that read tells is missed.
+        let subscription = core.subscribe_any(&latest);
         accepted.push(task_id.clone());
-        followed.push(Followed {
-            name: task_id.clone(),
-            source,
-            seen_in_cache: false,
-            told: None,
-            done: false,
-        });
+        followed.push(Followed { subscription, latest, seen_in_cache: false, told: None, done: false });
     }
     let accepted = task_ids.as_ref().map(|_| accepted.as_slice());
     if sender.send(acknowledgement(accepted, tools_list_changed, &id)).await.is_err() {
@@ -312,7 +285,7 @@ async fn run_listen(
         let mut changes: Vec<_> = followed
             .iter_mut()
             .filter(|task| !task.done)
-            .map(|task| Box::pin(task.source.changed()))
+            .map(|task| Box::pin(task.subscription.changed()))
             .collect();
         let any_change = async {
             if changes.is_empty() {
@@ -348,49 +321,17 @@ async fn run_listen(
 
 /// What to tell of `task` now, if anything (and records it as told).
 fn next_notification(core: &Core, caller: &Caller, task: &mut Followed<'_>, id: &Value) -> Option<Value> {
-    // The task as the watch has it now; `None`: nothing true to tell yet.
-    let (state, detailed) = match &mut task.source {
-        Source::Workflow { latest, .. } => {
-            match core.cache_holding(&task.name).get(&task.name) {
-                Cached::Found(workflow) => {
-                    task.seen_in_cache = true;
-                    *latest = workflow;
-                }
-                // Its stored state is unreadable for now: nothing true to tell.
-                Cached::Unreadable { .. } => return None,
-                // Deleted (its retention ran out): nothing more will come.
-                Cached::Missing if task.seen_in_cache => {
-                    task.done = true;
-                    return None;
-                }
-                // Created a moment ago, not delivered by the watch yet.
-                Cached::Missing => {}
-            }
-            if !core.owns(&**latest, caller) {
-                task.done = true;
-                return None;
-            }
-            tasks_2026::detailed_json(core, latest)
+    // The task as the watch has it now; nothing true to tell while unreadable.
+    match core.refresh_any(caller, &mut task.latest, &mut task.seen_in_cache) {
+        Refreshed::Current => {}
+        Refreshed::Unreadable(_) => return None,
+        // Deleted (its retention ran out), or no longer the caller's.
+        Refreshed::Gone => {
+            task.done = true;
+            return None;
         }
-        Source::Run { latest, .. } => {
-            match core.runs.get(&task.name) {
-                Entry::Found(run) => {
-                    task.seen_in_cache = true;
-                    *latest = run;
-                }
-                Entry::Missing if task.seen_in_cache => {
-                    task.done = true;
-                    return None;
-                }
-                Entry::Missing | Entry::Unreadable { .. } => {}
-            }
-            if !core.owns(&**latest, caller) {
-                task.done = true;
-                return None;
-            }
-            tasks_2026::detailed_run_json(core, latest)
-        }
-    };
+    }
+    let (state, detailed) = tasks_2026::detailed_json(core, &task.latest);
     let message = detailed.get("statusMessage").and_then(Value::as_str).unwrap_or_default().to_string();
     let now = (state, message);
     if task.told.as_ref() == Some(&now) {

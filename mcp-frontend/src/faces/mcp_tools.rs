@@ -16,13 +16,15 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{tasks_2026, tool_calls};
-use crate::contract::{Progress, outcome};
-use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
+use mining_api::MiningWorkflow;
+
+use super::{Called, DEFINED_TOOL, tasks_2026, tool_calls};
+use crate::contract::outcome;
+use crate::core::{Answer, Core, StartOptions, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS,
-    ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, WorkflowList, parse_args,
+    ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, START_MINING, WorkflowList, parse_args,
 };
 
 /// How long `cancel_mining` waits for the operator to confirm the cancel.
@@ -70,10 +72,10 @@ impl ToolCallListener {
 }
 
 impl WaitListener for ToolCallListener {
-    async fn progress(&mut self, progress: Progress, message: &str) -> bool {
+    async fn progress(&mut self, progress: f64, total: u32, message: &str) -> bool {
         let Some(token) = &self.token else { return true };
-        let notification = ProgressNotificationParam::new(token.clone(), f64::from(progress.blocks_done))
-            .with_total(f64::from(progress.blocks_total))
+        let notification = ProgressNotificationParam::new(token.clone(), progress)
+            .with_total(f64::from(total))
             .with_message(message.to_string());
         if let Err(err) = self.peer.notify_progress(notification).await {
             // A lost notification is no reason to end the wait; the cancellation is.
@@ -120,14 +122,8 @@ impl MiningServer {
             Err(text) => return Answer::InvalidArguments(text),
         };
         let deadline = Instant::now() + Duration::from_secs(u64::from(wait));
-        match self.core.find(caller, &args.workflow_id).await {
-            Ok(View::Found(workflow)) => {
-                let view = self.core.wait(caller, workflow, deadline, &mut ToolCallListener::of(ctx)).await;
-                Answer::of(&args.workflow_id, view, self.core.operator_presence())
-            }
-            Ok(view) => Answer::of(&args.workflow_id, view, self.core.operator_presence()),
-            Err(problem) => Answer::Refused(problem),
-        }
+        let listener = &mut ToolCallListener::of(ctx);
+        self.core.get_result::<MiningWorkflow>(caller, &args.workflow_id, deadline, listener).await
     }
 
     async fn cancel_mining(
@@ -140,22 +136,10 @@ impl MiningServer {
             Ok(args) => args,
             Err(text) => return Answer::InvalidArguments(text),
         };
-        let id = &args.workflow_id;
-        let workflow = match self.core.cancel(caller, id).await {
-            Ok(CancelOutcome::NotCancelled(view)) => {
-                return Answer::of(id, view, self.core.operator_presence());
-            }
-            Ok(CancelOutcome::AlreadyFinished(workflow)) => {
-                return Answer::of(id, View::Found(workflow), self.core.operator_presence());
-            }
-            Ok(CancelOutcome::AlreadyRequested(workflow) | CancelOutcome::Requested(workflow)) => workflow,
-            Err(problem) => return Answer::Refused(problem),
-        };
-        let wait =
+        let confirm =
             CANCEL_CONFIRM_WAIT.min(Duration::from_secs(u64::from(self.core.limits.wait_budget_seconds)));
-        let view =
-            self.core.wait(caller, workflow, Instant::now() + wait, &mut ToolCallListener::of(ctx)).await;
-        Answer::of(id, view, self.core.operator_presence())
+        let listener = &mut ToolCallListener::of(ctx);
+        self.core.cancel_confirmed::<MiningWorkflow>(caller, &args.workflow_id, confirm, listener).await
     }
 
     fn list_mining_workflows(&self, caller: &Caller, arguments: Option<JsonObject>) -> Answer {
@@ -170,10 +154,10 @@ impl MiningServer {
         let now = k8s_openapi::jiff::Timestamp::now();
         let rows: Vec<ListedWorkflow> = self
             .core
-            .list(caller)
+            .list::<MiningWorkflow>(caller)
             .into_iter()
             .filter_map(|listed| {
-                let workflow = listed.workflow;
+                let workflow = listed.work;
                 let answer = outcome(&workflow, now).with_operator(self.core.operator_presence());
                 Some(ListedWorkflow {
                     workflow_id: answer.workflow_id,
@@ -192,18 +176,12 @@ impl MiningServer {
             .filter(|row| args.status.is_none_or(|wanted| wanted.matches(row.status)))
             .collect();
         let total = u32::try_from(rows.len()).unwrap_or(u32::MAX);
-        let workflows = rows.into_iter().take(limit as usize).collect();
-        Answer::List(WorkflowList { workflows, total })
-    }
-}
-
-/// A companion tool's name as a metric label (a fixed set).
-fn companion_label(name: &str) -> &'static str {
-    use crate::tool_runs::contract::{CANCEL_TOOL_RUN, GET_TOOL_RESULT};
-    match name {
-        GET_TOOL_RESULT => GET_TOOL_RESULT,
-        CANCEL_TOOL_RUN => CANCEL_TOOL_RUN,
-        _ => crate::tool_runs::contract::LIST_TOOL_RUNS,
+        let list = WorkflowList { workflows: rows.into_iter().take(limit as usize).collect(), total };
+        let mut text = format!("{} of your mining workflows (newest first):", list.workflows.len());
+        for row in &list.workflows {
+            text.push_str(&format!("\n{} [{}] {}", row.workflow_id, row.status.as_str(), row.status_message));
+        }
+        Answer::list(text, &list)
     }
 }
 
@@ -229,15 +207,13 @@ impl ServerHandler for MiningServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.core
-            .tools
-            .iter()
-            .find(|tool| tool.name == name)
-            .cloned()
-            .or_else(|| self.core.catalog.get(name).map(|tool| tool.listed.clone()))
-            .or_else(|| {
-                crate::tool_runs::contract::companion_tools().into_iter().find(|tool| tool.name == name)
-            })
+        match super::called(&self.core, name)? {
+            Called::Mining(tool) => self.core.tools.iter().find(|listed| listed.name == tool.name()).cloned(),
+            Called::Companion(companion) => {
+                crate::tool_runs::contract::companion_tools().into_iter().find(|tool| tool.name == companion)
+            }
+            Called::Defined(tool) => Some(tool.listed.clone()),
+        }
     }
 
     async fn call_tool(
@@ -248,76 +224,76 @@ impl ServerHandler for MiningServer {
         let caller = caller_of(&ctx)?;
         let started = Instant::now();
         let declares_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
-        let Some(tool) = MiningTool::named(&request.name) else {
-            let name = request.name.to_string();
-            let options = StartOptions {
-                trace: trace_of(&ctx),
-                idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
-                ..StartOptions::default()
-            };
-            if declares_tasks
-                && let Some((response, outcome)) = tasks_2026::start_tool_task(
-                    &self.core,
-                    &caller,
-                    &name,
-                    request.arguments.clone(),
-                    options.clone(),
-                )
-                .await
-            {
-                self.core.record_call("defined_tool", outcome, None);
-                return Ok(response);
-            }
-            let mut listener = ToolCallListener::of(&ctx);
-            let companion = tool_calls::call_companion(
-                &self.core,
-                &caller,
-                &name,
-                request.arguments.clone(),
-                &mut listener,
-            )
-            .await;
-            let answer = match companion {
-                Some(answer) => Some((answer, "companion")),
-                None => tool_calls::call_defined(
-                    &self.core,
-                    &caller,
-                    &name,
-                    request.arguments,
-                    options,
-                    &mut listener,
-                )
-                .await
-                .map(|answer| (answer, "defined")),
-            };
-            if let Some((answer, kind)) = answer {
-                // Metric labels stay bounded: defined tools are counted as one.
-                let label = if kind == "defined" { "defined_tool" } else { companion_label(&name) };
-                self.core.record_call(label, answer.metric_outcome(), Some(started.elapsed()));
-                return Ok(answer.into_result().into());
-            }
+        let Some(called) = super::called(&self.core, &request.name) else {
             self.core.record_call("unknown", "error", None);
             return Err(McpError::invalid_params(
                 format!("unknown tool {:?}; this server has {}", request.name, MiningTool::names_in_words()),
                 None,
             ));
         };
-        if tool == MiningTool::StartMining && declares_tasks {
-            let (response, outcome) =
-                tasks_2026::start_mining_task(&self.core, &caller, request.arguments, trace_of(&ctx)).await;
-            self.core.record_call(tool.name(), outcome, None);
-            return Ok(response);
-        }
-        let answer = match tool {
-            MiningTool::StartMining => self.start_mining(&caller, request.arguments, &ctx).await,
-            MiningTool::GetMiningResult => self.get_mining_result(&caller, request.arguments, &ctx).await,
-            MiningTool::CancelMining => self.cancel_mining(&caller, request.arguments, &ctx).await,
-            MiningTool::ListMiningWorkflows => self.list_mining_workflows(&caller, request.arguments),
+        let name = request.name.to_string();
+        let mut listener = ToolCallListener::of(&ctx);
+        let (label, answer) = match called {
+            Called::Mining(MiningTool::StartMining) if declares_tasks => {
+                let (response, outcome) =
+                    tasks_2026::start_mining_task(&self.core, &caller, request.arguments, trace_of(&ctx))
+                        .await;
+                self.core.record_call(START_MINING, outcome, None);
+                return Ok(response);
+            }
+            Called::Mining(tool) => (
+                tool.name(),
+                match tool {
+                    MiningTool::StartMining => self.start_mining(&caller, request.arguments, &ctx).await,
+                    MiningTool::GetMiningResult => {
+                        self.get_mining_result(&caller, request.arguments, &ctx).await
+                    }
+                    MiningTool::CancelMining => self.cancel_mining(&caller, request.arguments, &ctx).await,
+                    MiningTool::ListMiningWorkflows => self.list_mining_workflows(&caller, request.arguments),
+                },
+            ),
+            Called::Companion(companion) => (
+                companion,
+                tool_calls::call_companion(&self.core, &caller, companion, request.arguments, &mut listener)
+                    .await,
+            ),
+            Called::Defined(tool) => {
+                let options = StartOptions {
+                    trace: trace_of(&ctx),
+                    idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
+                    ..StartOptions::default()
+                };
+                if declares_tasks {
+                    let (response, outcome) = tasks_2026::start_tool_task(
+                        &self.core,
+                        &caller,
+                        &name,
+                        &tool,
+                        request.arguments,
+                        options,
+                    )
+                    .await;
+                    self.core.record_call(DEFINED_TOOL, outcome, None);
+                    return Ok(response);
+                }
+                let arguments = request.arguments;
+                // Metric labels stay bounded: defined tools are counted as one.
+                let answer = tool_calls::call_defined(
+                    &self.core,
+                    &caller,
+                    &name,
+                    &tool,
+                    arguments,
+                    options,
+                    &mut listener,
+                )
+                .await;
+                (DEFINED_TOOL, answer)
+            }
         };
-        let tool = tool.name();
         let outcome = answer.metric_outcome();
-        self.core.record_call(tool, outcome, Some(started.elapsed()));
-        tracing::debug!(tool, caller = %caller.name, outcome, "tool answered");
+        self.core.record_call(label, outcome, Some(started.elapsed()));
+        tracing::debug!(tool = label, caller = %caller.name, outcome, "tool answered");
         Ok(answer.into_result().into())
     }
 

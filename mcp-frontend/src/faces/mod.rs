@@ -11,7 +11,6 @@ pub mod tasks_2025;
 mod tasks_2025_wire;
 pub mod tasks_2026;
 pub mod tool_calls;
-mod tool_tasks_2025;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +19,31 @@ use serde_json::{Value, json};
 
 use crate::core::Core;
 use crate::ids::{Caller, WorkflowId};
+use crate::tool_runs::catalog::DefinedTool;
+use crate::tool_runs::contract::COMPANIONS;
+use crate::tools::MiningTool;
+
+/// The metric label of every defined tool's calls (labels stay bounded).
+pub(crate) const DEFINED_TOOL: &str = "defined_tool";
+
+/// What a tool name stands for, looked up once per call.
+pub(crate) enum Called {
+    Mining(MiningTool),
+    /// A companion of the defined tools (`get_tool_result`, ...).
+    Companion(&'static str),
+    Defined(std::sync::Arc<DefinedTool>),
+}
+
+/// The tool `name` names, if any (pure lookups: a match, then the catalog).
+pub(crate) fn called(core: &Core, name: &str) -> Option<Called> {
+    if let Some(tool) = MiningTool::named(name) {
+        return Some(Called::Mining(tool));
+    }
+    if let Some(companion) = COMPANIONS.iter().find(|companion| **companion == name) {
+        return Some(Called::Companion(companion));
+    }
+    core.catalog.get(name).map(Called::Defined)
+}
 
 /// The caller's trace context: `_meta.traceparent` (SEP-414) first, else
 /// the HTTP `traceparent` header; anything malformed is none (pure).

@@ -26,7 +26,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
-use mining_api::{MiningWorkflow, annotations};
+use mining_api::annotations;
 
 use crate::http::JsonBody;
 use rmcp::ErrorData as McpError;
@@ -39,14 +39,12 @@ use tokio::time::Instant;
 use super::mcp_tools::MiningServer;
 pub use super::tasks_2025_wire::*;
 use super::{
-    idempotency_key_of, incoming_trace, json_response, missing_task, response_json, tool_tasks_2025,
+    Called, DEFINED_TOOL, idempotency_key_of, incoming_trace, json_response, missing_task, response_json,
 };
-use crate::contract::Progress;
-use crate::core::{Answer, CancelOutcome, Core, StartOptions, View, WaitListener};
+use crate::core::{Answer, Any, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
-use crate::tasks::{Generation, TaskSnapshot, snapshot};
-use crate::tool_runs::TaskView;
-use crate::tools::START_MINING;
+use crate::tasks::{Generation, TaskSnapshot, snapshot_any};
+use crate::tools::{MiningTool, START_MINING};
 
 /// The middleware. Runs after authentication and after the body was checked
 /// to be JSON, and reads what that check parsed.
@@ -72,12 +70,6 @@ pub async fn answer_core_tasks(State(core): State<Arc<Core>>, request: Request, 
     next.run(request).await
 }
 
-/// One row of `tasks/list`.
-enum Row<'a> {
-    Workflow(&'a MiningWorkflow),
-    Run(&'a mining_api::ToolRun),
-}
-
 struct CoreTasks {
     core: Arc<Core>,
     caller: Caller,
@@ -91,15 +83,15 @@ struct ResultStreamListener {
 }
 
 impl WaitListener for ResultStreamListener {
-    async fn progress(&mut self, progress: Progress, message: &str) -> bool {
+    async fn progress(&mut self, progress: f64, total: u32, message: &str) -> bool {
         let Some(token) = &self.token else { return true };
         let notification = json!({
             "jsonrpc": "2.0",
             "method": "notifications/progress",
             "params": {
                 "progressToken": token,
-                "progress": progress.blocks_done,
-                "total": progress.blocks_total,
+                "progress": progress,
+                "total": total,
                 "message": message,
             },
         });
@@ -143,9 +135,9 @@ impl CoreTasks {
         info
     }
 
-    fn snapshot(&self, workflow: &MiningWorkflow) -> TaskSnapshot {
-        snapshot(
-            workflow,
+    fn snapshot(&self, work: &Any) -> TaskSnapshot {
+        snapshot_any(
+            work,
             Timestamp::now(),
             Generation::Core2025,
             self.core.default_ttl_seconds,
@@ -153,27 +145,28 @@ impl CoreTasks {
         )
     }
 
-    /// The workflow behind `params.taskId`, if this caller may see it.
-    async fn workflow(&self, params: &Value) -> Result<(String, Box<MiningWorkflow>), McpError> {
+    /// The work behind `params.taskId`, of whichever kind, if this caller may see it.
+    async fn task(&self, params: &Value) -> Result<(String, Box<Any>), McpError> {
         let task_id = task_id_of(params);
-        let view = self.core.find(&self.caller, &task_id).await;
-        self.found(&task_id, view).map(|workflow| (task_id, workflow))
+        let view = self.core.resolve(&self.caller, &task_id).await;
+        self.found(&task_id, view).map(|work| (task_id, work))
     }
 
     async fn create(&self, params: Value, headers: &HeaderMap) -> Result<Value, McpError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-        if !self.core.listed_tools().iter().any(|tool| tool.name == name) {
-            return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
-        }
-        if name != START_MINING && self.core.catalog.get(name).is_none() {
-            return Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "tool {name} does not run as a task (its taskSupport is \"forbidden\"); call it without params.task"
-                ),
-                None,
-            ));
-        }
+        let called = match super::called(&self.core, name) {
+            Some(called @ (Called::Mining(MiningTool::StartMining) | Called::Defined(_))) => called,
+            Some(_) => {
+                return Err(McpError::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name} does not run as a task (its taskSupport is \"forbidden\"); call it without params.task"
+                    ),
+                    None,
+                ));
+            }
+            None => return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None)),
+        };
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => None,
             Some(Value::Object(arguments)) => Some(arguments.clone()),
@@ -184,8 +177,8 @@ impl CoreTasks {
             .pointer("/_meta/progressToken")
             .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
             .map(Value::to_string);
-        // Kept on the workflow or run for its whole retention: bounded, and
-        // refused (nothing created) rather than cut.
+        // Kept on the work for its whole retention: bounded, and refused
+        // (nothing created) rather than cut.
         if let Some(token) = token.as_ref().filter(|t| t.len() > MAX_PROGRESS_TOKEN_BYTES) {
             return Err(McpError::invalid_params(
                 format!(
@@ -198,33 +191,38 @@ impl CoreTasks {
         let annotations: Vec<(&str, String)> =
             token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
         let trace = incoming_trace(meta, Some(headers));
-        let run_options = StartOptions {
-            annotations: &annotations,
-            retention_seconds: None,
-            trace,
-            idempotency_key: idempotency_key_of(meta),
+        let (label, started) = match called {
+            Called::Defined(tool) => {
+                let options = StartOptions {
+                    annotations: &annotations,
+                    retention_seconds: None,
+                    trace,
+                    idempotency_key: idempotency_key_of(meta),
+                };
+                let started = self.core.start_run(&self.caller, name, &tool, arguments, options).await;
+                (DEFINED_TOOL, started.map(Any::from))
+            }
+            _ => {
+                let retention =
+                    task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
+                        .map_err(|problem| McpError::invalid_params(problem, None))?;
+                let options = StartOptions {
+                    annotations: &annotations,
+                    retention_seconds: retention,
+                    trace,
+                    idempotency_key: None,
+                };
+                let started = self.core.start(&self.caller, arguments, options).await;
+                (START_MINING, started.map(|started| Any::from(started.workflow)))
+            }
         };
-        if let Some(created) =
-            tool_tasks_2025::create(&self.core, &self.caller, name, arguments.clone(), run_options).await
-        {
-            return created;
-        }
-        let retention = task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
-            .map_err(|problem| McpError::invalid_params(problem, None))?;
-        let options = StartOptions {
-            annotations: &annotations,
-            retention_seconds: retention,
-            trace,
-            idempotency_key: None,
-        };
-        match self.core.start(&self.caller, arguments, options).await {
-            Ok(started) => {
-                self.core.record_call(START_MINING, "task", None);
-                Ok(json!({ "task": task_json(&self.snapshot(&started.workflow)) }))
+        match started {
+            Ok(work) => {
+                self.core.record_call(label, "task", None);
+                Ok(json!({ "task": task_json(&self.snapshot(&work)) }))
             }
             Err(answer) => {
-                let outcome = answer.metric_outcome();
-                self.core.record_call(START_MINING, outcome, None);
+                self.core.record_call(label, answer.metric_outcome(), None);
                 let code = match answer {
                     Answer::InvalidArguments(_) => ErrorCode::INVALID_PARAMS,
                     _ => ErrorCode::INTERNAL_ERROR,
@@ -236,20 +234,8 @@ impl CoreTasks {
     }
 
     async fn get(&self, params: &Value) -> Result<Value, McpError> {
-        if let Some(run) = self.run(params).await? {
-            return Ok(tool_tasks_2025::get(&self.core, &run));
-        }
-        let (_, workflow) = self.workflow(params).await?;
-        Ok(task_json(&self.snapshot(&workflow)))
-    }
-
-    /// The caller's tool run behind `params.taskId`, when it names one.
-    async fn run(&self, params: &Value) -> Result<Option<Box<mining_api::ToolRun>>, McpError> {
-        let found = self.core.find_task(&self.caller, &task_id_of(params)).await;
-        match found.map_err(|problem| McpError::internal_error(problem, None))? {
-            TaskView::Run(run) => Ok(Some(run)),
-            TaskView::Workflow(_) => Ok(None),
-        }
+        let (_, work) = self.task(params).await?;
+        Ok(task_json(&self.snapshot(&work)))
     }
 
     fn list(&self, params: &Value) -> Result<Value, McpError> {
@@ -260,86 +246,58 @@ impl CoreTasks {
                     McpError::invalid_params("invalid cursor: pass nextCursor as given", None)
                 })?),
             };
-        // Workflows and tool runs, one order: newest first, then by name.
-        let workflows = self.core.list(&self.caller);
-        let runs = self.core.list_runs(&self.caller, None);
-        let mut rows: Vec<(i64, &str, Row)> = workflows
-            .iter()
-            .map(|row| (row.created, row.name.as_str(), Row::Workflow(&row.workflow)))
-            .chain(runs.iter().map(|run| {
-                let created = run.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
-                (created, run.metadata.name.as_deref().unwrap_or_default(), Row::Run(run))
-            }))
-            .collect();
-        let key = |created: i64, name: &str| (std::cmp::Reverse(created), name.to_string());
-        rows.sort_by_key(|(created, name, _)| key(*created, name));
+        // Every kind of work, one order: newest first, then by name.
+        let rows = self.core.list_any(&self.caller);
         // The cursor is a sort key, so new tasks never shift a page.
         let start = match &after {
             None => 0,
             Some((created, name)) => {
-                rows.iter().position(|(c, n, _)| key(*c, n) > key(*created, name)).unwrap_or(rows.len())
+                rows.iter().position(|row| row.comes_after(*created, name)).unwrap_or(rows.len())
             }
         };
         let page: Vec<_> = rows.iter().skip(start).take(self.core.task_list_page_size).collect();
-        let tasks: Vec<Value> = page
-            .iter()
-            .map(|(_, _, row)| match row {
-                Row::Workflow(workflow) => task_json(&self.snapshot(workflow)),
-                Row::Run(run) => tool_tasks_2025::get(&self.core, run),
-            })
-            .collect();
+        let tasks: Vec<Value> = page.iter().map(|row| task_json(&self.snapshot(&row.work))).collect();
         let mut result = json!({ "tasks": tasks });
         if start + page.len() < rows.len()
-            && let Some((created, name, _)) = page.last()
+            && let Some(last) = page.last()
         {
-            result["nextCursor"] = json!(cursor_of(*created, name));
+            result["nextCursor"] = json!(cursor_of(last.created, &last.name));
         }
         Ok(result)
     }
 
     async fn cancel(&self, params: &Value) -> Result<Value, McpError> {
-        if let Some(run) = self.run(params).await? {
-            return tool_tasks_2025::cancel(&self.core, &self.caller, run).await;
-        }
-        let task_id = task_id_of(params);
-        let cancelled = self.core.cancel(&self.caller, &task_id).await;
-        let workflow = match cancelled.map_err(|problem| McpError::internal_error(problem, None))? {
-            CancelOutcome::NotCancelled(view) => return self.found(&task_id, Ok(view)).map(|_| Value::Null),
-            CancelOutcome::Requested(workflow) => workflow,
+        let (_, work) = self.task(params).await?;
+        let cancelled = self.core.cancel_any(&self.caller, *work).await;
+        let work = match cancelled.map_err(|problem| McpError::internal_error(problem, None))? {
+            CancelOutcome::NotCancelled(view) => {
+                return self.found(&task_id_of(params), Ok(view)).map(|_| Value::Null);
+            }
+            CancelOutcome::Requested(work) => work,
             // Finished, or cancelled by an earlier call: this generation
             // calls either state terminal and refuses a second cancel.
-            CancelOutcome::AlreadyFinished(workflow) | CancelOutcome::AlreadyRequested(workflow) => {
+            CancelOutcome::AlreadyFinished(work) | CancelOutcome::AlreadyRequested(work) => {
                 return Err(McpError::invalid_params(
-                    format!(
-                        "Cannot cancel task in terminal status: {}",
-                        self.snapshot(&workflow).state.as_str()
-                    ),
+                    format!("Cannot cancel task in terminal status: {}", self.snapshot(&work).state.as_str()),
                     None,
                 ));
             }
         };
         // `spec.cancel` is recorded: this and every later read say `cancelled`.
-        Ok(task_json(&self.snapshot(&workflow)))
+        Ok(task_json(&self.snapshot(&work)))
     }
 
     /// `tasks/result`: waits (woken by the watch) until the operator has
-    /// finished the workflow, then returns the tool result; streams progress
+    /// finished the work, then returns the tool result; streams progress
     /// against the creating call's token when the client takes SSE.
     async fn result(self, id: Value, params: &Value, headers: &HeaderMap) -> Response {
-        match self.run(params).await {
-            Ok(Some(run)) => {
-                let outcome = tool_tasks_2025::result(&self.core, &self.caller, run).await;
-                return json_response(response_json(&id, outcome));
-            }
-            Ok(None) => {}
-            Err(error) => return json_response(response_json(&id, Err(error))),
-        }
-        let (task_id, workflow) = match self.workflow(params).await {
+        let (task_id, work) = match self.task(params).await {
             Ok(found) => found,
             Err(error) => return json_response(response_json(&id, Err(error))),
         };
         let token: Option<Value> =
-            workflow.annotation(annotations::PROGRESS_TOKEN).and_then(|t| serde_json::from_str(t).ok());
+            crate::each_kind!(&*work, work => work.annotation(annotations::PROGRESS_TOKEN))
+                .and_then(|t| serde_json::from_str(t).ok());
         let takes_sse = headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
@@ -348,8 +306,8 @@ impl CoreTasks {
         let listener = ResultStreamListener { token: token.filter(|_| takes_sse), sender };
         // On a stream, a status change seen during the wait is told as
         // `notifications/tasks/status` (the full task, as tasks/get gives it).
-        let status_before = takes_sse.then(|| self.snapshot(&workflow).state.as_str());
-        tokio::spawn(self.wait_for_result(id, task_id, workflow, listener, status_before));
+        let status_before = takes_sse.then(|| self.snapshot(&work).state.as_str());
+        tokio::spawn(self.wait_for_result(id, task_id, *work, listener, status_before));
         if !takes_sse {
             let message = receiver.recv().await.unwrap_or(Value::Null);
             return json_response(message);
@@ -369,23 +327,23 @@ impl CoreTasks {
         self,
         id: Value,
         task_id: String,
-        workflow: Box<MiningWorkflow>,
+        work: Any,
         mut listener: ResultStreamListener,
         status_before: Option<&'static str>,
     ) {
         let deadline = Instant::now() + self.core.task_result_wait;
-        let view = self.core.wait(&self.caller, workflow, deadline, &mut listener).await;
+        let view = self.core.wait_any(&self.caller, work, deadline, &mut listener).await;
         if listener.sender.is_closed() {
             return;
         }
-        if let (Some(before), View::Found(workflow)) = (status_before, &view) {
-            let task = self.snapshot(workflow);
+        if let (Some(before), View::Found(work)) = (status_before, &view) {
+            let task = self.snapshot(work);
             if task.state.as_str() != before {
                 let _ = listener.sender.send(status_notification(&task)).await;
             }
         }
-        let outcome = self.found(&task_id, Ok(view)).and_then(|workflow| {
-            let task = self.snapshot(&workflow);
+        let outcome = self.found(&task_id, Ok(view)).and_then(|work| {
+            let task = self.snapshot(&work);
             if task.result_ready {
                 return Ok(task_result_json(task));
             }
@@ -410,18 +368,18 @@ fn task_id_of(params: &Value) -> String {
 
 impl CoreTasks {
     /// A task this caller may see, or the error this generation gives for it.
-    fn found(&self, task_id: &str, view: Result<View, String>) -> Result<Box<MiningWorkflow>, McpError> {
+    fn found(&self, task_id: &str, view: Result<View<Any>, String>) -> Result<Box<Any>, McpError> {
         found(task_id, view, || missing_task(&self.core, &self.caller, task_id))
     }
 }
 
-fn found(
+fn found<K>(
     task_id: &str,
-    view: Result<View, String>,
+    view: Result<View<K>, String>,
     missing: impl FnOnce() -> McpError,
-) -> Result<Box<MiningWorkflow>, McpError> {
+) -> Result<Box<K>, McpError> {
     match view {
-        Ok(View::Found(workflow)) => Ok(workflow),
+        Ok(View::Found(work)) => Ok(work),
         Ok(View::Missing) => Err(missing()),
         Ok(View::Unreadable(problem)) => Err(McpError::internal_error(
             format!("task {task_id}'s stored state cannot be read: {problem}"),

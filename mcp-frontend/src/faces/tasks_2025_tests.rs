@@ -44,7 +44,7 @@ fn snapshot_of(state: TaskState, poll: Option<u64>) -> TaskSnapshot {
         ttl_ms: 86_400_000,
         poll_interval_ms: poll,
         result_ready: false,
-        result: crate::core::Answer::Outcome(crate::contract::MiningOutcome::not_found("mw-x")).into_result(),
+        result: crate::contract::MiningOutcome::not_found("mw-x").into_result(),
     }
 }
 

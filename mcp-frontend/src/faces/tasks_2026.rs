@@ -12,11 +12,11 @@ use rmcp::model::{
 };
 
 use super::missing_task;
-use crate::core::{CancelOutcome, Core, StartOptions, View};
+use crate::core::{Answer, Any, Core, StartOptions, View};
 use crate::http::JsonBody;
 use crate::ids::Caller;
-use crate::tasks::{Generation, TaskSnapshot, TaskState, run_snapshot, snapshot};
-use crate::tool_runs::TaskView;
+use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
+use crate::tool_runs::catalog::DefinedTool;
 
 /// The rmcp task of a snapshot, without payload.
 fn base_task(task: &TaskSnapshot) -> Task {
@@ -58,25 +58,16 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
 
 /// A task as `tasks/get` gives it (without the result's discriminator),
 /// with its state: what `notifications/tasks` carries.
-pub(crate) fn detailed_json(
-    core: &Core,
-    workflow: &mining_api::MiningWorkflow,
-) -> (TaskState, serde_json::Value) {
-    let task = extension_snapshot(core, workflow);
+pub(crate) fn detailed_json(core: &Core, work: &Any) -> (TaskState, serde_json::Value) {
+    let task = task_of(core, work);
     let state = task.state;
     (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
 }
 
-/// [`detailed_json`] of a tool run.
-pub(crate) fn detailed_run_json(core: &Core, run: &mining_api::ToolRun) -> (TaskState, serde_json::Value) {
-    let task = run_task(core, run);
-    let state = task.state;
-    (state, serde_json::to_value(detailed(task)).unwrap_or_else(|_| serde_json::json!({})))
-}
-
-fn extension_snapshot(core: &Core, workflow: &mining_api::MiningWorkflow) -> TaskSnapshot {
-    snapshot(
-        workflow,
+/// Work of any kind as a 2026-07-28 task, now, as this replica sees the operator.
+fn task_of(core: &Core, work: &Any) -> TaskSnapshot {
+    snapshot_any(
+        work,
         Timestamp::now(),
         Generation::Extension2026,
         core.default_ttl_seconds,
@@ -84,18 +75,13 @@ fn extension_snapshot(core: &Core, workflow: &mining_api::MiningWorkflow) -> Tas
     )
 }
 
-/// `start_mining` as a task: creates the workflow and hands out its task
-/// only once the API server holds it; argument and limit errors stay
-/// ordinary tool errors. Also returns the metric outcome.
-pub(crate) async fn start_mining_task(
-    core: &Core,
-    caller: &Caller,
-    arguments: Option<JsonObject>,
-    trace: Option<mining_api::trace::TraceParent>,
-) -> (CallToolResponse, &'static str) {
-    match core.start(caller, arguments, StartOptions { trace, ..StartOptions::default() }).await {
-        Ok(started) => {
-            let task = extension_snapshot(core, &started.workflow);
+/// A start as a task: the work is made (arguments checked, limits held)
+/// before its task is handed out; argument and limit errors stay ordinary
+/// tool errors. Also returns the metric outcome.
+fn started_task(core: &Core, started: Result<Any, Answer>) -> (CallToolResponse, &'static str) {
+    match started {
+        Ok(work) => {
+            let task = task_of(core, &work);
             (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
         }
         Err(answer) => {
@@ -105,44 +91,37 @@ pub(crate) async fn start_mining_task(
     }
 }
 
-/// A defined tool's call as a task: the run is made (arguments checked,
-/// limits held) before its task is handed out; errors stay tool errors.
+/// `start_mining` as a task.
+pub(crate) async fn start_mining_task(
+    core: &Core,
+    caller: &Caller,
+    arguments: Option<JsonObject>,
+    trace: Option<mining_api::trace::TraceParent>,
+) -> (CallToolResponse, &'static str) {
+    let started = core.start(caller, arguments, StartOptions { trace, ..StartOptions::default() }).await;
+    started_task(core, started.map(|started| Any::from(started.workflow)))
+}
+
+/// A defined tool's call as a task.
 pub(crate) async fn start_tool_task(
     core: &Core,
     caller: &Caller,
     name: &str,
+    tool: &DefinedTool,
     arguments: Option<JsonObject>,
     options: StartOptions<'_>,
-) -> Option<(CallToolResponse, &'static str)> {
-    let tool = core.catalog.get(name)?;
-    Some(match core.start_run(caller, name, &tool, arguments, options).await {
-        Ok(run) => {
-            let task = run_task(core, &run);
-            (CallToolResponse::Task(CreateTaskResult::new(base_task(&task))), "task")
-        }
-        Err(answer) => {
-            let outcome = answer.metric_outcome();
-            (answer.into_result().into(), outcome)
-        }
-    })
+) -> (CallToolResponse, &'static str) {
+    let started = core.start_run(caller, name, tool, arguments, options).await;
+    started_task(core, started.map(Any::from))
 }
 
 pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Result<GetTaskResult, McpError> {
-    let found =
-        core.find_task(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))?;
-    let view = match found {
-        TaskView::Run(run) => {
-            let task = run_task(core, &run);
-            return Ok(GetTaskResult::new(detailed(task)));
-        }
-        TaskView::Workflow(view) => view,
-    };
-    match view {
-        View::Found(workflow) => Ok(GetTaskResult::new(detailed(extension_snapshot(core, &workflow)))),
+    match core.resolve(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))? {
+        View::Found(work) => Ok(GetTaskResult::new(detailed(task_of(core, &work)))),
         View::Unreadable(problem) => {
             let now = Timestamp::now().to_string();
             let base = Task::new(task_id, TaskStatus::Failed, &now, &now)
-                .with_status_message(format!("the workflow's stored state cannot be read: {problem}"));
+                .with_status_message(format!("the task's stored state cannot be read: {problem}"));
             let error = json_object(&McpError::internal_error(problem, None));
             Ok(GetTaskResult::new(DetailedTask::new(base, TaskPayload::Failed { error })))
         }
@@ -153,16 +132,10 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
 /// Sets `spec.cancel` and acknowledges; a finished task is a no-op ack.
 pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> Result<(), McpError> {
     let internal = |problem| McpError::internal_error(problem, None);
-    if let TaskView::Run(_) = core.find_task(caller, task_id).await.map_err(internal)? {
-        core.cancel_run(caller, task_id, std::time::Duration::ZERO).await.map_err(internal)?;
-        return Ok(());
-    }
-    match core.cancel(caller, task_id).await.map_err(|problem| McpError::internal_error(problem, None))? {
-        CancelOutcome::NotCancelled(View::Missing) => Err(missing_task(core, caller, task_id)),
-        CancelOutcome::NotCancelled(_)
-        | CancelOutcome::AlreadyFinished(_)
-        | CancelOutcome::AlreadyRequested(_)
-        | CancelOutcome::Requested(_) => Ok(()),
+    match core.resolve(caller, task_id).await.map_err(internal)? {
+        View::Found(work) => core.cancel_any(caller, *work).await.map(|_| ()).map_err(internal),
+        View::Unreadable(_) => Ok(()),
+        View::Missing => Err(missing_task(core, caller, task_id)),
     }
 }
 
@@ -211,17 +184,6 @@ pub async fn mirror_task_id_header(
         request.headers_mut().insert("mcp-name", value);
     }
     next.run(request).await
-}
-
-/// A run as a 2026-07-28 task, now, as this replica sees the operator.
-fn run_task(core: &Core, run: &mining_api::ToolRun) -> TaskSnapshot {
-    run_snapshot(
-        run,
-        Timestamp::now(),
-        Generation::Extension2026,
-        core.default_ttl_seconds,
-        core.operator_presence(),
-    )
 }
 
 #[cfg(test)]
