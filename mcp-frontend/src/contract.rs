@@ -423,5 +423,22 @@ fn verified_chain(workflow: &MiningWorkflow, difficulty: u32, total: u32) -> Res
     Ok(MinedChain { difficulty, blocks, total_attempts, elapsed_seconds })
 }
 
+/// The newest moment the workflow's status records a change; once it has
+/// finished, the moment it finished (later edits change no task).
+pub fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
+    let status = workflow.status.as_ref()?;
+    if let Some(finished) = &status.finished_at
+        && status.phase.is_some_and(|phase| phase.is_finished())
+    {
+        return Some(finished.0);
+    }
+    let times = [status.started_at.as_ref(), status.finished_at.as_ref()]
+        .into_iter()
+        .flatten()
+        .chain(status.blocks.iter().filter_map(|b| b.finished_at.as_ref()))
+        .chain(status.conditions.iter().map(|c| &c.last_transition_time));
+    times.map(|time| time.0).max()
+}
+
 #[cfg(test)]
 mod tests;

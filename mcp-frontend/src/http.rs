@@ -21,6 +21,7 @@ use crate::auth::metadata::{MCP_PATH, metadata_router};
 use crate::auth::{AuthLayerState, require_caller};
 use crate::cache::WorkflowCache;
 use crate::core::Core;
+use crate::faces::JsonBody;
 use crate::faces::listen_2026::{ListenState, answer_listens};
 use crate::faces::mcp_tools::MiningServer;
 use crate::faces::tasks_2025::answer_core_tasks;
@@ -194,7 +195,3 @@ async fn reject_unparseable_json(State(limit): State<usize>, request: Request, n
     next.run(request).await
 }
 
-/// A POST body as [`reject_unparseable_json`] parsed it, handed on to the
-/// layers behind it so none of them buffers or parses it again.
-#[derive(Clone, Debug)]
-pub struct JsonBody(pub Arc<serde_json::Value>);

@@ -11,7 +11,6 @@
 //!   tool result has `isError: true`; `cancelled` once the operator stopped it.
 
 use k8s_openapi::jiff::Timestamp;
-use mining_api::MiningWorkflow;
 use rmcp::model::CallToolResult;
 
 use crate::contract::OutcomeStatus;
@@ -141,28 +140,11 @@ pub fn snapshot_any(
     crate::each_kind!(work, work => snapshot(&**work, now, generation, default_ttl_seconds, operator))
 }
 
-/// The newest moment the workflow's status records a change; once it has
-/// finished, the moment it finished (later edits change no task).
-pub(crate) fn last_updated(workflow: &MiningWorkflow) -> Option<Timestamp> {
-    let status = workflow.status.as_ref()?;
-    if let Some(finished) = &status.finished_at
-        && status.phase.is_some_and(|phase| phase.is_finished())
-    {
-        return Some(finished.0);
-    }
-    let times = [status.started_at.as_ref(), status.finished_at.as_ref()]
-        .into_iter()
-        .flatten()
-        .chain(status.blocks.iter().filter_map(|b| b.finished_at.as_ref()))
-        .chain(status.conditions.iter().map(|c| &c.last_transition_time));
-    times.map(|time| time.0).max()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use mining_api::testing::{self, WorkflowExt};
-    use mining_api::{ConditionStatus, ToolRun, WorkflowPhase};
+    use mining_api::{ConditionStatus, MiningWorkflow, ToolRun, WorkflowPhase};
 
     use crate::tool_runs::contract::run_outcome;
 

@@ -12,6 +12,7 @@ mod list;
 mod reprove;
 mod served;
 pub(crate) mod start;
+mod start_run;
 mod wait;
 
 use mining_api::Work as _;

@@ -97,7 +97,7 @@ impl Served for MiningWorkflow {
     }
 
     fn last_updated(&self) -> Option<Timestamp> {
-        crate::tasks::last_updated(self)
+        crate::contract::last_updated(self)
     }
 }
 

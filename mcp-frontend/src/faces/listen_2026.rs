@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::{json_response, response_json, tasks_2026};
 use crate::cache::Subscription;
 use crate::core::{Any, Core, Refreshed, View, WaitCap};
-use crate::http::JsonBody;
+use super::JsonBody;
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 use crate::tasks::TaskState;

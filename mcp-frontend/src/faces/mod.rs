@@ -23,6 +23,11 @@ use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract::COMPANIONS;
 use crate::tools::MiningTool;
 
+/// A POST body as the HTTP edge (`http::reject_unparseable_json`) parsed it, handed on to the
+/// layers behind it so none of them buffers or parses it again.
+#[derive(Clone, Debug)]
+pub struct JsonBody(pub std::sync::Arc<Value>);
+
 /// The metric label of every defined tool's calls (labels stay bounded).
 pub(crate) const DEFINED_TOOL: &str = "defined_tool";
 

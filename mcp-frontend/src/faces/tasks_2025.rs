@@ -28,7 +28,7 @@ use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use mining_api::annotations;
 
-use crate::http::JsonBody;
+use super::JsonBody;
 use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler;
 use rmcp::model::ErrorCode;

@@ -13,7 +13,7 @@ use rmcp::model::{
 
 use super::missing_task;
 use crate::core::{Answer, Any, Core, StartOptions, View};
-use crate::http::JsonBody;
+use super::JsonBody;
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
 use crate::tool_runs::catalog::DefinedTool;
