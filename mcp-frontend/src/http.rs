@@ -194,4 +194,3 @@ async fn reject_unparseable_json(State(limit): State<usize>, request: Request, n
     request.extensions_mut().insert(JsonBody(Arc::new(message)));
     next.run(request).await
 }
-

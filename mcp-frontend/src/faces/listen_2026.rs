@@ -35,10 +35,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::JsonBody;
 use super::{json_response, response_json, tasks_2026};
 use crate::cache::Subscription;
 use crate::core::{Any, Core, Refreshed, View, WaitCap};
-use super::JsonBody;
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 use crate::tasks::TaskState;

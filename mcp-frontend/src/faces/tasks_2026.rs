@@ -11,9 +11,9 @@ use rmcp::model::{
     TaskStatus,
 };
 
+use super::JsonBody;
 use super::missing_task;
 use crate::core::{Answer, Any, Core, StartOptions, View};
-use super::JsonBody;
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
 use crate::tool_runs::catalog::DefinedTool;

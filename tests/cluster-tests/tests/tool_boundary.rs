@@ -316,3 +316,56 @@ async fn a_retried_tool_call_finds_its_run_and_its_wait_reports_progress() {
         structured(&mined)["workflow_id"].as_str().unwrap_or_else(|| panic!("{mined:#}")).to_string();
     assert_ne!(mined_id, first_id, "one key, one id per kind");
 }
+
+/// A task id resolves once to the caller's own work of whichever kind: a
+/// MiningWorkflow a namespace user plants under the name (and caller label)
+/// of the caller's tool run hides nothing — `tasks/get` of both generations
+/// and `tasks/cancel` still reach the run, and the planted object is never
+/// answered for.
+#[tokio::test]
+async fn a_workflow_planted_under_a_runs_id_hides_nothing_of_the_run() {
+    let (ns, _operator, frontend) = setup("tb-squat").await;
+    let url = frontend.url();
+    define(&ns, &url, tool("squat-sum", 1, json!({}))).await;
+    let started =
+        call(Sdk::TypeScript, &url, ALICE, "squat-sum", json!({"numbers": [1, 2], "delay_seconds": 60}))
+            .await;
+    assert_eq!(started["status"], "running", "{started:#}");
+    let id = started["workflow_id"].as_str().unwrap().to_string();
+    let runs: Api<ToolRun> = ns.api();
+    let run = runs.get(&id).await.unwrap();
+    let mut planted = MiningWorkflow::new(&id, mining_api::MiningWorkflowSpec::new(4));
+    planted.metadata.labels = run.metadata.labels.clone();
+    let workflows: Api<MiningWorkflow> = ns.api();
+    workflows.create(&PostParams::default(), &planted).await.unwrap();
+
+    let token = format!("Authorization: Bearer {}", ALICE.unwrap());
+    let ask = |version: &'static str, method: &'static str| {
+        let (frontend, token, id) = (&frontend, token.clone(), id.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"taskId": id}});
+            let (code, _, text) =
+                frontend.post_mcp_version("localhost", version, &[token.as_str()], &body.to_string()).await;
+            assert_eq!(code, 200, "{text}");
+            let start = text.find('{').unwrap_or_else(|| panic!("{text}"));
+            serde_json::from_str::<Value>(text[start..].lines().next().unwrap().trim()).unwrap()
+        }
+    };
+    // Let the watch deliver the planted workflow first.
+    eventually("the planted workflow in the frontend's cache", Duration::from_secs(10), || async {
+        workflows.get_opt(&id).await.ok().flatten().map(|_| ())
+    })
+    .await;
+    let old = ask("2025-11-25", "tasks/get").await;
+    assert_eq!(old["result"]["taskId"], id.as_str(), "{old:#}");
+    assert_eq!(old["result"]["status"], "working", "{old:#}");
+    let params = json!({"taskId": id}).to_string();
+    let new = cluster_tests::tasks::TaskClient::Extension2026
+        .run(&url, ALICE, false, &["raw", "tasks/get", &params])
+        .await;
+    assert_eq!(new["message"]["result"]["taskId"], id.as_str(), "{new:#}");
+    let cancelled = ask("2025-11-25", "tasks/cancel").await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled:#}");
+    assert!(runs.get(&id).await.unwrap().spec.cancel, "the run, not the planted workflow, was cancelled");
+    assert!(!workflows.get(&id).await.unwrap().spec.cancel, "the planted workflow was left alone");
+}
