@@ -1,0 +1,167 @@
+//! Benchmark: tool runs against the floor of their own Jobs.
+//!
+//! `cargo run --release -p cluster-tests --bin tool-floor-bench -- [RUNS] [ROUNDS]`
+//! against the local cluster in `$KUBECONFIG` (defaults 200 runs, 2 rounds).
+//! Each round runs, in fresh namespaces one after the other: (1) the floor —
+//! one of the operator's own tool-run Jobs is captured as the template and a
+//! driver creates RUNS copies at once, then waits until every one is seen
+//! `Complete` (no result read, no status, no queue); (2) the operator —
+//! RUNS ToolRuns of the same tool created at once, until every one is seen
+//! `Succeeded`. It prints each run and operator ÷ floor of the median walls.
+//! `BENCH_OPERATOR=PATH` measures another build.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use mining_api::{ToolRun, ToolRunPhase, labels};
+use serde_json::json;
+
+use cluster_tests::tools::tool;
+use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, operator_binary};
+
+/// Runs the operator admits at once in the bench (all of them).
+const CAP: &str = "1000";
+
+fn run_object(name: &str) -> ToolRun {
+    let defined = tool("bench-sum", 0, json!({}));
+    serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+        "metadata": {"name": name},
+        "spec": {"tool": "bench-sum", "arguments": r#"{"numbers":[1,2]}"#,
+                 "jobTemplate": defined.spec.job_template},
+    }))
+    .unwrap()
+}
+
+fn operator_args() -> Vec<&'static str> {
+    vec!["--max-concurrent-tool-runs", CAP, "--max-concurrent-workflows", CAP, "--max-concurrent-work", CAP]
+}
+
+/// The operator's Job of one run, captured and stripped of what the API
+/// server and the Job controller own.
+async fn operator_job(ns: &TestNamespace, operator: &Path) -> Job {
+    let process = OperatorProcess::start_binary(operator, &ns.name, &operator_args());
+    ns.api::<ToolRun>().create(&PostParams::default(), &run_object("template")).await.unwrap();
+    let jobs: Api<Job> = ns.api();
+    let mut job = eventually("the operator's Job to copy", Duration::from_secs(60), || {
+        let jobs = jobs.clone();
+        async move { jobs.list(&Default::default()).await.ok()?.items.into_iter().next() }
+    })
+    .await;
+    drop(process);
+    job.status = None;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.selector = None;
+        spec.manual_selector = None;
+        if let Some(pod_labels) = spec.template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+            pod_labels.retain(|key, _| !key.contains("controller-uid") && !key.contains("job-name"));
+        }
+    }
+    job
+}
+
+fn complete(job: &Job) -> bool {
+    (job.status.as_ref().and_then(|s| s.conditions.as_ref()))
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+}
+
+/// The floor: `runs` copies of the operator's Job, created at once.
+async fn floor(operator: &Path, runs: usize) -> (Duration, usize) {
+    let ns = TestNamespace::new("tool-floor").await;
+    install_crd(&ns.client).await;
+    let template = operator_job(&ns, operator).await;
+    let jobs: Api<Job> = ns.api();
+    let selector = format!("{}=floor", labels::MANAGED_BY);
+    let mut seen = watcher(jobs.clone(), watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let started = Instant::now();
+    for i in 0..runs {
+        let mut job = template.clone();
+        let mut meta_labels = template.metadata.labels.clone().unwrap_or_default();
+        meta_labels.insert(labels::MANAGED_BY.into(), "floor".into());
+        job.metadata = ObjectMeta {
+            name: Some(format!("floor-{i}")),
+            labels: Some(meta_labels),
+            annotations: template.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        };
+        let jobs = jobs.clone();
+        tokio::spawn(async move { jobs.create(&PostParams::default(), &job).await.expect("a floor Job") });
+    }
+    let mut done = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while done.len() < runs && Instant::now() < deadline {
+        if let Ok(Ok(Some(job))) = tokio::time::timeout(Duration::from_secs(5), seen.try_next()).await
+            && complete(&job)
+        {
+            done.insert(job.metadata.name.unwrap_or_default());
+        }
+    }
+    (started.elapsed(), done.len())
+}
+
+/// The operator: `runs` ToolRuns created at once, until all succeeded.
+async fn operator(binary: &Path, runs: usize) -> (Duration, usize) {
+    let ns = TestNamespace::new("tool-operator").await;
+    install_crd(&ns.client).await;
+    let process = OperatorProcess::start_binary(binary, &ns.name, &operator_args());
+    let _ = process.get("/healthz").await;
+    let api: Api<ToolRun> = ns.api();
+    let mut seen =
+        watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
+    let started = Instant::now();
+    for i in 0..runs {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.create(&PostParams::default(), &run_object(&format!("run-{i}"))).await.expect("a run")
+        });
+    }
+    let mut done = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while done.len() < runs && Instant::now() < deadline {
+        if let Ok(Ok(Some(run))) = tokio::time::timeout(Duration::from_secs(5), seen.try_next()).await
+            && run.status.as_ref().and_then(|s| s.phase) == Some(ToolRunPhase::Succeeded)
+        {
+            done.insert(run.metadata.name.unwrap_or_default());
+        }
+    }
+    (started.elapsed(), done.len())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) { (values[middle - 1] + values[middle]) / 2.0 } else { values[middle] }
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let runs: usize = args.next().map_or(200, |a| a.parse().expect("RUNS"));
+    let rounds: usize = args.next().map_or(2, |a| a.parse().expect("ROUNDS"));
+    let binary = std::env::var_os("BENCH_OPERATOR").map_or_else(operator_binary, PathBuf::from);
+    println!("runs={runs} rounds={rounds}");
+    println!("| round | driver | done | wall s |");
+    println!("|---|---|---:|---:|");
+    let (mut floors, mut operators) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let (wall, done) = floor(&binary, runs).await;
+        println!("| {round} | floor | {done}/{runs} | {:.1} |", wall.as_secs_f64());
+        floors.push(wall.as_secs_f64());
+        let (wall, done) = operator(&binary, runs).await;
+        println!("| {round} | operator | {done}/{runs} | {:.1} |", wall.as_secs_f64());
+        operators.push(wall.as_secs_f64());
+    }
+    let (floor, operator) = (median(floors), median(operators));
+    println!(
+        "median wall: floor {floor:.1} s, operator {operator:.1} s; operator ÷ floor = {:.2}",
+        operator / floor
+    );
+}
