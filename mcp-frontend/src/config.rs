@@ -49,12 +49,20 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_connections: u32,
 
-    /// Most connections open at once from one source address, so one
-    /// client never holds the whole pool. Behind an Ingress or a proxy
-    /// every caller shares its address: raise it to --max-connections there.
+    /// Most connections open at once from one source address that is not a
+    /// trusted proxy, so one client never holds the whole pool. Idle
+    /// connections that never carried an authenticated request give way to
+    /// newcomers, so callers sharing an address with a flood still get in.
     #[arg(long, env = "MAX_CONNECTIONS_PER_SOURCE", default_value_t = 250,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_connections_per_source: u32,
+
+    /// Proxies (CIDRs or addresses, comma-separated) whose `Forwarded` /
+    /// `X-Forwarded-For` name the client: per-client budgets key on that
+    /// address, and a proxy's connections count in no per-address share.
+    /// Empty (the default): the headers are ignored, whoever sends them.
+    #[arg(long, env = "TRUSTED_PROXIES", default_value = "", value_parser = parse_trusted_proxies)]
+    pub trusted_proxies: crate::proxies::TrustedProxies,
 
     /// A request head must arrive whole within this, and a keep-alive
     /// connection idle this long is closed.
@@ -337,6 +345,10 @@ fn parse_lease_ref(text: &str) -> Result<(String, String), String> {
         return Err(format!("{text:?} is not NAMESPACE/NAME of Kubernetes names"));
     }
     Ok((namespace.to_string(), name.to_string()))
+}
+
+fn parse_trusted_proxies(text: &str) -> Result<crate::proxies::TrustedProxies, String> {
+    crate::proxies::TrustedProxies::parse(text)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod connections;
 pub mod contract;
 pub mod core;
 pub mod faces;
@@ -23,6 +24,7 @@ pub mod ids;
 pub mod metrics;
 pub mod operator_presence;
 pub mod ownership;
+pub mod proxies;
 pub mod quota;
 pub mod serve;
 pub mod tasks;

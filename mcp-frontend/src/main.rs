@@ -13,6 +13,7 @@ use mcp_frontend::auth::{
 };
 use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
+use mcp_frontend::connections::PoolLimits;
 use mcp_frontend::core::{Core, Previous, WaitSlots};
 use mcp_frontend::http::{HttpOptions, mcp_router, ops_router};
 use mcp_frontend::metrics::Metrics;
@@ -149,13 +150,21 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %config.listen, metrics = %config.metrics_listen, %namespace, auth = ?config.auth,
         "serving MCP at /mcp");
     let limits = ConnectionLimits {
-        max_connections: config.max_connections as usize,
-        max_connections_per_source: config.max_connections_per_source as usize,
+        pool: PoolLimits {
+            max_connections: config.max_connections as usize,
+            max_connections_per_source: config.max_connections_per_source as usize,
+            trusted_proxies: config.trusted_proxies.clone(),
+        },
         header_read_timeout: std::time::Duration::from_secs(u64::from(config.header_read_timeout_seconds)),
         max_head_bytes: MAX_HEAD_BYTES,
     };
     // Probes and scrapes are few and trusted: a small fixed bound.
-    let ops_limits = ConnectionLimits { max_connections: 64, max_connections_per_source: 64, ..limits };
+    let ops_pool = PoolLimits {
+        max_connections: 64,
+        max_connections_per_source: 64,
+        trusted_proxies: Default::default(),
+    };
+    let ops_limits = ConnectionLimits { pool: ops_pool, ..limits.clone() };
     let ops = serve(ops_listener, ops_router(&core), ops_limits, None, shutdown.clone().cancelled_owned());
     let stopping = shutdown.clone();
     let mcp = serve(listener, mcp_router(core, auth, options), limits, Some(metrics), async move {

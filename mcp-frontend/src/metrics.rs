@@ -40,6 +40,7 @@ pub struct Metrics {
     pub starts_refused: Family<ReasonLabels, Counter>,
     pub connections_open: Gauge,
     pub connections_refused: Counter,
+    pub connections_displaced: Counter,
     pub operator_leading: Gauge,
     pub listens_open: Gauge,
     pub listens_refused: Family<ReasonLabels, Counter>,
@@ -104,8 +105,14 @@ impl Default for Metrics {
         let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
-            "Connections closed at once because --max-connections were open",
+            "Connections closed at once: every place was serving or had served an authenticated request",
             connections_refused.clone(),
+        );
+        let connections_displaced = Counter::default();
+        registry.register(
+            "connections_displaced",
+            "Idle connections that never carried an authenticated request, closed to make room for a new one",
+            connections_displaced.clone(),
         );
         let operator_leading = Gauge::default();
         operator_leading.set(-1);
@@ -146,6 +153,7 @@ impl Default for Metrics {
             starts_refused,
             connections_open,
             connections_refused,
+            connections_displaced,
             operator_leading,
             listens_open,
             listens_refused,

@@ -1,8 +1,10 @@
 //! The HTTP/1.1 server loop, bounded: at most `max_connections` at once, and
-//! at most `max_connections_per_source` from one address, so one client can
-//! never take the whole pool (one more is accepted, told 503 with
-//! Retry-After, and closed at once, so the kernel's backlog never fills with
-//! them), a request head must arrive whole within
+//! at most `max_connections_per_source` from one address that is not a
+//! trusted proxy, where idle connections that never carried an
+//! authenticated request give way to newcomers (see [`crate::connections`]);
+//! a connection no place can be made for is told 503 with Retry-After and
+//! closed at once, so the kernel's backlog never fills with them; a request
+//! head must arrive whole within
 //! `header_read_timeout` — which also closes a keep-alive connection idle
 //! that long — and may not exceed `max_head_bytes`.
 //!
@@ -23,8 +25,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
+use crate::connections::{Connections, PoolLimits, Refused};
 use crate::metrics::Metrics;
 
 /// How long open requests (long waits, result streams) get to end after a
@@ -34,16 +36,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const MIN_HEAD_BYTES: usize = 8 * 1024;
 
 /// The bounds of one listener.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectionLimits {
-    pub max_connections: usize,
-    pub max_connections_per_source: usize,
+    pub pool: PoolLimits,
     pub header_read_timeout: Duration,
     pub max_head_bytes: usize,
 }
 
-/// The address a request came from (a request extension), for budgets
-/// that one client must not exhaust for others.
+/// The client a request came from (a request extension): its TCP peer, or
+/// behind a trusted proxy the address the proxy forwarded. For budgets that
+/// one client must not exhaust for others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Source(pub IpAddr);
 
@@ -95,14 +97,16 @@ impl Drop for SourceShare {
 }
 
 /// The answer of a connection over a cap (its request is never read).
-fn over_capacity(limit: usize, per_source: bool) -> String {
-    let body = if per_source {
-        format!(
-            "Too many connections from one address: this server holds at most {limit} from each; \
-             retry in 1 second\n"
-        )
-    } else {
-        format!("Too many connections: this server holds at most {limit} at once; retry in 1 second\n")
+fn over_capacity(refused: Refused) -> String {
+    let body = match refused {
+        Refused::PerSource(limit) => format!(
+            "Too many connections from one address: this server holds at most {limit} from each, and all \
+             of them are serving or have served authenticated requests; retry in 1 second\n"
+        ),
+        Refused::Total(limit) => format!(
+            "Too many connections: this server holds at most {limit} at once, and all of them are serving \
+             or have served authenticated requests; retry in 1 second\n"
+        ),
     };
     format!(
         "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n\
@@ -125,8 +129,7 @@ pub async fn serve(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_head_bytes.max(MIN_HEAD_BYTES));
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let shares = SourceShares::new(limits.max_connections_per_source);
+    let connections = Connections::new(limits.pool.clone());
     let mut stop = std::pin::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -141,48 +144,61 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        // The source's share first: a source at its share never takes a
-        // place in the pool that others could use.
-        let source = peer.ip().to_canonical();
-        let admitted = match shares.take(source) {
-            None => Err((limits.max_connections_per_source, true)),
-            Some(share) => match permits.clone().try_acquire_owned() {
-                Ok(permit) => Ok((share, permit)),
-                Err(_) => Err((limits.max_connections, false)),
-            },
-        };
-        let Ok((share, permit)) = admitted else {
-            let (limit, per_source) = admitted.err().unwrap_or_default();
-            if let Some(metrics) = &metrics {
-                metrics.connections_refused.inc();
+        let place = match connections.admit(peer.ip()) {
+            Ok(place) => place,
+            Err(refused) => {
+                if let Some(metrics) = &metrics {
+                    metrics.connections_refused.inc();
+                }
+                tracing::debug!(?refused, "connection limit reached; closing a new connection");
+                // Say which limit, in one non-blocking write: a refused
+                // connection never holds a task or a buffer.
+                let _ = stream.try_write(over_capacity(refused).as_bytes());
+                drop(stream);
+                continue;
             }
-            tracing::debug!(limit, per_source, "connection limit reached; closing a new connection");
-            // Say which limit, in one non-blocking write: a refused
-            // connection never holds a task or a buffer.
-            let _ = stream.try_write(over_capacity(limit, per_source).as_bytes());
-            drop(stream);
-            continue;
         };
+        if let Some(metrics) = metrics.as_ref().filter(|_| place.displaced > 0) {
+            metrics.connections_displaced.inc_by(place.displaced as u64);
+        }
         let _ = stream.set_nodelay(true);
-        let router_service = router.clone().into_service::<Incoming>();
-        let tagged = tower::ServiceExt::map_request(router_service, move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(Source(source));
-            request
+        let handle = place.handle();
+        let (router, trusted) = (router.clone(), connections.clone());
+        // Each request: marked busy while served (a busy connection never
+        // gives way), tagged with its client and its connection.
+        let service = tower::service_fn(move |mut request: Request<Incoming>| {
+            let busy = handle.busy();
+            let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+            let client =
+                trusted.trusted_proxies().client(peer.ip(), header("forwarded"), header("x-forwarded-for"));
+            request.extensions_mut().insert(Source(client));
+            request.extensions_mut().insert(handle.clone());
+            let answer = tower::ServiceExt::oneshot(router.clone(), request);
+            async move {
+                let response = answer.await;
+                drop(busy);
+                response
+            }
         });
-        let service = TowerToHyperService::new(tagged);
+        let service = TowerToHyperService::new(service);
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         let open = metrics.clone();
         tokio::spawn(async move {
             if let Some(metrics) = &open {
                 metrics.connections_open.inc();
             }
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "connection ended with an error");
+            tokio::select! {
+                ended = connection => if let Err(err) = ended {
+                    tracing::debug!(error = %err, "connection ended with an error");
+                },
+                // An idle connection that never carried an authenticated
+                // request, closed to make room for a newcomer.
+                () = place.evicted.cancelled() => {}
             }
             if let Some(metrics) = &open {
                 metrics.connections_open.dec();
             }
-            drop((permit, share));
+            drop(place);
         });
     }
     drop(listener);
@@ -210,8 +226,8 @@ mod tests {
 
     #[test]
     fn refusals_say_which_cap() {
-        assert!(over_capacity(7, true).contains("at most 7 from each"));
-        assert!(over_capacity(9, false).contains("at most 9 at once"));
-        assert!(over_capacity(9, false).contains("Connection: close\r\n"));
+        assert!(over_capacity(Refused::PerSource(7)).contains("at most 7 from each"));
+        assert!(over_capacity(Refused::Total(9)).contains("at most 9 at once"));
+        assert!(over_capacity(Refused::Total(9)).contains("Connection: close\r\n"));
     }
 }

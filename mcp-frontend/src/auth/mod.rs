@@ -184,6 +184,10 @@ pub async fn require_caller(
     let source = request.extensions().get::<Source>().copied();
     match state.authenticator.authenticate(request.headers(), source).await {
         Ok(caller) => {
+            // The connection carried an authenticated request: it keeps its place.
+            if let Some(connection) = request.extensions().get::<crate::connections::ConnectionHandle>() {
+                connection.prove();
+            }
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
