@@ -390,6 +390,30 @@ fn an_ingress_makes_its_host_the_public_url_and_an_allowed_host() {
 }
 
 #[test]
+fn trusted_proxies_and_the_ingress_controllers_own_limits_come_from_values() {
+    let helm = helm();
+    let plain = render(&helm, "default", &[]);
+    assert!(!plain.contains("--trusted-proxies"), "no forwarded address is believed by default");
+    let proxied =
+        render(&helm, "default", &["--set-json", r#"frontend.trustedProxies=["10.0.0.0/8","192.168.0.1"]"#]);
+    assert!(proxied.contains("- --trusted-proxies=10.0.0.0/8,192.168.0.1\n"), "{proxied}");
+    let ingress =
+        ["--set", "frontend.ingress.enabled=true", "--set", "frontend.ingress.host=mcp.example.com"];
+    let nginx =
+        render(&helm, "default", &[&ingress[..], &["--set", "frontend.ingress.className=nginx"]].concat());
+    assert!(nginx.contains("nginx.ingress.kubernetes.io/limit-connections: \"50\"\n"), "{nginx}");
+    assert!(nginx.contains("nginx.ingress.kubernetes.io/limit-rps: \"20\"\n"));
+    assert!(!render(&helm, "default", &ingress).contains("limit-connections"), "only for ingress-nginx");
+    let refused = Command::new(&helm)
+        .args(["template", "release", &chart()])
+        .args(THROWAWAY_KEY)
+        .args(["--set-json", r#"frontend.trustedProxies=["everyone"]"#])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "a trusted proxy must be an address or a CIDR");
+}
+
+#[test]
 fn tracing_is_off_by_default_and_one_value_turns_it_on_for_every_component() {
     let helm = helm();
     let quiet = render(&helm, "default", &[]);
