@@ -163,13 +163,16 @@ impl Core {
         )))
     }
 
-    async fn create(
+    /// A place for the work `id` (of any kind) among the caller's quotas
+    /// (and a tool's own limit per caller), decided in the caller's ledger
+    /// under its write precondition, so it is exact under bursts and across
+    /// replicas. The refusal is the answer.
+    pub(crate) async fn reserve_place(
         &self,
         caller: &Caller,
         id: &WorkflowId,
-        request: &StartRequest,
-        annotations: &[(&str, String)],
-    ) -> Result<Created<MiningWorkflow>, Answer> {
+        tool_limit: Option<quota::ToolLimit<'_>>,
+    ) -> Result<(), Answer> {
         let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
         let ledgers = quota::Ledgers {
             ledgers: &self.ledgers,
@@ -178,13 +181,24 @@ impl Core {
             keys: &self.keys,
             quotas: self.quotas,
         };
-        let reserved =
-            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), None, self, owned)).await;
-        if let Err(refusal) = reserved {
+        let reserved = self
+            .api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), tool_limit, self, owned))
+            .await;
+        reserved.map_err(|refusal| {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             tracing::info!(caller = %caller.name, quota = refusal.metric_label(), "start refused by a quota");
-            return Err(Answer::Refused(refusal.to_string()));
-        }
+            Answer::Refused(refusal.to_string())
+        })
+    }
+
+    async fn create(
+        &self,
+        caller: &Caller,
+        id: &WorkflowId,
+        request: &StartRequest,
+        annotations: &[(&str, String)],
+    ) -> Result<Created<MiningWorkflow>, Answer> {
+        self.reserve_place(caller, id, None).await?;
         let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
         match self.api_call("create", workflows::create(&self.api, &built)).await {
             Ok(created) => {

@@ -135,22 +135,8 @@ impl Core {
                 )));
             }
         }
-        let owned = |workflow: &mining_api::MiningWorkflow| self.owns(workflow, caller);
-        // Exact under bursts: decided in the caller's ledger, under its write precondition.
         let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
-        let ledgers = quota::Ledgers {
-            ledgers: &self.ledgers,
-            workflows: &self.api,
-            previous: self.previous.as_ref().map(|p| &p.api),
-            keys: &self.keys,
-            quotas: self.quotas,
-        };
-        let reserved =
-            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), limit, self, owned)).await;
-        if let Err(refusal) = reserved {
-            self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
-            return Err(Answer::Refused(refusal.to_string()));
-        }
+        self.reserve_place(caller, &id, limit).await?;
         let run = self.build_run(caller, &id, name, tool, text.to_string(), annotations);
         match self.api_call("create", crate::workflows::create(&self.run_api, &run)).await {
             Ok(created) => {
