@@ -29,18 +29,6 @@ pub trait Kind: mining_api::Work {
     fn unreadable(&self) -> Option<String>;
 }
 
-impl Kind for MiningWorkflow {
-    fn unreadable(&self) -> Option<String> {
-        self.status.as_ref().and_then(|s| s.unreadable.clone())
-    }
-}
-
-impl Kind for ToolRun {
-    fn unreadable(&self) -> Option<String> {
-        None
-    }
-}
-
 /// What the cache knows of one name.
 #[derive(Debug, Clone)]
 pub enum Entry<K> {

@@ -82,6 +82,12 @@ pub trait Served: Kind {
     fn last_updated(&self) -> Option<Timestamp>;
 }
 
+impl Kind for MiningWorkflow {
+    fn unreadable(&self) -> Option<String> {
+        self.status.as_ref().and_then(|s| s.unreadable.clone())
+    }
+}
+
 impl Served for MiningWorkflow {
     type Details = crate::contract::MiningDetails;
 
@@ -98,6 +104,12 @@ impl Served for MiningWorkflow {
 
     fn last_updated(&self) -> Option<Timestamp> {
         crate::contract::last_updated(self)
+    }
+}
+
+impl Kind for ToolRun {
+    fn unreadable(&self) -> Option<String> {
+        None
     }
 }
 
