@@ -21,32 +21,50 @@ use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{ToolRun, ToolRunPhase, labels};
 use serde_json::json;
 
+use cluster_tests::mcp::ownership_key_file;
 use cluster_tests::tools::tool;
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, operator_binary};
+use mining_api::ownership::OwnershipKeys;
 
 /// Runs the operator admits at once in the bench (all of them).
 const CAP: &str = "1000";
 
-fn run_object(name: &str) -> ToolRun {
+/// A run as the frontend makes it: the caller's label and the frontend's
+/// proof (the operator runs no other), signed with the namespace's key.
+fn run_object(ns: &TestNamespace, name: &str) -> ToolRun {
     let defined = tool("bench-sum", 0, json!({}));
-    serde_json::from_value(json!({
+    let mut run: ToolRun = serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "namespace": ns.name, "labels": {labels::CALLER: "bench"}},
         "spec": {"tool": "bench-sum", "arguments": r#"{"numbers":[1,2]}"#,
                  "jobTemplate": defined.spec.job_template},
     }))
-    .unwrap()
+    .unwrap();
+    let keys = OwnershipKeys::from_files(&ownership_key_file(&ns.name), None).unwrap();
+    let proof = keys.proof(&run);
+    run.metadata.annotations = Some([(mining_api::annotations::OWNER_PROOF.to_string(), proof)].into());
+    run
 }
 
-fn operator_args() -> Vec<&'static str> {
-    vec!["--max-concurrent-tool-runs", CAP, "--max-concurrent-workflows", CAP, "--max-concurrent-work", CAP]
+fn operator_args(ns: &TestNamespace) -> Vec<String> {
+    let key = ownership_key_file(&ns.name).display().to_string();
+    ["--max-concurrent-tool-runs", CAP, "--max-concurrent-workflows", CAP, "--max-concurrent-work", CAP]
+        .map(String::from)
+        .into_iter()
+        .chain(["--ownership-key-file".to_string(), key])
+        .collect()
 }
 
 /// The operator's Job of one run, captured and stripped of what the API
 /// server and the Job controller own.
 async fn operator_job(ns: &TestNamespace, operator: &Path) -> Job {
-    let process = OperatorProcess::start_binary(operator, &ns.name, &operator_args());
-    ns.api::<ToolRun>().create(&PostParams::default(), &run_object("template")).await.unwrap();
+    let args = operator_args(ns);
+    let process = OperatorProcess::start_binary(
+        operator,
+        &ns.name,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    ns.api::<ToolRun>().create(&PostParams::default(), &run_object(ns, "template")).await.unwrap();
     let jobs: Api<Job> = ns.api();
     let mut job = eventually("the operator's Job to copy", Duration::from_secs(60), || {
         let jobs = jobs.clone();
@@ -111,17 +129,18 @@ async fn floor(operator: &Path, runs: usize) -> (Duration, usize) {
 async fn operator(binary: &Path, runs: usize) -> (Duration, usize) {
     let ns = TestNamespace::new("tool-operator").await;
     install_crd(&ns.client).await;
-    let process = OperatorProcess::start_binary(binary, &ns.name, &operator_args());
+    let args = operator_args(&ns);
+    let process =
+        OperatorProcess::start_binary(binary, &ns.name, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let _ = process.get("/healthz").await;
     let api: Api<ToolRun> = ns.api();
     let mut seen =
         watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
+    let made: Vec<ToolRun> = (0..runs).map(|i| run_object(&ns, &format!("run-{i}"))).collect();
     let started = Instant::now();
-    for i in 0..runs {
+    for run in made {
         let api = api.clone();
-        tokio::spawn(async move {
-            api.create(&PostParams::default(), &run_object(&format!("run-{i}"))).await.expect("a run")
-        });
+        tokio::spawn(async move { api.create(&PostParams::default(), &run).await.expect("a run") });
     }
     let mut done = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(900);
