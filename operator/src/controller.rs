@@ -222,6 +222,7 @@ pub async fn run(
     });
     // Tool runs: their own controller, under the same leadership, waiting
     // in the same queue.
+    let (tool_job_store, tool_job_writer) = reflector::store::<Job>();
     let tools = crate::tools::ToolContext {
         client: client.clone(),
         keys: keys.clone(),
@@ -230,10 +231,18 @@ pub async fn run(
         metrics: metrics.clone(),
         queue: queue.clone(),
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
+        jobs: tool_job_store,
     };
     let tool_namespace = config.namespace.clone();
     let tool_runs = tokio::spawn(async move {
-        crate::tools::run(tool_namespace.as_deref(), tools, (run_store, run_writer), woken_runs).await
+        crate::tools::run(
+            tool_namespace.as_deref(),
+            tools,
+            (run_store, run_writer),
+            tool_job_writer,
+            woken_runs,
+        )
+        .await
     });
     let context = Arc::new(Context {
         instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),

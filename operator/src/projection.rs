@@ -71,6 +71,25 @@ pub fn project_job(job: &mut Job) {
     }
 }
 
+/// A tool run's Job as the tool Job cache keeps it: what a reconcile of a
+/// run that recorded its Job reads (whose it is, its uid, its conditions),
+/// bounded whatever anyone labels a Job with. A run that has not recorded
+/// its Job yet reads the whole Job from the API server.
+pub fn project_tool_job(job: &mut Job) {
+    mining_api::trim_for_cache(&mut job.metadata);
+    job.spec = None;
+    if !controlled_by_kind::<mining_api::ToolRun>(&job.metadata) {
+        job.status = None;
+        return;
+    }
+    if let Some(status) = job.status.as_mut() {
+        status.uncounted_terminated_pods = None;
+        for condition in status.conditions.iter_mut().flatten() {
+            clip(&mut condition.message);
+        }
+    }
+}
+
 /// The Pod as the Pod cache keeps it.
 pub fn project_pod(pod: &mut Pod) {
     mining_api::trim_for_cache_keeping(&mut pod.metadata, &JOB_POD_LABELS);

@@ -61,6 +61,9 @@ pub struct ToolContext {
     pub queue: Arc<WorkQueue>,
     /// `reportingInstance` of the Events.
     pub instance: String,
+    /// The tool runs' Jobs as the watch has them, projected
+    /// ([`crate::projection::project_tool_job`]).
+    pub jobs: Store<Job>,
 }
 
 /// Reconciles every `ToolRun` in `namespace` (all when `None`) until
@@ -69,6 +72,7 @@ pub async fn run(
     namespace: Option<&str>,
     context: ToolContext,
     (store, writer): (Store<ToolRun>, Writer<ToolRun>),
+    job_writer: Writer<Job>,
     woken: impl futures::Stream<Item = ObjectRef<ToolRun>> + Send + 'static,
 ) {
     let (runs, jobs): (Api<ToolRun>, Api<Job>) = match namespace {
@@ -84,9 +88,17 @@ pub async fn run(
         .modify(|run| mining_api::trim_for_cache(&mut run.metadata))
         .reflect(writer)
         .applied_objects();
+    // Jobs from a store, as workflows read theirs: a reconcile of a running
+    // run asks the API server nothing about its Job.
+    let job_events =
+        watcher(jobs, watcher::Config::default().labels(labels::TOOL_RUN).page_size(JOB_PAGE_SIZE))
+            .default_backoff()
+            .modify(crate::projection::project_tool_job)
+            .reflect(job_writer)
+            .touched_objects();
     let shared = Arc::new(context);
     Controller::for_stream(events, store)
-        .owns(jobs, watcher::Config::default().labels(labels::TOOL_RUN).page_size(JOB_PAGE_SIZE))
+        .owns_stream(job_events)
         .reconcile_on(woken)
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
         .shutdown_on_signal()
@@ -155,7 +167,15 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     let namespace = run.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
     let runs: Api<ToolRun> = Api::namespaced(ctx.client.clone(), &namespace);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    let job = jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?;
+    // The Job the run recorded, as the watch has it; otherwise (not recorded
+    // yet, so a Job of the same name someone else made must be seen, or not
+    // watched yet) read from the API server.
+    let recorded = run.status.as_ref().and_then(|s| s.job_uid.as_ref()).is_some();
+    let cached = recorded.then(|| ctx.jobs.get(&ObjectRef::new(&name).within(&namespace))).flatten();
+    let job = match cached {
+        Some(job) => Some((*job).clone()),
+        None => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,
+    };
     let state = job_state(run, job.as_ref());
     // The run's own Pods, read while it is unfinished: what they wrote and
     // how many parts succeeded come only from Pods its Job made (the Job's
@@ -351,24 +371,31 @@ fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
 
 /// Logs a change of phase and says it as an Event on the run.
 fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
-    let Some(phase) = status.phase.filter(|phase| Some(*phase) != run.status.as_ref().and_then(|s| s.phase))
-    else {
-        return;
-    };
-    let name = run.name_any();
-    let message = status.message.clone().unwrap_or_default();
+    let before = run.status.as_ref().and_then(|s| s.phase);
+    if let Some(phase) = status.phase.filter(|phase| phase.is_finished() && Some(*phase) != before) {
+        info!(run = %run.name_any(), phase = phase.as_str(), "tool run finished");
+    }
+    if let Some(event) = event_for(before, status) {
+        publish_events(&ctx.client, &ctx.instance, run, &run.name_any(), vec![event]);
+    }
+}
+
+/// The Event a status change is worth (pure): only what people read — a
+/// wait, a start after one, the end, every warning — as for workflows. A
+/// run admitted at once gets no `RunStarted`: its end says it all, and a
+/// busy operator makes one Event a run instead of two.
+fn event_for(before: Option<ToolRunPhase>, status: &ToolRunStatus) -> Option<PlannedEvent> {
+    let phase = status.phase.filter(|phase| Some(*phase) != before)?;
     let (warning, reason) = match phase {
         ToolRunPhase::Pending => (false, reasons::QUEUED),
+        ToolRunPhase::Running if before.is_none() => return None,
         ToolRunPhase::Running => (false, reasons::RUN_STARTED),
         ToolRunPhase::Succeeded => (false, reasons::RUN_SUCCEEDED),
         ToolRunPhase::Failed => (true, reasons::RUN_FAILED),
         ToolRunPhase::Cancelled => (false, reasons::CANCELLED),
     };
-    if phase.is_finished() {
-        info!(run = %name, phase = phase.as_str(), "tool run finished");
-    }
-    let note = mining_api::pow::clip(&message, 1024).to_string();
-    publish_events(&ctx.client, &ctx.instance, run, &name, vec![PlannedEvent { warning, reason, note }]);
+    let note = mining_api::pow::clip(status.message.as_deref().unwrap_or_default(), 1024).to_string();
+    Some(PlannedEvent { warning, reason, note })
 }
 
 /// The Failed status of a run the operator could not carry on: `message`

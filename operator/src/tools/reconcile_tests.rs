@@ -99,6 +99,15 @@ impl Scenario {
     }
 
     fn with_leadership(run: &ToolRun, script: Script, leadership: Leadership) -> Self {
+        Self::build(run, script, leadership, None)
+    }
+
+    /// With `job` already brought by the tool Job watch.
+    fn with_watched_job(run: &ToolRun, script: Script, job: Job) -> Self {
+        Self::build(run, script, Leadership::alone(), Some(job))
+    }
+
+    fn build(run: &ToolRun, script: Script, leadership: Leadership, watched: Option<Job>) -> Self {
         let log = Log::default();
         let client = scripted_client(log.clone(), script);
         let (runs, mut writer) = reflector::store::<ToolRun>();
@@ -123,6 +132,14 @@ impl Scenario {
             metrics: Arc::new(Metrics::default()),
             queue,
             instance: "operator-0".into(),
+            jobs: {
+                let (jobs, mut writer) = reflector::store::<Job>();
+                if let Some(mut job) = watched {
+                    crate::projection::project_tool_job(&mut job);
+                    writer.apply_watcher_event(&watcher::Event::Apply(job));
+                }
+                jobs
+            },
         });
         Self { log, ctx }
     }
@@ -194,9 +211,30 @@ async fn an_admitted_run_gets_its_secret_then_its_job_then_a_preconditioned_stat
     // The queue counts what was written, whatever the cache says.
     let standings = scenario.ctx.queue.memory.written_standings();
     assert_eq!(standings["uid-mw-run"].phase, mining_api::Lifecycle::Active);
+}
+
+#[tokio::test]
+async fn a_run_that_waited_tells_its_start_as_an_event() {
     // Lost guarantee 8: what happened is an Event on the run.
+    let mut run = run_of(&keys());
+    run.status = Some(ToolRunStatus { phase: Some(ToolRunPhase::Pending), ..Default::default() });
+    let scenario = Scenario::new(&run, Script::default());
+    scenario.reconcile(&run).await;
     let events = scenario.events_until(reasons::RUN_STARTED).await;
     assert_eq!(events, [reasons::RUN_STARTED]);
+}
+
+#[test]
+fn events_tell_a_wait_a_start_after_one_the_end_and_every_warning() {
+    let status = |phase| ToolRunStatus { phase: Some(phase), ..Default::default() };
+    let reason = |before, phase| event_for(before, &status(phase)).map(|event| event.reason);
+    assert_eq!(reason(None, ToolRunPhase::Running), None, "admitted at once: its end says it all");
+    assert_eq!(reason(None, ToolRunPhase::Pending), Some(reasons::QUEUED));
+    assert_eq!(reason(Some(ToolRunPhase::Pending), ToolRunPhase::Running), Some(reasons::RUN_STARTED));
+    assert_eq!(reason(Some(ToolRunPhase::Running), ToolRunPhase::Running), None, "no change, no Event");
+    assert_eq!(reason(Some(ToolRunPhase::Running), ToolRunPhase::Succeeded), Some(reasons::RUN_SUCCEEDED));
+    let failed = event_for(None, &status(ToolRunPhase::Failed)).unwrap();
+    assert!(failed.warning && failed.reason == reasons::RUN_FAILED);
 }
 
 #[tokio::test]
@@ -237,6 +275,32 @@ async fn a_cancelled_run_stops_its_job_before_its_status_says_so() {
     let status = calls.iter().position(|c| c.ends_with("/status"));
     assert!(delete.is_some() && delete < status, "{calls:#?}");
     assert_eq!(scenario.status_write().body["status"]["phase"], "Cancelled");
+}
+
+#[tokio::test]
+async fn a_running_run_reads_its_recorded_job_from_the_watch_not_the_api_server() {
+    let mut run = run_of(&keys());
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Running),
+        job_uid: Some("job-uid".into()),
+        ..Default::default()
+    });
+    let mut job = serde_json::to_value(job::job_for_run(&run).unwrap()).unwrap();
+    job["metadata"]["uid"] = json!("job-uid");
+    job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
+        "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
+    job["status"] = json!({"active": 1});
+    let job: Job = serde_json::from_value(job).unwrap();
+    // The API server's copy is scripted too: reading it would be seen.
+    let script = Script { job: Some(serde_json::to_value(&job).unwrap()), ..Script::default() };
+    let scenario = Scenario::with_watched_job(&run, script, job);
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("GET /batch/v1/namespaces/ns/jobs")), "{calls:#?}");
+    assert!(
+        calls.iter().any(|c| c.starts_with("GET /v1/namespaces/ns/pods")),
+        "its Pods are still read: {calls:#?}"
+    );
 }
 
 #[tokio::test]

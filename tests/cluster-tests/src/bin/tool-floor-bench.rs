@@ -23,7 +23,7 @@ use serde_json::json;
 
 use cluster_tests::mcp::ownership_key_file;
 use cluster_tests::tools::tool;
-use cluster_tests::{OperatorProcess, TestNamespace, eventually, install_crd, operator_binary};
+use cluster_tests::{OperatorProcess, TestNamespace, install_crd, operator_binary};
 use mining_api::ownership::OwnershipKeys;
 
 /// Runs the operator admits at once in the bench (all of them).
@@ -64,13 +64,13 @@ async fn operator_job(ns: &TestNamespace, operator: &Path) -> Job {
         &ns.name,
         &args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
-    ns.api::<ToolRun>().create(&PostParams::default(), &run_object(ns, "template")).await.unwrap();
+    // Watched from before the run exists: the operator deletes a finished
+    // run's Job once it has read its result.
     let jobs: Api<Job> = ns.api();
-    let mut job = eventually("the operator's Job to copy", Duration::from_secs(60), || {
-        let jobs = jobs.clone();
-        async move { jobs.list(&Default::default()).await.ok()?.items.into_iter().next() }
-    })
-    .await;
+    let mut seen = watcher(jobs, watcher::Config::default()).default_backoff().applied_objects().boxed();
+    ns.api::<ToolRun>().create(&PostParams::default(), &run_object(ns, "template")).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(60), seen.try_next()).await;
+    let mut job = first.ok().and_then(Result::ok).flatten().expect("the operator's Job to copy within 60 s");
     drop(process);
     job.status = None;
     if let Some(spec) = job.spec.as_mut() {
@@ -125,8 +125,9 @@ async fn floor(operator: &Path, runs: usize) -> (Duration, usize) {
     (started.elapsed(), done.len())
 }
 
-/// The operator: `runs` ToolRuns created at once, until all succeeded.
-async fn operator(binary: &Path, runs: usize) -> (Duration, usize) {
+/// The operator: `runs` ToolRuns created at once, until all succeeded; also
+/// its API calls per run, by verb and resource, from its /metrics.
+async fn operator(binary: &Path, runs: usize) -> (Duration, usize, f64, Vec<String>) {
     let ns = TestNamespace::new("tool-operator").await;
     install_crd(&ns.client).await;
     let args = operator_args(&ns);
@@ -151,7 +152,16 @@ async fn operator(binary: &Path, runs: usize) -> (Duration, usize) {
             done.insert(run.metadata.name.unwrap_or_default());
         }
     }
-    (started.elapsed(), done.len())
+    let wall = started.elapsed();
+    let (_, metrics) = process.get("/metrics").await;
+    let calls: Vec<(String, f64)> = metrics
+        .lines()
+        .filter(|l| l.starts_with("mining_operator_api_calls_total{"))
+        .filter_map(|l| l.rsplit_once(' ').map(|(k, v)| (k.to_string(), v.parse::<f64>().unwrap_or(0.0))))
+        .collect();
+    let total = calls.iter().map(|(_, v)| v).sum::<f64>() / runs as f64;
+    let by_kind = calls.iter().map(|(k, v)| format!("{k} {:.2}", v / runs as f64)).collect();
+    (wall, done.len(), total, by_kind)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -174,8 +184,14 @@ async fn main() {
         let (wall, done) = floor(&binary, runs).await;
         println!("| {round} | floor | {done}/{runs} | {:.1} |", wall.as_secs_f64());
         floors.push(wall.as_secs_f64());
-        let (wall, done) = operator(&binary, runs).await;
-        println!("| {round} | operator | {done}/{runs} | {:.1} |", wall.as_secs_f64());
+        let (wall, done, calls, by_kind) = operator(&binary, runs).await;
+        println!(
+            "| {round} | operator | {done}/{runs} | {:.1} | {calls:.1} API calls / run |",
+            wall.as_secs_f64()
+        );
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            by_kind.iter().for_each(|line| eprintln!("{line}"));
+        }
         operators.push(wall.as_secs_f64());
     }
     let (floor, operator) = (median(floors), median(operators));
