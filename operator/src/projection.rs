@@ -71,16 +71,20 @@ pub fn project_job(job: &mut Job) {
     }
 }
 
-/// A tool run's Job as the tool Job cache keeps it: what a reconcile of a
-/// run that recorded its Job reads (whose it is, its uid, its conditions),
-/// bounded whatever anyone labels a Job with. A run that has not recorded
-/// its Job yet reads the whole Job from the API server.
+/// A tool run's Job as the tool Job cache keeps it: whose it is, its uid,
+/// its spec (its Pods are checked against the template) when it fits, its
+/// conditions — bounded whatever anyone labels a Job with. A reconcile that
+/// finds no spec here (too large, or not controlled by a run) reads the
+/// whole Job from the API server.
 pub fn project_tool_job(job: &mut Job) {
     mining_api::trim_for_cache(&mut job.metadata);
-    job.spec = None;
     if !controlled_by_kind::<mining_api::ToolRun>(&job.metadata) {
+        job.spec = None;
         job.status = None;
         return;
+    }
+    if !job.spec.as_ref().is_some_and(fits) {
+        job.spec = None;
     }
     if let Some(status) = job.status.as_mut() {
         status.uncounted_terminated_pods = None;

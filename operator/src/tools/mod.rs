@@ -171,7 +171,10 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // yet, so a Job of the same name someone else made must be seen, or not
     // watched yet) read from the API server.
     let recorded = run.status.as_ref().and_then(|s| s.job_uid.as_ref()).is_some();
-    let cached = recorded.then(|| ctx.jobs.get(&ObjectRef::new(&name).within(&namespace))).flatten();
+    let cached = recorded
+        .then(|| ctx.jobs.get(&ObjectRef::new(&name).within(&namespace)))
+        .flatten()
+        .filter(|job| job.spec.is_some());
     let job = match cached {
         Some(job) => Some((*job).clone()),
         None => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,

@@ -291,6 +291,11 @@ async fn a_running_run_reads_its_recorded_job_from_the_watch_not_the_api_server(
         "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
     job["status"] = json!({"active": 1});
     let job: Job = serde_json::from_value(job).unwrap();
+    // The watch keeps what the run's Pods are checked against.
+    let mut projected = job.clone();
+    crate::projection::project_tool_job(&mut projected);
+    assert_eq!(projected.spec, job.spec, "a controlled Job's spec is kept");
+    assert_eq!(projected.metadata.uid, job.metadata.uid);
     // The API server's copy is scripted too: reading it would be seen.
     let script = Script { job: Some(serde_json::to_value(&job).unwrap()), ..Script::default() };
     let scenario = Scenario::with_watched_job(&run, script, job);
