@@ -50,38 +50,29 @@ fn clip(message: &mut Option<String>) {
 
 /// The Job as the Job cache keeps it.
 pub fn project_job(job: &mut Job) {
-    mining_api::trim_for_cache(&mut job.metadata);
-    if !controlled_by_kind::<MiningWorkflow>(&job.metadata) {
-        job.spec = None;
-        job.status = None;
-        return;
-    }
-    if let Some(spec) = job.spec.as_mut() {
-        // The template's own labels and annotations are never compared.
-        spec.template.metadata = None;
-    }
-    if !job.spec.as_ref().is_some_and(fits) {
-        job.spec = None;
-    }
-    if let Some(status) = job.status.as_mut() {
-        status.uncounted_terminated_pods = None;
-        for condition in status.conditions.iter_mut().flatten() {
-            clip(&mut condition.message);
-        }
-    }
+    // A block's Pods are never compared on the template's own labels and annotations.
+    project_job_of::<MiningWorkflow>(job, false);
 }
 
 /// A tool run's Job as the tool Job cache keeps it: whose it is, its uid,
-/// its spec (its Pods are checked against the template) when it fits, its
-/// conditions — bounded whatever anyone labels a Job with. A reconcile that
-/// finds no spec here (too large, or not controlled by a run) reads the
-/// whole Job from the API server.
+/// its spec (its Pods are checked against the whole template) when it fits,
+/// its conditions. A reconcile that finds no spec here (too large, or not
+/// controlled by a run) reads the whole Job from the API server.
 pub fn project_tool_job(job: &mut Job) {
+    project_job_of::<mining_api::ToolRun>(job, true);
+}
+
+/// A Job controlled by work of kind `K`, bounded whatever anyone labels a
+/// Job with: the spec only of one `K` controls and only when it fits.
+fn project_job_of<K: kube::Resource<DynamicType = ()>>(job: &mut Job, template_metadata: bool) {
     mining_api::trim_for_cache(&mut job.metadata);
-    if !controlled_by_kind::<mining_api::ToolRun>(&job.metadata) {
+    if !controlled_by_kind::<K>(&job.metadata) {
         job.spec = None;
         job.status = None;
         return;
+    }
+    if let Some(spec) = job.spec.as_mut().filter(|_| !template_metadata) {
+        spec.template.metadata = None;
     }
     if !job.spec.as_ref().is_some_and(fits) {
         job.spec = None;
