@@ -118,7 +118,12 @@ impl Nginx {
         );
         let path = prefix.join("nginx.conf");
         std::fs::write(&path, config).unwrap();
-        let child = std::process::Command::new("nginx")
+        // Debian installs it in /usr/sbin, which a non-root PATH may lack.
+        let binary = ["/usr/sbin/nginx", "/usr/local/sbin/nginx"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).exists())
+            .unwrap_or("nginx");
+        let child = std::process::Command::new(binary)
             .args(["-p", &prefix.display().to_string(), "-c", &path.display().to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
