@@ -1,15 +1,18 @@
 //! The MCP frontend: an MCP server (Streamable HTTP, stateless) whose tools
-//! start, poll, cancel and list `MiningWorkflow`s. The resource is the only
-//! record: a restarted or replaced frontend loses nothing.
+//! start, poll, cancel and list durable work — `MiningWorkflow`s, and the
+//! `ToolRun`s of every `McpTool` — kept only as custom resources: a
+//! restarted or replaced frontend loses nothing.
 //!
-//! Layout: one `core` (start, find, wait, cancel, list, the caller check and
-//! their metrics) behind three thin protocol `faces` (the rmcp tools, the
-//! 2025-11-25 task layer, the 2026-07-28 Tasks extension); the HTTP edge is
-//! `http`, `auth` and `host_guard`. Decisions are pure (`contract` maps a
-//! status to an answer, `tasks` maps it to a task, `tools` checks arguments,
-//! `ids` makes and checks ids); `cache` is the one watch that every waiting
-//! call shares; `workflows` holds the few API calls. `tool_runs` turns the
-//! McpTools of the namespace into tools whose calls are ToolRuns.
+//! Layout: one `core` (find, start, wait, cancel, list, the caller check and
+//! their metrics, written once over every kind of work: `core::Served`)
+//! behind the protocol `faces` (the rmcp tools, the 2025-11-25 task layer,
+//! the 2026-07-28 Tasks extension and its listen); the HTTP edge is `http`,
+//! `serve` with `connections` and `proxies` (bounds before authentication),
+//! `auth` and `host_guard`. Decisions are pure (`contract` maps a status to
+//! an answer, `tasks` maps it to a task, `tools` checks arguments, `ids`
+//! makes and checks ids); `cache` is the one watch per kind that every
+//! waiting call shares; `workflows` holds the few API calls; `tool_runs`
+//! turns the namespace's McpTools into tools.
 
 pub mod auth;
 pub mod cache;

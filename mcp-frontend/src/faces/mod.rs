@@ -1,6 +1,8 @@
 //! The protocol faces over the [`crate::core`]: each translates one protocol
 //! to and from the core's calls and owns no behaviour of its own.
-//! - `mcp_tools`: rmcp's `ServerHandler` (the four tools, every protocol version);
+//! - `mcp_tools`: rmcp's `ServerHandler` (the mining tools, every protocol
+//!   version; a call's tool looked up once, [`called`]); `tool_calls`: the
+//!   defined tools and their companions, answered by the same core calls;
 //! - `tasks_2025`: core tasks of 2025-11-25, an axum layer in front of rmcp;
 //! - `tasks_2026`: the 2026-07-28 Tasks extension, through rmcp's task hooks;
 //! - `listen_2026`: the extension's `subscriptions/listen` push, in front of rmcp.
