@@ -182,9 +182,10 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     let state = job_state(run, job.as_ref());
     // The run's own Pods, read while it is unfinished: what they wrote and
     // how many parts succeeded come only from Pods its Job made (the Job's
-    // own counts include any Pod it adopted).
+    // own counts include any Pod it adopted). A Job that has made no Pod
+    // yet has none to read; its next status change wakes the run again.
     let (pods, progress_line) = match (&state, &job) {
-        (JobState::Ours { phase, .. }, Some(job)) if !run.is_finished() => {
+        (JobState::Ours { phase, .. }, Some(job)) if !run.is_finished() && has_made_pods(job) => {
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
             let (outcomes, running) = own_pods(&pods, &name, job).await?;
             let line = match (phase, running) {
@@ -414,6 +415,15 @@ fn failed(run: &ToolRun, message: String) -> ToolRunStatus {
 }
 
 /// What the Job named as the run is to the run.
+/// Whether the Job says it has made a Pod (pure): one active, ended, or a
+/// condition (a Job that failed before any Pod ran still says why).
+fn has_made_pods(job: &Job) -> bool {
+    job.status.as_ref().is_some_and(|status| {
+        [status.active, status.succeeded, status.failed].into_iter().flatten().any(|count| count > 0)
+            || status.conditions.as_ref().is_some_and(|conditions| !conditions.is_empty())
+    })
+}
+
 fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
     let Some(job) = job else { return JobState::Missing };
     let run_uid = run.metadata.uid.as_deref();

@@ -258,6 +258,7 @@ async fn a_cancelled_run_stops_its_job_before_its_status_says_so() {
     let job = serde_json::to_value(job::job_for_run(&run).unwrap()).unwrap();
     let mut job = job;
     job["metadata"]["uid"] = json!("job-uid");
+    job["status"] = json!({"active": 1});
     job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
         "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
     let scenario = Scenario::new(&run, Script { job: Some(job), ..Script::default() });
@@ -306,6 +307,22 @@ async fn a_running_run_reads_its_recorded_job_from_the_watch_not_the_api_server(
         calls.iter().any(|c| c.starts_with("GET /v1/namespaces/ns/pods")),
         "its Pods are still read: {calls:#?}"
     );
+}
+
+#[test]
+fn a_job_is_asked_for_its_pods_only_once_it_says_it_made_one() {
+    let with_status = |status: Value| -> Job {
+        serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "status": status}))
+        .unwrap()
+    };
+    assert!(!has_made_pods(&with_status(json!(null))), "just created");
+    assert!(!has_made_pods(&with_status(json!({"active": 0}))));
+    assert!(has_made_pods(&with_status(json!({"active": 1}))));
+    assert!(has_made_pods(&with_status(json!({"succeeded": 1}))));
+    assert!(has_made_pods(&with_status(json!({"failed": 2}))));
+    let failed_early = json!({"conditions": [{"type": "Failed", "status": "True"}]});
+    assert!(has_made_pods(&with_status(failed_early)), "its reason is still read");
 }
 
 #[tokio::test]
