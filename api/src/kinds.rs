@@ -35,7 +35,7 @@ impl ToolRunPhase {
 }
 
 /// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
-/// `spec.ttlSecondsAfterFinished`), read the same way.
+/// `spec.ttlSecondsAfterFinished`, `status.startedAt`), read the same way.
 macro_rules! common_fields {
     () => {
         fn lifecycle(&self) -> Lifecycle {
@@ -48,6 +48,10 @@ macro_rules! common_fields {
 
         fn ttl_seconds_after_finished(&self) -> Option<i64> {
             self.spec.ttl_seconds_after_finished
+        }
+
+        fn started_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+            self.status.as_ref()?.started_at.as_ref().map(|t| t.0)
         }
     };
 }

@@ -79,6 +79,9 @@ pub trait Work:
     /// Seconds it is kept after it finished (the operator's default when `None`).
     fn ttl_seconds_after_finished(&self) -> Option<i64>;
 
+    /// When the operator admitted it (took a slot for it), if it did.
+    fn started_at(&self) -> Option<k8s_openapi::jiff::Timestamp>;
+
     fn label(&self, key: &str) -> Option<&str> {
         self.meta().labels.as_ref()?.get(key).map(String::as_str)
     }

@@ -31,11 +31,15 @@ use std::collections::HashMap;
 use k8s_openapi::jiff::Timestamp;
 use mining_api::{Lifecycle, Work, labels};
 
-/// The kinds of work that share the queue.
+/// A kind of work in the queue, named by its noun ([`Work::NOUN`], one per
+/// kind). The queue lists no kinds: whatever kinds its entries have share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WorkKind {
-    Workflow,
-    ToolRun,
+pub struct WorkKind(pub &'static str);
+
+impl WorkKind {
+    pub fn of<W: Work>() -> Self {
+        Self(W::NOUN)
+    }
 }
 
 /// What the queue knows of one piece of work, whatever its kind.
@@ -51,10 +55,10 @@ pub struct QueueEntry {
 }
 
 impl QueueEntry {
-    pub fn of<W: Work>(kind: WorkKind, work: &W) -> Self {
+    pub fn of<W: Work>(work: &W) -> Self {
         let meta = work.meta();
         Self {
-            kind,
+            kind: WorkKind::of::<W>(),
             uid: meta.uid.clone().unwrap_or_default(),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
@@ -87,17 +91,15 @@ pub struct Standing {
 /// caught up with it yet — a queue that missed an admission would serve a
 /// party twice). `party` says which party each queues as (see [`Seen::party`]).
 pub fn freshest_phases<W: Work>(
-    kind: WorkKind,
     cached: &[std::sync::Arc<W>],
     written: &HashMap<String, Standing>,
-    started: impl Fn(&W) -> Served,
     party: impl Fn(&W) -> String,
 ) -> Vec<Seen> {
     cached
         .iter()
         .map(|work| {
-            let entry = QueueEntry::of(kind, work.as_ref());
-            let cached = Standing { phase: work.lifecycle(), started: started(work) };
+            let entry = QueueEntry::of(work.as_ref());
+            let cached = Standing { phase: work.lifecycle(), started: work.started_at() };
             let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
             let phase = match work.meta().deletion_timestamp {
@@ -216,20 +218,28 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
     round_robin(within, namespace_of, &namespaces)
 }
 
-/// The slots: one budget for all work, and a cap per kind inside it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The slots: one budget for all work, and a cap per kind inside it (a
+/// kind without one is bounded by the budget alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     pub total: usize,
-    pub workflows: usize,
-    pub tool_runs: usize,
+    caps: Vec<(WorkKind, usize)>,
 }
 
 impl Budget {
+    pub fn new(total: usize) -> Self {
+        Self { total, caps: Vec::new() }
+    }
+
+    /// The same budget with `kind` capped at `cap` slots.
+    pub fn capping(mut self, kind: WorkKind, cap: usize) -> Self {
+        self.caps.retain(|(k, _)| *k != kind);
+        self.caps.push((kind, cap));
+        self
+    }
+
     pub fn cap(&self, kind: WorkKind) -> usize {
-        match kind {
-            WorkKind::Workflow => self.workflows,
-            WorkKind::ToolRun => self.tool_runs,
-        }
+        self.caps.iter().find(|(k, _)| *k == kind).map_or(self.total, |(_, cap)| *cap)
     }
 }
 
@@ -281,8 +291,10 @@ pub fn slots_for(
 /// whose kind is at its cap takes no slot, so it is no one's turn ahead.
 pub fn queue_positions(all: &[Seen], budget: &Budget) -> QueuePositions {
     let held = |kind| all.iter().filter(|s| holds_slot(s) && s.work.kind == kind).count();
-    let full: Vec<WorkKind> =
-        [WorkKind::Workflow, WorkKind::ToolRun].into_iter().filter(|k| held(*k) >= budget.cap(*k)).collect();
+    let mut kinds: Vec<WorkKind> = all.iter().map(|s| s.work.kind).collect();
+    kinds.sort_unstable_by_key(|k| k.0);
+    kinds.dedup();
+    let full: Vec<WorkKind> = kinds.into_iter().filter(|k| held(*k) >= budget.cap(*k)).collect();
     let mut positions = HashMap::new();
     let mut created = Vec::new();
     let (mut place, mut per_kind) = (0, HashMap::<WorkKind, usize>::new());
@@ -366,16 +378,15 @@ pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry
         all.iter().filter(|s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k)).count()
     };
     let mut free = budget.total.saturating_sub(held(None));
-    let mut free_of: HashMap<WorkKind, usize> = [WorkKind::Workflow, WorkKind::ToolRun]
-        .into_iter()
-        .map(|k| (k, budget.cap(k).saturating_sub(held(Some(k)))))
-        .collect();
+    let mut free_of: HashMap<WorkKind, usize> = HashMap::new();
     let mut next = Vec::new();
     for seen in queue(all) {
         if free == 0 {
             break;
         }
-        let kind_free = free_of.entry(seen.work.kind).or_default();
+        let kind = seen.work.kind;
+        let kind_free =
+            free_of.entry(kind).or_insert_with(|| budget.cap(kind).saturating_sub(held(Some(kind))));
         if *kind_free > 0 {
             *kind_free -= 1;
             free -= 1;

@@ -102,11 +102,10 @@ impl Limits {
     /// The slots all work shares, and each kind's cap inside them.
     pub fn budget(&self) -> crate::admission::Budget {
         let sum = self.max_concurrent_workflows.saturating_add(self.max_concurrent_tool_runs);
-        crate::admission::Budget {
-            total: self.max_concurrent_work.unwrap_or(sum),
-            workflows: self.max_concurrent_workflows,
-            tool_runs: self.max_concurrent_tool_runs,
-        }
+        use crate::admission::{Budget, WorkKind};
+        Budget::new(self.max_concurrent_work.unwrap_or(sum))
+            .capping(WorkKind::of::<mining_api::MiningWorkflow>(), self.max_concurrent_workflows)
+            .capping(WorkKind::of::<mining_api::ToolRun>(), self.max_concurrent_tool_runs)
     }
 }
 

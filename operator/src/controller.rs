@@ -18,7 +18,7 @@ use mining_api::trace::TraceParent;
 use mining_api::{MiningWorkflow, WorkflowPhase, annotations, labels, reasons};
 use tracing::{Instrument as _, warn};
 
-use crate::admission::{QueueEntry, Slots, WorkKind};
+use crate::admission::{QueueEntry, Slots};
 use crate::api_calls::counting_calls;
 use crate::apply::{self, Applied, Target, publish_events};
 use crate::caches::{CacheSync, Watched};
@@ -31,7 +31,7 @@ use crate::observe::{BlockJob, JobSources, observe_jobs};
 use crate::parties::Parties;
 use crate::plan::{Observed, PlannedEvent, plan};
 use crate::projection;
-use crate::queue::{Wakers, WorkQueue};
+use crate::queue::{Kinds, Proven, WorkQueue};
 use crate::{Error, Result};
 
 mod foreign;
@@ -212,14 +212,11 @@ pub async fn run(
     let (wake_runs, woken_runs) = futures::channel::mpsc::unbounded();
     let (run_store, run_writer) = reflector::store::<mining_api::ToolRun>();
     let memory = Arc::new(Memory::default());
-    let queue = Arc::new(WorkQueue {
-        workflows: store.clone(),
-        runs: run_store.clone(),
-        parties: Parties::new(keys.clone()),
-        memory: memory.clone(),
-        budget: config.limits.budget(),
-        wakers: Wakers { workflows: wake, runs: wake_runs },
-    });
+    let mut kinds = Kinds::default();
+    kinds.register(store.clone(), wake, Proven::Any);
+    kinds.register(run_store.clone(), wake_runs, Proven::Only);
+    let queue =
+        Arc::new(WorkQueue::new(kinds, Parties::new(keys.clone()), memory.clone(), config.limits.budget()));
     // Tool runs: their own controller, under the same leadership, waiting
     // in the same queue.
     let (tool_job_store, tool_job_writer) = reflector::store::<Job>();
@@ -387,7 +384,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // every kind), and that being admitted right now, and reserves a slot
     // until its status is written.
     let before = workflow.phase();
-    let me = QueueEntry::of(WorkKind::Workflow, workflow);
+    let me = QueueEntry::of(workflow);
     let (slots, mut admission) = match before {
         WorkflowPhase::Pending => {
             let (slots, reserved) = ctx.queue.admission(&me);

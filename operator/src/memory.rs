@@ -306,11 +306,14 @@ mod tests {
     #[test]
     fn a_reservation_counts_until_dropped() {
         let memory = Memory::default();
-        let (seen, first) = memory.reserve_admission(WorkKind::Workflow, |in_flight| in_flight);
+        let (seen, first) =
+            memory.reserve_admission(WorkKind::of::<mining_api::MiningWorkflow>(), |in_flight| in_flight);
         assert_eq!(seen, (0, 0));
-        let (seen, second) = memory.reserve_admission(WorkKind::ToolRun, |in_flight| in_flight);
+        let (seen, second) =
+            memory.reserve_admission(WorkKind::of::<mining_api::ToolRun>(), |in_flight| in_flight);
         assert_eq!(seen, (1, 0), "the workflow in flight counts against the budget, not the runs' cap");
-        let (seen, third) = memory.reserve_admission(WorkKind::ToolRun, |in_flight| in_flight);
+        let (seen, third) =
+            memory.reserve_admission(WorkKind::of::<mining_api::ToolRun>(), |in_flight| in_flight);
         assert_eq!(seen, (2, 1));
         drop(first);
         drop(second);
@@ -352,7 +355,7 @@ mod tests {
         use std::cell::Cell;
         let memory = Memory::default();
         let sorts = Cell::new(0);
-        let budget = crate::admission::Budget { total: 1, workflows: 1, tool_runs: 1 };
+        let budget = crate::admission::Budget::new(1);
         let waiting = |names: &[&str]| {
             let all: Vec<crate::admission::Seen> = names
                 .iter()
@@ -363,7 +366,7 @@ mod tests {
                         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::testing::at(i as i64)),
                     );
                     crate::admission::Seen {
-                        work: crate::admission::QueueEntry::of(WorkKind::Workflow, &workflow),
+                        work: crate::admission::QueueEntry::of(&workflow),
                         phase: mining_api::Lifecycle::Waiting,
                         started: None,
                         party: String::new(),
@@ -384,7 +387,7 @@ mod tests {
         let positions = memory.queue_positions("uid-b", || waiting(&["b", "c", "d"]));
         assert_eq!(sorts.get(), 3);
         let b = crate::testing::workflow("b", 8, 1);
-        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(WorkKind::Workflow, &b)), (0, 0));
+        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(&b)), (0, 0));
     }
 
     #[test]

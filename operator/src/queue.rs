@@ -1,52 +1,125 @@
 //! The one queue every kind of work waits in, and the I/O around the pure
-//! decisions of [`crate::admission`]: it reads both kinds' caches and what
-//! this operator wrote, reserves a slot while an admission is written, and
-//! wakes whatever is next when a slot frees — of whichever kind.
+//! decisions of [`crate::admission`]: it reads every registered kind's
+//! cache and what this operator wrote, reserves a slot while an admission
+//! is written, and wakes whatever is next when a slot frees — of whichever
+//! kind. A kind joins by [`WorkQueue::register`]ing its store and waker;
+//! nothing here names one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::{ObjectRef, Store};
-use mining_api::{MiningWorkflow, ToolRun};
+use mining_api::Work;
 
 use crate::admission::{
-    Budget, QueueEntry, Seen, Slots, WorkKind, freshest_phases, next_in_queue, queue_positions, should_yield,
-    slots_for, taken_by_others,
+    Budget, QueueEntry, Seen, Slots, Standing, WorkKind, freshest_phases, next_in_queue, queue_positions,
+    should_yield, slots_for, taken_by_others,
 };
 use crate::memory::{Memory, Reservation};
 use crate::parties::Parties;
 
-/// Wakes the controller of each kind.
-pub struct Wakers {
-    pub workflows: UnboundedSender<ObjectRef<MiningWorkflow>>,
-    pub runs: UnboundedSender<ObjectRef<ToolRun>>,
+/// What the queue needs of one registered kind.
+trait Queued: Send + Sync {
+    /// Its work with the freshest phases (`written`: what this operator wrote).
+    fn seen(&self, written: &HashMap<String, Standing>, parties: &Parties) -> Vec<Seen>;
+    /// How many of its objects the cache holds.
+    fn live(&self) -> usize;
+    /// Reconciles `name` in `namespace` now.
+    fn wake(&self, namespace: &str, name: &str);
+    /// Reconciles every one now.
+    fn wake_all(&self);
+}
+
+/// One kind's cache and the way to wake its controller.
+struct Registered<K: Work> {
+    store: Store<K>,
+    waker: UnboundedSender<ObjectRef<K>>,
+    /// Work without the frontend's proof is never run, so it holds no place.
+    proven_only: bool,
+}
+
+impl<K: Work> Queued for Registered<K> {
+    fn seen(&self, written: &HashMap<String, Standing>, parties: &Parties) -> Vec<Seen> {
+        let mut cached = self.store.state();
+        if self.proven_only {
+            cached.retain(|work| parties.proves(work.as_ref()));
+        }
+        freshest_phases(&cached, written, |work| parties.of(work))
+    }
+
+    fn live(&self) -> usize {
+        self.store.state().len()
+    }
+
+    fn wake(&self, namespace: &str, name: &str) {
+        let _ = self.waker.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+
+    fn wake_all(&self) {
+        for work in self.store.state() {
+            let _ = self.waker.unbounded_send(ObjectRef::from_obj(work.as_ref()));
+        }
+    }
+}
+
+/// Whether a kind runs work nobody proved (a workflow anyone creates
+/// directly) or only what the frontend made for a caller (a tool run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proven {
+    Any,
+    Only,
+}
+
+/// The kinds of work the queue serves, each registered once at start, in
+/// the order they were (which breaks ties between kinds in the queue).
+#[derive(Default)]
+pub struct Kinds(Vec<(WorkKind, Box<dyn Queued>)>);
+
+impl Kinds {
+    /// Adds kind `K`: its cache, and the sender its controller is woken by.
+    pub fn register<K: Work>(
+        &mut self,
+        store: Store<K>,
+        waker: UnboundedSender<ObjectRef<K>>,
+        proven: Proven,
+    ) {
+        let registered = Registered { store, waker, proven_only: proven == Proven::Only };
+        self.0.retain(|(kind, _)| *kind != WorkKind::of::<K>());
+        self.0.push((WorkKind::of::<K>(), Box::new(registered)));
+    }
 }
 
 pub struct WorkQueue {
-    pub workflows: Store<MiningWorkflow>,
-    pub runs: Store<ToolRun>,
+    kinds: Kinds,
     pub parties: Parties,
     pub memory: Arc<Memory>,
     pub budget: Budget,
-    pub wakers: Wakers,
 }
 
 impl WorkQueue {
-    /// All work of every kind with its freshest phase. Tool runs without
-    /// the frontend's proof are never run, so they hold no place.
+    pub fn new(kinds: Kinds, parties: Parties, memory: Arc<Memory>, budget: Budget) -> Self {
+        Self { kinds, parties, memory, budget }
+    }
+
+    fn kind(&self, kind: WorkKind) -> Option<&dyn Queued> {
+        self.kinds.0.iter().find(|(k, _)| *k == kind).map(|(_, queued)| queued.as_ref())
+    }
+
+    /// All work of every kind with its freshest phase.
     pub fn all(&self) -> Vec<Seen> {
         let written = self.memory.written_standings();
-        let started_workflow =
-            |w: &MiningWorkflow| w.status.as_ref().and_then(|s| s.started_at.as_ref()).map(|t| t.0);
-        let started_run = |r: &ToolRun| r.status.as_ref().and_then(|s| s.started_at.as_ref()).map(|t| t.0);
-        let workflows = self.workflows.state();
-        let runs: Vec<Arc<ToolRun>> =
-            self.runs.state().into_iter().filter(|run| self.parties.proves(run.as_ref())).collect();
-        let mut all = freshest_phases(WorkKind::Workflow, &workflows, &written, started_workflow, |w| {
-            self.parties.of(w)
-        });
-        all.extend(freshest_phases(WorkKind::ToolRun, &runs, &written, started_run, |r| self.parties.of(r)));
-        all
+        self.kinds
+            .0
+            .iter()
+            .map(|(_, queued)| queued)
+            .flat_map(|kind| kind.seen(&written, &self.parties))
+            .collect()
+    }
+
+    /// How many objects of `kind` the cache holds.
+    pub fn live(&self, kind: WorkKind) -> usize {
+        self.kind(kind).map_or(0, Queued::live)
     }
 
     /// `me`'s slots, counted while no other admission can be, and a slot
@@ -74,31 +147,16 @@ impl WorkQueue {
         self.memory.queue_changed();
         let all = self.all();
         for next in next_in_queue(&all, &self.budget) {
-            self.wake(next);
-        }
-    }
-
-    fn wake(&self, entry: &QueueEntry) {
-        match entry.kind {
-            WorkKind::Workflow => {
-                let _ = self
-                    .wakers
-                    .workflows
-                    .unbounded_send(ObjectRef::new(&entry.name).within(&entry.namespace));
-            }
-            WorkKind::ToolRun => {
-                let _ = self.wakers.runs.unbounded_send(ObjectRef::new(&entry.name).within(&entry.namespace));
+            if let Some(queued) = self.kind(next.kind) {
+                queued.wake(&next.namespace, &next.name);
             }
         }
     }
 
     /// A new leadership term: every piece of work is looked at again.
     pub fn wake_all(&self) {
-        for workflow in self.workflows.state() {
-            let _ = self.wakers.workflows.unbounded_send(ObjectRef::from_obj(workflow.as_ref()));
-        }
-        for run in self.runs.state() {
-            let _ = self.wakers.runs.unbounded_send(ObjectRef::from_obj(run.as_ref()));
+        for queued in self.kinds.0.iter().map(|(_, queued)| queued) {
+            queued.wake_all();
         }
     }
 }

@@ -6,9 +6,12 @@ use super::*;
 use crate::testing::{at, workflow};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+const WORKFLOW: WorkKind = WorkKind("workflow");
+const RUN: WorkKind = WorkKind("tool run");
+
 /// One slot budget that only `total` binds.
 fn budget(total: usize) -> Budget {
-    Budget { total, workflows: total, tool_runs: total }
+    Budget::new(total)
 }
 
 fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
@@ -24,11 +27,11 @@ fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lif
 }
 
 fn seen(name: &str, created: i64, phase: Lifecycle) -> Seen {
-    seen_of(WorkKind::Workflow, "ns", name, created, phase)
+    seen_of(WORKFLOW, "ns", name, created, phase)
 }
 
 fn seen_in(namespace: &str, caller: Option<&str>, name: &str, created: i64, phase: Lifecycle) -> Seen {
-    let mut seen = seen_of(WorkKind::Workflow, namespace, name, created, phase);
+    let mut seen = seen_of(WORKFLOW, namespace, name, created, phase);
     // As if its proof verified: what a party is, is decided in `party`.
     seen.party = caller.unwrap_or_default().into();
     seen
@@ -134,7 +137,7 @@ fn what_this_operator_wrote_wins_over_a_lagging_cache() {
     written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(7)) });
     written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, started: None });
     let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
-    let seen = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
+    let seen = freshest_phases(&cached, &written, |_| String::new());
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
     // The fixtures carry no status, so the cache would say Waiting for both.
     assert_eq!(phases, [Lifecycle::Succeeded, Lifecycle::Active]);
@@ -150,7 +153,7 @@ fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     deleted.metadata.deletion_timestamp = Some(Time(at(2)));
     deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     let cached = [Arc::new(deleted), Arc::new(workflow("b", 8, 1))];
-    let all = freshest_phases(WorkKind::Workflow, &cached, &written, |_| None, |_| String::new());
+    let all = freshest_phases(&cached, &written, |_| String::new());
     assert_eq!(all[0].phase, Lifecycle::Cancelled);
     assert_eq!(taken_by_others(&all, &all[1].work), (0, 0), "no slot is held");
     assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");
@@ -223,13 +226,13 @@ fn the_queue_holds_every_waiting_workflow_once() {
 }
 
 fn run_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
-    let mut seen = seen_of(WorkKind::ToolRun, "ns", name, created, phase);
+    let mut seen = seen_of(RUN, "ns", name, created, phase);
     seen.party = caller.into();
     seen
 }
 
 fn workflow_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen {
-    let mut seen = seen_of(WorkKind::Workflow, "ns", name, created, phase);
+    let mut seen = seen_of(WORKFLOW, "ns", name, created, phase);
     seen.party = caller.into();
     seen
 }
@@ -238,7 +241,7 @@ fn workflow_of(caller: &str, name: &str, created: i64, phase: Lifecycle) -> Seen
 fn one_budget_full_of_one_callers_runs_gives_the_next_slot_to_anothers_workflow() {
     // Alice's tool runs hold the whole budget and more of hers wait
     // (older); bob's workflow is next the moment a slot frees.
-    let budget = Budget { total: 3, workflows: 3, tool_runs: 3 };
+    let budget = Budget::new(3);
     let mut all: Vec<Seen> =
         (0..3).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Active)).collect();
     all.extend((3..6).map(|i| run_of("alice", &format!("a{i}"), i, Lifecycle::Waiting)));
@@ -264,7 +267,7 @@ fn one_budget_full_of_one_callers_runs_gives_the_next_slot_to_anothers_workflow(
 
 #[test]
 fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
-    let budget = Budget { total: 4, workflows: 4, tool_runs: 2 };
+    let budget = Budget::new(4).capping(RUN, 2);
     let all = [
         run_of("alice", "r0", 0, Lifecycle::Active),
         run_of("alice", "r1", 1, Lifecycle::Active),
@@ -278,10 +281,25 @@ fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
     assert_eq!(next_in_queue(&all, &budget), [&all[3].work]);
     // A run never yields, and a workflow yields only to its own kind when
     // its kind's cap binds.
-    let capped = Budget { total: 10, workflows: 1, tool_runs: 10 };
+    let capped = Budget::new(10).capping(WORKFLOW, 1);
     let mut busy = vec![workflow_of("alice", "w-busy", 0, Lifecycle::Active)];
     busy.push(run_of("bob", "r-wait", 1, Lifecycle::Waiting));
     assert!(!should_yield(&busy, &busy[0].work, &capped), "the run has slots of its own");
     busy.push(workflow_of("bob", "w-wait", 2, Lifecycle::Waiting));
     assert!(should_yield(&busy, &busy[0].work, &capped));
+}
+
+#[test]
+fn a_kind_is_its_noun_and_one_without_a_cap_is_bounded_by_the_budget() {
+    assert_eq!(WorkKind::of::<mining_api::MiningWorkflow>(), WORKFLOW);
+    assert_eq!(WorkKind::of::<mining_api::ToolRun>(), RUN);
+    let capped = Budget::new(5).capping(RUN, 2).capping(RUN, 3);
+    assert_eq!(capped.cap(RUN), 3, "the last cap set counts");
+    assert_eq!(capped.cap(WorkKind("report")), 5, "a kind nobody capped");
+    // A third kind's work waits in the same queue and takes the free slot.
+    let mut third = seen_of(WorkKind("report"), "ns", "r", 1, Lifecycle::Waiting);
+    third.work.uid = "r".into();
+    let all = [seen("w", 2, Lifecycle::Active), third];
+    let next: Vec<_> = next_in_queue(&all, &budget(2)).into_iter().map(|e| e.name.clone()).collect();
+    assert_eq!(next, ["r"]);
 }

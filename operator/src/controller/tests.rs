@@ -78,14 +78,12 @@ impl Scenario {
         let store = store_of(vec![workflow.clone()]);
         let memory = Arc::new(Memory::default());
         let (runs, _) = kube::runtime::reflector::store::<mining_api::ToolRun>();
-        let queue = Arc::new(crate::queue::WorkQueue {
-            workflows: store.clone(),
-            runs,
-            parties: crate::parties::Parties::new(None),
-            memory: memory.clone(),
-            budget: config().limits.budget(),
-            wakers: crate::queue::Wakers { workflows: wake, runs: futures::channel::mpsc::unbounded().0 },
-        });
+        let mut kinds = crate::queue::Kinds::default();
+        kinds.register(store.clone(), wake, crate::queue::Proven::Any);
+        kinds.register(runs, futures::channel::mpsc::unbounded().0, crate::queue::Proven::Only);
+        let parties = crate::parties::Parties::new(None);
+        let queue =
+            Arc::new(crate::queue::WorkQueue::new(kinds, parties, memory.clone(), config().limits.budget()));
         let ctx = Arc::new(Context {
             client: scripted_client(log.clone()),
             instance: "operator-0".into(),

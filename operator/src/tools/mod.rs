@@ -115,7 +115,7 @@ fn error_policy(run: Arc<ToolRun>, error: &Error, ctx: Arc<ToolContext>) -> Requ
     warn!(error = %error, source = ?std::error::Error::source(error), "tool run reconcile error");
     ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
     if error.is_forbidden() {
-        let live = ctx.queue.runs.state().len();
+        let live = ctx.queue.live(WorkKind::of::<ToolRun>());
         crate::controller::tell_forbidden(
             &ctx.client,
             &ctx.instance,
@@ -215,7 +215,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // status is written.
     let (slots, admission) = match waiting {
         true => {
-            let (slots, reserved) = ctx.queue.admission(&QueueEntry::of(WorkKind::ToolRun, run));
+            let (slots, reserved) = ctx.queue.admission(&QueueEntry::of(run));
             (slots, Some(reserved))
         }
         false => (Slots::OPEN, None),
@@ -363,7 +363,7 @@ fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
     let phase = status.phase.unwrap_or_default().lifecycle();
     let standing = Standing { phase, started: status.started_at.as_ref().map(|t| t.0) };
     let uid = run.metadata.uid.as_deref().unwrap_or_default();
-    ctx.queue.memory.remember_run(uid, standing, ctx.queue.runs.state().len());
+    ctx.queue.memory.remember_run(uid, standing, ctx.queue.live(WorkKind::of::<ToolRun>()));
     let before = run.lifecycle();
     if before == Lifecycle::Waiting && phase == Lifecycle::Active {
         ctx.queue.memory.queue_changed();

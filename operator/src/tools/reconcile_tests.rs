@@ -13,7 +13,7 @@ use super::*;
 use crate::admission::Budget;
 use crate::memory::Memory;
 use crate::parties::Parties;
-use crate::queue::{Wakers, WorkQueue};
+use crate::queue::{Kinds, Proven, WorkQueue};
 use crate::testing::{Call, Log};
 
 const RUNS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/toolruns";
@@ -113,17 +113,12 @@ impl Scenario {
         let (runs, mut writer) = reflector::store::<ToolRun>();
         writer.apply_watcher_event(&watcher::Event::Apply(run.clone()));
         let (workflows, _) = reflector::store::<mining_api::MiningWorkflow>();
-        let queue = Arc::new(WorkQueue {
-            workflows,
-            runs,
-            parties: Parties::new(Some(keys())),
-            memory: Arc::new(Memory::default()),
-            budget: Budget { total: 2, workflows: 2, tool_runs: 2 },
-            wakers: Wakers {
-                workflows: futures::channel::mpsc::unbounded().0,
-                runs: futures::channel::mpsc::unbounded().0,
-            },
-        });
+        let mut kinds = Kinds::default();
+        kinds.register(workflows, futures::channel::mpsc::unbounded().0, Proven::Any);
+        kinds.register(runs, futures::channel::mpsc::unbounded().0, Proven::Only);
+        let budget = Budget::new(2);
+        let queue =
+            Arc::new(WorkQueue::new(kinds, Parties::new(Some(keys())), Arc::new(Memory::default()), budget));
         let ctx = Arc::new(ToolContext {
             client,
             keys: Some(keys()),
@@ -348,14 +343,13 @@ async fn a_standby_asks_nothing_and_waits_to_be_woken_instead_of_polling() {
     // Leading, it is woken with every workflow and run (`wake_all`).
     let (workflows_tx, mut workflows_rx) = futures::channel::mpsc::unbounded();
     let (runs_tx, mut runs_rx) = futures::channel::mpsc::unbounded();
-    let queue = WorkQueue {
-        workflows: scenario.ctx.queue.workflows.clone(),
-        runs: scenario.ctx.queue.runs.clone(),
-        parties: Parties::new(None),
-        memory: Arc::new(Memory::default()),
-        budget: Budget { total: 1, workflows: 1, tool_runs: 1 },
-        wakers: Wakers { workflows: workflows_tx, runs: runs_tx },
-    };
+    let (workflows, _) = reflector::store::<mining_api::MiningWorkflow>();
+    let (runs, mut writer) = reflector::store::<ToolRun>();
+    writer.apply_watcher_event(&watcher::Event::Apply(run.clone()));
+    let mut kinds = Kinds::default();
+    kinds.register(workflows, workflows_tx, Proven::Any);
+    kinds.register(runs, runs_tx, Proven::Only);
+    let queue = WorkQueue::new(kinds, Parties::new(None), Arc::new(Memory::default()), Budget::new(1));
     queue.wake_all();
     let woken = runs_rx.try_recv().expect("a run is woken");
     assert_eq!(woken.name, "mw-run");
