@@ -8,7 +8,6 @@
 //! cannot, a hand-edited status) is answered with a clear error for that one
 //! object instead of failing the list that every other object needs.
 
-use mining_api::Work as _;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -227,28 +226,6 @@ impl<K: Kind> ObjectCache<K> {
     }
 }
 
-/// What a quota ledger learns from the cache about a workflow it holds.
-impl crate::quota::HeldWorkflows for WorkflowCache {
-    fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
-        held(self.get(name), owned)
-    }
-}
-
-/// What a cached object means for the ledger holding its name (pure): only
-/// the caller's own unfinished workflow holds a place. An object under
-/// that name without the caller's proof (the caller's deleted, and a copy
-/// with its label and a finalizer planted: Terminating for ever) is not
-/// theirs, so it never holds their place; nor does one that cannot be read,
-/// since whose it is cannot be checked.
-pub fn held(cached: Cached, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
-    use crate::quota::Held;
-    match cached {
-        Cached::Found(workflow) if owned(&workflow) && workflow.holds_place() => Held::Unfinished,
-        Cached::Found(_) | Cached::Unreadable { .. } => Held::Released,
-        Cached::Missing => Held::NotSeen,
-    }
-}
-
 fn caller_label_of(object: &DynamicObject) -> Option<&str> {
     object.metadata.labels.as_ref()?.get(labels::CALLER).map(String::as_str)
 }
@@ -282,22 +259,6 @@ mod tests {
 
     fn object(value: serde_json::Value) -> DynamicObject {
         serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn only_the_callers_own_unfinished_workflow_holds_its_place() {
-        use crate::quota::Held;
-        let mining = MiningWorkflow::new("w", mining_api::MiningWorkflowSpec::new(8));
-        let mut finished = mining.clone();
-        finished.status = Some(mining_api::testing::status(mining_api::WorkflowPhase::Succeeded));
-        let theirs = |_: &MiningWorkflow| true;
-        let planted = |_: &MiningWorkflow| false;
-        assert_eq!(held(Cached::Found(Box::new(mining.clone())), &theirs), Held::Unfinished);
-        assert_eq!(held(Cached::Found(Box::new(finished)), &theirs), Held::Released);
-        assert_eq!(held(Cached::Found(Box::new(mining)), &planted), Held::Released);
-        let unreadable = Cached::Unreadable { caller_label: Some("abc".into()), problem: "x".into() };
-        assert_eq!(held(unreadable, &theirs), Held::Released);
-        assert_eq!(held(Cached::Missing, &theirs), Held::NotSeen);
     }
 
     #[test]

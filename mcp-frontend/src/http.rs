@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::metadata::{MCP_PATH, metadata_router};
 use crate::auth::{AuthLayerState, require_caller};
-use crate::cache::WorkflowCache;
 use crate::core::Core;
 use crate::faces::JsonBody;
 use crate::faces::listen_2026::{ListenState, answer_listens};
@@ -44,8 +43,7 @@ pub struct HttpOptions {
 
 #[derive(Clone)]
 struct Health {
-    cache: Arc<WorkflowCache>,
-    runs: Arc<crate::cache::RunCache>,
+    core: Arc<Core>,
     catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
     metrics: Arc<Metrics>,
 }
@@ -60,26 +58,19 @@ async fn metrics(State(health): State<Health>) -> ([(&'static str, &'static str)
 /// Ready once every cache answers are served from has synced: a replica
 /// without its tool catalog would list no defined tool, one without its
 /// run cache would answer "not found" for runs that exist.
-async fn ready(State(health): State<Health>) -> (StatusCode, &'static str) {
-    let synced = [
-        (health.cache.is_ready(), "the MiningWorkflow cache has not synced yet\n"),
-        (health.runs.is_ready(), "the ToolRun cache has not synced yet\n"),
-        (health.catalog.is_ready(), "the McpTool catalog has not synced yet\n"),
-    ];
-    match synced.into_iter().find(|(ready, _)| !ready) {
-        Some((_, why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
-        None => (StatusCode::OK, "ok\n"),
+async fn ready(State(health): State<Health>) -> (StatusCode, String) {
+    if let Some(kind) = health.core.kinds.unsynced() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("the {kind} cache has not synced yet\n"));
     }
+    if !health.catalog.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the McpTool catalog has not synced yet\n".into());
+    }
+    (StatusCode::OK, "ok\n".into())
 }
 
 /// The probes and metrics (for the kubelet and scrapers, never for callers).
-pub fn ops_router(core: &Core) -> Router {
-    let health = Health {
-        cache: core.cache.clone(),
-        runs: core.runs.clone(),
-        catalog: core.catalog.clone(),
-        metrics: core.metrics.clone(),
-    };
+pub fn ops_router(core: &Arc<Core>) -> Router {
+    let health = Health { core: core.clone(), catalog: core.catalog.clone(), metrics: core.metrics.clone() };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))

@@ -11,10 +11,9 @@ use mcp_frontend::auth::jwks::{KeyCache, KeySource};
 use mcp_frontend::auth::{
     AuthLayerState, Authenticator, KubernetesReviews, OidcVerifier, ProtectedResource, TokenFile,
 };
-use mcp_frontend::cache::WorkflowCache;
 use mcp_frontend::config::{AuthMode, Config};
 use mcp_frontend::connections::PoolLimits;
-use mcp_frontend::core::{Core, Previous, WaitSlots};
+use mcp_frontend::core::{Core, Kinds, WaitSlots};
 use mcp_frontend::http::{HttpOptions, mcp_router, ops_router};
 use mcp_frontend::metrics::Metrics;
 use mcp_frontend::operator_presence::OperatorWatch;
@@ -75,16 +74,9 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
-    let (cache, run_cache) = WorkflowCache::new(client.clone(), &namespace, metrics.clone());
-    let cache_task = tokio::spawn(run_cache);
-    let previous = match config.previous_namespace.as_deref().filter(|p| *p != namespace) {
-        Some(previous_namespace) => {
-            let (cache, run) = WorkflowCache::new(client.clone(), previous_namespace, metrics.clone());
-            tokio::spawn(run);
-            Some(Previous { api: Api::namespaced(client.clone(), previous_namespace), cache })
-        }
-        None => None,
-    };
+    let previous_namespace = config.previous_namespace.as_deref();
+    let (kinds, fills) = Kinds::start(&client, &namespace, previous_namespace, &metrics);
+    let cache_tasks: Vec<_> = fills.into_iter().map(tokio::spawn).collect();
     let keys =
         OwnershipKeys::from_files(&config.ownership_key_file, config.previous_ownership_key_file.as_deref())
             .map_err(anyhow::Error::msg)?;
@@ -105,13 +97,9 @@ async fn main() -> anyhow::Result<()> {
         metrics.clone(),
     );
     tokio::spawn(run_catalog);
-    let (runs, run_runs) = mcp_frontend::cache::RunCache::new(client.clone(), &namespace, metrics.clone());
-    tokio::spawn(run_runs);
     let core = Arc::new(Core {
         catalog,
-        runs,
-        run_api: Api::namespaced(client.clone(), &namespace),
-        previous,
+        kinds,
         operator,
         keys: Arc::new(keys),
         namespace: namespace.clone(),
@@ -121,9 +109,7 @@ async fn main() -> anyhow::Result<()> {
             max_running: config.max_running_per_caller,
             max_starts_per_minute: config.max_starts_per_minute,
         },
-        api: Api::namespaced(client.clone(), &namespace),
         ledgers: Api::namespaced(client, config.ledger_namespace.as_deref().unwrap_or(&namespace)),
-        cache,
         metrics: metrics.clone(),
         default_ttl_seconds: config.default_ttl_seconds,
         task_list_page_size: config.task_list_page_size as usize,
@@ -173,7 +159,9 @@ async fn main() -> anyhow::Result<()> {
         stopping.cancel();
     });
     tokio::join!(mcp, ops);
-    cache_task.abort();
+    for task in cache_tasks {
+        task.abort();
+    }
     reprove_task.abort();
     Ok(())
 }

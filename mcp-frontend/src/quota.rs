@@ -22,11 +22,10 @@
 //! which no untrusted party has (a type of its own, so the frontend's rights
 //! there cover its ledgers and nothing else).
 
-use mining_api::Work as _;
 use std::collections::BTreeMap;
 
-use kube::api::{Api, ListParams, PostParams};
-use mining_api::{MiningLedger, MiningLedgerSpec, MiningWorkflow, labels};
+use kube::api::{Api, PostParams};
+use mining_api::{MiningLedger, MiningLedgerSpec, labels};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::Caller;
@@ -210,37 +209,38 @@ fn write_ledger(keys: &OwnershipKeys, namespace: &str, object: &mut MiningLedger
     object.spec.ledger = text;
 }
 
-/// Where `reserve` learns what became of the workflows a ledger holds.
-pub trait HeldWorkflows {
-    /// From the watch cache: the caller's own and unfinished (by `owned`),
-    /// released, or not there.
-    fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> Held;
+/// Where `reserve` learns what became of the work (of every kind) a
+/// caller's ledger holds: only the caller's own unfinished work counts, not
+/// objects that merely carry its label.
+pub trait HeldWork: Sync {
+    /// From the watch caches: the caller's own and unfinished, released,
+    /// or not there.
+    fn cached(&self, name: &str) -> Held;
+    /// From the API server, for a held name the caches have not shown for
+    /// long (a broken watch must not release it).
+    fn fetched(&self, name: &str) -> impl Future<Output = Result<Held, CallError>> + Send;
+    /// The names of the caller's unfinished work, from a quorum list (a
+    /// cache could miss a create another replica just made).
+    fn unfinished(&self) -> impl Future<Output = Result<Vec<String>, CallError>> + Send;
 }
 
-/// What `reserve` works with: where the ledgers and the workflows are, the
-/// key behind the ledgers' MACs, and the quotas.
+/// What `reserve` works with: where the ledgers are, the key behind their
+/// MACs, and the quotas.
 pub struct Ledgers<'a> {
     pub ledgers: &'a Api<MiningLedger>,
-    pub workflows: &'a Api<MiningWorkflow>,
-    /// Where releases before the workflow namespace put them: still counted.
-    pub previous: Option<&'a Api<MiningWorkflow>>,
     pub keys: &'a OwnershipKeys,
     pub quotas: Quotas,
 }
 
 /// Reserves a start of `name` for `caller`, or says which quota refuses it.
-/// `owned` tells the caller's own workflows from objects that merely carry
-/// its label.
 pub async fn reserve(
     ledgers: &Ledgers<'_>,
     caller: &Caller,
     name: &str,
     tool: Option<ToolLimit<'_>>,
-    cache: &impl HeldWorkflows,
-    owned: impl Fn(&MiningWorkflow) -> bool,
+    work: &impl HeldWork,
 ) -> Result<(), QuotaRefusal> {
-    let Ledgers { ledgers, workflows, previous, keys, quotas } = *ledgers;
-    let places: Vec<&Api<MiningWorkflow>> = std::iter::once(workflows).chain(previous).collect();
+    let Ledgers { ledgers, keys, quotas } = *ledgers;
     let namespace = ledgers.namespace().unwrap_or_default().to_string();
     let ledger_name = ledger_name(keys, caller);
     let unavailable =
@@ -254,32 +254,19 @@ pub async fn reserve(
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let ledger = match existing.as_ref().and_then(|object| read_ledger(keys, &namespace, object)) {
             Some(ledger) => ledger,
-            None => seed(&places, &keys.caller_labels(&caller.digest), now, &owned)
-                .await
-                .map_err(|e| unavailable("listing your workflows", &e))?,
+            None => {
+                let unfinished = work.unfinished().await.map_err(|e| unavailable("listing your work", &e))?;
+                seed(unfinished, now)
+            }
         };
-        // Held workflows the cache has not seen for long are asked for
-        // directly: a broken watch must not release them.
         let mut asked = std::collections::HashMap::new();
         for (held, at) in &ledger.reserved {
-            if cache.cached(held, &owned) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
-                let mut found = None;
-                for place in &places {
-                    found = timed(place.get_opt(held))
-                        .await
-                        .map_err(|e| unavailable("reading a workflow", &e))?;
-                    if found.is_some() {
-                        break;
-                    }
-                }
-                let state = match found {
-                    Some(workflow) if owned(&workflow) && workflow.holds_place() => Held::Unfinished,
-                    _ => Held::Released,
-                };
+            if work.cached(held) == Held::NotSeen && now.saturating_sub(*at) >= RESERVATION_SECONDS {
+                let state = work.fetched(held).await.map_err(|e| unavailable("reading your work", &e))?;
                 asked.insert(held.clone(), state);
             }
         }
-        let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| cache.cached(held, &owned));
+        let held = |held: &str| asked.get(held).copied().unwrap_or_else(|| work.cached(held));
         let next = admit_call(&ledger, held, name, tool, now, quotas)?;
         let written = match existing {
             Some(mut object) => {
@@ -303,25 +290,10 @@ pub async fn reserve(
     Err(QuotaRefusal::Unavailable("too many starts of yours at once".into()))
 }
 
-/// A ledger for a caller that has none: its unfinished workflows, from a
-/// quorum list (a cache could miss a create another replica just made).
-async fn seed(
-    places: &[&Api<MiningWorkflow>],
-    caller_labels: &[String],
-    now: i64,
-    owned: &impl Fn(&MiningWorkflow) -> bool,
-) -> Result<Ledger, CallError> {
-    let selector = format!("{} in ({})", labels::CALLER, caller_labels.join(","));
-    let mut reserved = BTreeMap::new();
-    for place in places {
-        let list = timed(place.list(&ListParams::default().labels(&selector))).await?;
-        reserved.extend(
-            (list.items.iter())
-                .filter(|workflow| owned(workflow) && workflow.holds_place())
-                .filter_map(|workflow| Some((workflow.metadata.name.clone()?, now))),
-        );
-    }
-    Ok(Ledger { starts: Vec::new(), reserved, tools: BTreeMap::new() })
+/// A ledger for a caller that has none: its unfinished work, each held from `now`.
+fn seed(unfinished: Vec<String>, now: i64) -> Ledger {
+    let reserved = unfinished.into_iter().map(|name| (name, now)).collect();
+    Ledger { starts: Vec::new(), reserved, tools: BTreeMap::new() }
 }
 
 /// A random pause of up to `attempt` steps.
@@ -334,14 +306,14 @@ fn jittered_pause(attempt: u32) -> std::time::Duration {
 
 /// One API call's failure: the API server's answer, or none in time.
 #[derive(Debug, thiserror::Error)]
-enum CallError {
+pub enum CallError {
     #[error(transparent)]
     Api(#[from] kube::Error),
     #[error("no answer within {API_TIMEOUT:?}")]
     Timeout,
 }
 
-async fn timed<T>(future: impl Future<Output = Result<T, kube::Error>>) -> Result<T, CallError> {
+pub(crate) async fn timed<T>(future: impl Future<Output = Result<T, kube::Error>>) -> Result<T, CallError> {
     match tokio::time::timeout(API_TIMEOUT, future).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(CallError::Timeout),

@@ -70,7 +70,7 @@ impl Core {
             }
             let name = work.meta().name.clone().unwrap_or_default();
             let reproof = self.keys.reproof(&*work);
-            let api = K::homes(self).api_of(&work);
+            let api = self.homes::<K>().api_of(&work);
             match self.api_call("patch", workflows::request_cancel(api, &*work, reproof)).await {
                 Ok(patched) => {
                     tracing::info!(kind = K::NOUN, name = %name, caller = %caller.name, "cancel requested");

@@ -1,10 +1,11 @@
 //! A caller's work, newest first, from the caches alone.
 
-use mining_api::{MiningWorkflow, ToolRun};
+use mining_api::MiningWorkflow;
 
-use super::{Any, Core, Served};
+use super::{Any, Core, KindId, Served};
 use crate::cache::Entry;
 use crate::ids::Caller;
+use crate::with_kind;
 
 /// One piece of the caller's work with its sort key.
 pub struct Listed<K = MiningWorkflow> {
@@ -45,7 +46,8 @@ impl Core {
     /// caller's are not).
     pub fn list<K: Served>(&self, caller: &Caller) -> Vec<Listed<K>> {
         let labels = self.keys.caller_labels(&caller.digest);
-        let rows = K::homes(self)
+        let rows = self
+            .homes::<K>()
             .all()
             .flat_map(|home| labels.iter().flat_map(move |label| home.cache.list_for(label)))
             .filter_map(|cached| match cached {
@@ -62,8 +64,9 @@ impl Core {
 
     /// The caller's work of every kind, in one order.
     pub fn list_any(&self, caller: &Caller) -> Vec<Listed<Any>> {
-        let workflows = self.list::<MiningWorkflow>(caller).into_iter().map(Listed::into_any);
-        let runs = self.list::<ToolRun>(caller).into_iter().map(Listed::into_any);
-        sorted(workflows.chain(runs).collect())
+        let every = KindId::ALL.into_iter().flat_map(|kind| {
+            with_kind!(kind, K => self.list::<K>(caller).into_iter().map(Listed::into_any).collect::<Vec<_>>())
+        });
+        sorted(every.collect())
     }
 }

@@ -8,6 +8,8 @@
 
 mod answer;
 mod cancel;
+mod held;
+mod kinds;
 mod list;
 mod reprove;
 mod served;
@@ -15,7 +17,6 @@ pub(crate) mod start;
 mod start_run;
 mod wait;
 
-use mining_api::Work as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use kube::api::Api;
 use mining_api::{MiningLedger, MiningWorkflow};
 use rmcp::model::Tool;
 
-use crate::cache::{Entry, RunCache, WorkflowCache};
+use crate::cache::Entry;
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::operator_presence::{OperatorWatch, Presence};
@@ -34,8 +35,9 @@ use crate::workflows;
 
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
+pub use kinds::{Any, Home, Homes, KindId, Kinds, Registered};
 pub use list::Listed;
-pub use served::{Any, Home, Homes, Refreshed, Served};
+pub use served::{Refreshed, Served};
 pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};
 pub use wait::{Unattended, WaitCap, WaitListener, WaitSlots};
 
@@ -44,12 +46,12 @@ pub struct Core {
     pub limits: Limits,
     /// Per-caller quotas, kept exact across replicas by a ledger each.
     pub quotas: Quotas,
-    pub api: Api<MiningWorkflow>,
     /// The quota ledgers, in the release namespace (`--ledger-namespace`).
     pub ledgers: Api<MiningLedger>,
-    /// The namespace of `api` (bound by ownership proofs).
+    /// The workflow namespace (bound by ownership proofs).
     pub namespace: String,
-    pub cache: Arc<WorkflowCache>,
+    /// Where every kind of work lives: its watch caches and APIs.
+    pub kinds: Kinds,
     pub metrics: Arc<Metrics>,
     pub tools: Vec<Tool>,
     /// The secret behind ownership proofs and id tags.
@@ -68,41 +70,6 @@ pub struct Core {
     pub operator: Arc<OperatorWatch>,
     /// The tools defined as McpTools in the workflow namespace.
     pub catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
-    /// The tool runs of the workflow namespace, and their API.
-    pub runs: Arc<RunCache>,
-    pub run_api: Api<mining_api::ToolRun>,
-    /// Where releases before the workflow namespace put MCP workflows (the
-    /// release namespace): still found, listed, counted, waited on and
-    /// cancelled there, never created there.
-    pub previous: Option<Previous>,
-}
-
-/// What a ledger's held workflows became: the workflow namespace's cache,
-/// then the previous namespace's, then the tool runs (one ledger counts a
-/// caller's workflows and tool runs together). A run's proof binds its name
-/// and caller, and the ledger holds only names made for its caller: a
-/// proven run under a held name is the caller's.
-impl crate::quota::HeldWorkflows for Core {
-    fn cached(&self, name: &str, owned: &dyn Fn(&MiningWorkflow) -> bool) -> crate::quota::Held {
-        use crate::quota::Held;
-        let held = match (self.cache.cached(name, owned), &self.previous) {
-            (Held::NotSeen, Some(previous)) => previous.cache.cached(name, owned),
-            (held, _) => held,
-        };
-        match (held, self.runs.get(name)) {
-            (Held::NotSeen, Entry::Found(run)) if self.keys.proves(&*run) && run.holds_place() => {
-                Held::Unfinished
-            }
-            (Held::NotSeen, Entry::Found(_) | Entry::Unreadable { .. }) => Held::Released,
-            (held, _) => held,
-        }
-    }
-}
-
-/// The namespace that held MCP workflows before an upgrade.
-pub struct Previous {
-    pub api: Api<MiningWorkflow>,
-    pub cache: Arc<WorkflowCache>,
 }
 
 /// What a caller may see of one piece of work.
@@ -152,7 +119,7 @@ impl Core {
     /// `name` as the caller may see it in the caches of kind `K`; `None`
     /// when no cache holds it (yet).
     pub(crate) fn cached<K: Served>(&self, caller: &Caller, name: &str) -> Option<View<K>> {
-        Some(match K::homes(self).holding(name).cache.get(name) {
+        Some(match self.homes::<K>().holding(name).cache.get(name) {
             Entry::Found(work) if self.owns(&*work, caller) => View::Found(work),
             Entry::Found(_) => View::Missing,
             Entry::Unreadable { caller_label, problem }
@@ -172,7 +139,7 @@ impl Core {
     /// put work.
     pub(crate) async fn fetched<K: Served>(&self, caller: &Caller, name: &str) -> Result<View<K>, String> {
         let read = async {
-            for home in K::homes(self).all() {
+            for home in self.homes::<K>().all() {
                 if let Some(work) = workflows::get(home.api, name).await? {
                     return Ok(Some(work));
                 }

@@ -8,10 +8,9 @@ use std::time::Duration;
 use kube::api::Api;
 use mining_api::Work;
 
-use mining_api::{MiningWorkflow, ToolRun};
-
-use super::{Core, Served};
+use super::{Core, KindId, Served};
 use crate::cache::Entry;
+use crate::with_kind;
 
 /// Proofs written per pass at most, so an upgrade with thousands of retained
 /// workflows and runs spreads its writes instead of loading the API server at start.
@@ -22,7 +21,7 @@ pub const REPROVE_INTERVAL: Duration = Duration::from_secs(60);
 /// Cached work of kind `K` that carries an older version's valid proof,
 /// with its current proof and the API of its namespace (at most `limit`).
 fn stale<K: Served>(core: &Core, limit: usize) -> Vec<(Box<K>, String, &Api<K>)> {
-    let homes = K::homes(core);
+    let homes = core.homes::<K>();
     homes
         .all()
         .flat_map(|home| home.cache.all().into_iter().map(move |cached| (home, cached)))
@@ -44,8 +43,9 @@ impl Core {
     pub async fn reprove_some(&self) -> usize {
         let mut left = REPROVE_PER_PASS;
         let mut written = 0;
-        written += self.reprove_kind::<MiningWorkflow>(&mut left).await;
-        written += self.reprove_kind::<ToolRun>(&mut left).await;
+        for kind in KindId::ALL {
+            written += with_kind!(kind, K => self.reprove_kind::<K>(&mut left).await);
+        }
         if written > 0 {
             tracing::info!(written, "wrote current ownership proofs over older versions");
         }
@@ -78,7 +78,7 @@ impl Core {
     /// Runs [`Core::reprove_some`] as soon as the cache is ready, then every
     /// [`REPROVE_INTERVAL`].
     pub async fn reprove_forever(&self) {
-        while !self.cache.is_ready() {
+        while self.kinds.unsynced().is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         loop {

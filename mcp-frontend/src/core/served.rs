@@ -1,78 +1,23 @@
-//! The kinds of work the frontend serves, and the little the one core needs
-//! of each: where its objects live, and what one means to its caller. Find,
-//! wait, cancel, list, ownership and task snapshots are written once, over
-//! [`Served`]; a kind registers here (about 15 lines) and in [`Any`].
+//! What the one core needs of each kind of work besides where it lives
+//! (that is [`super::kinds`]): what one means to its caller. Find, wait,
+//! cancel, list, ownership and task snapshots are written once, over
+//! [`Served`].
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use mining_api::{MiningWorkflow, ToolRun};
 
+use super::kinds::{Any, KindId, Registered};
 use super::{Core, View};
-use crate::cache::{Entry, Kind, ObjectCache, Subscription};
+use crate::cache::{Entry, Kind, Subscription};
 use crate::contract::{Details, Outcome, outcome};
 use crate::ids::{Caller, WorkflowId};
 use crate::tool_runs::contract::{ToolDetails, run_outcome};
+use crate::with_kind;
 
-/// Where the objects of one kind live: the API and the cache of a namespace.
-pub struct Home<'a, K> {
-    pub api: &'a Api<K>,
-    pub cache: &'a ObjectCache<K>,
-}
-
-impl<K> Clone for Home<'_, K> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<K> Copy for Home<'_, K> {}
-
-/// Every place the objects of one kind may be: the workflow namespace, and
-/// where releases before it put them (still found, listed, waited on and
-/// cancelled there, never created there).
-pub struct Homes<'a, K> {
-    pub current: Home<'a, K>,
-    pub previous: Option<Home<'a, K>>,
-}
-
-impl<'a, K: Kind> Homes<'a, K> {
-    /// Both places, the current first.
-    pub fn all(&self) -> impl Iterator<Item = Home<'a, K>> + use<'a, K> {
-        std::iter::once(self.current).chain(self.previous)
-    }
-
-    /// The place that holds `name`: the current, unless only the previous
-    /// one's cache has it.
-    pub fn holding(&self, name: &str) -> Home<'a, K> {
-        match self.previous {
-            Some(previous)
-                if matches!(self.current.cache.get(name), Entry::Missing)
-                    && !matches!(previous.cache.get(name), Entry::Missing) =>
-            {
-                previous
-            }
-            _ => self.current,
-        }
-    }
-
-    /// The API of the namespace `work` lives in.
-    pub fn api_of(&self, work: &K) -> &'a Api<K> {
-        match self.previous {
-            Some(previous) if work.meta().namespace.as_deref() != Some(self.current.cache.namespace()) => {
-                previous.api
-            }
-            _ => self.current.api,
-        }
-    }
-}
-
-/// One kind of work as the frontend serves it.
-pub trait Served: Kind {
+/// One kind of work as the frontend serves it (registered in [`super::kinds`]).
+pub trait Served: Registered {
     /// What its answers carry besides the common contract.
     type Details: Details + Send;
-
-    /// Where its objects live.
-    fn homes(core: &Core) -> Homes<'_, Self>;
 
     /// What it means to the caller that started it, at `now`.
     fn outcome(&self, now: Timestamp) -> Outcome<Self::Details>;
@@ -90,13 +35,6 @@ impl Kind for MiningWorkflow {
 
 impl Served for MiningWorkflow {
     type Details = crate::contract::MiningDetails;
-
-    fn homes(core: &Core) -> Homes<'_, Self> {
-        Homes {
-            current: Home { api: &core.api, cache: &core.cache },
-            previous: core.previous.as_ref().map(|p| Home { api: &p.api, cache: &p.cache }),
-        }
-    }
 
     fn outcome(&self, now: Timestamp) -> Outcome<Self::Details> {
         outcome(self, now)
@@ -116,10 +54,6 @@ impl Kind for ToolRun {
 impl Served for ToolRun {
     type Details = ToolDetails;
 
-    fn homes(core: &Core) -> Homes<'_, Self> {
-        Homes { current: Home { api: &core.run_api, cache: &core.runs }, previous: None }
-    }
-
     fn outcome(&self, now: Timestamp) -> Outcome<Self::Details> {
         run_outcome(self, now)
     }
@@ -133,43 +67,6 @@ impl Served for ToolRun {
     }
 }
 
-/// Any one piece of work, of whichever kind: what a task id resolves to,
-/// once, at the edge; everything after is generic.
-#[derive(Debug, Clone)]
-pub enum Any {
-    Workflow(Box<MiningWorkflow>),
-    Run(Box<ToolRun>),
-}
-
-/// Runs `$body` with `$work` bound to the work of whichever kind `$any` holds.
-#[macro_export]
-macro_rules! each_kind {
-    ($any:expr, $work:ident => $body:expr) => {
-        match $any {
-            $crate::core::Any::Workflow($work) => $body,
-            $crate::core::Any::Run($work) => $body,
-        }
-    };
-}
-
-impl From<Box<MiningWorkflow>> for Any {
-    fn from(work: Box<MiningWorkflow>) -> Self {
-        Self::Workflow(work)
-    }
-}
-
-impl From<Box<ToolRun>> for Any {
-    fn from(work: Box<ToolRun>) -> Self {
-        Self::Run(work)
-    }
-}
-
-impl Any {
-    pub fn name(&self) -> &str {
-        each_kind!(self, work => work.metadata.name.as_deref().unwrap_or_default())
-    }
-}
-
 impl Core {
     /// The caller's work behind a task id, of whichever kind, resolved once:
     /// every kind's cache first (memory only), then the API server for the
@@ -179,21 +76,20 @@ impl Core {
     pub async fn resolve(&self, caller: &Caller, id_text: &str) -> Result<View<Any>, String> {
         let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
         let name = id.as_str();
-        let workflow = self.cached::<MiningWorkflow>(caller, name).map(View::into_any);
-        let run = self.cached::<ToolRun>(caller, name).map(View::into_any);
-        let unseen = (workflow.is_none(), run.is_none());
-        if let Some(view) = [workflow, run].into_iter().flatten().find(|view| !matches!(view, View::Missing))
-        {
+        let cached =
+            KindId::ALL.map(|kind| with_kind!(kind, K => self.cached::<K>(caller, name).map(View::into_any)));
+        let seen = cached.each_ref().map(Option::is_some);
+        if let Some(view) = cached.into_iter().flatten().find(|view| !matches!(view, View::Missing)) {
             return Ok(view);
         }
-        if unseen.0 {
-            let view = self.fetched::<MiningWorkflow>(caller, name).await?.into_any();
+        for (kind, seen) in KindId::ALL.into_iter().zip(seen) {
+            if seen {
+                continue;
+            }
+            let view = with_kind!(kind, K => self.fetched::<K>(caller, name).await?.into_any());
             if !matches!(view, View::Missing) {
                 return Ok(view);
             }
-        }
-        if unseen.1 {
-            return Ok(self.fetched::<ToolRun>(caller, name).await?.into_any());
         }
         Ok(View::Missing)
     }
@@ -206,7 +102,7 @@ impl Core {
         deadline: tokio::time::Instant,
         listener: &mut impl super::WaitListener,
     ) -> View<Any> {
-        each_kind!(work, work => self.wait(caller, work, deadline, listener).await.into_any())
+        crate::each_kind!(work, work => self.wait(caller, work, deadline, listener).await.into_any())
     }
 }
 
@@ -232,7 +128,7 @@ impl Core {
         seen_in_cache: &mut bool,
     ) -> Refreshed {
         let name = latest.meta().name.clone().unwrap_or_default();
-        match K::homes(self).holding(&name).cache.get(&name) {
+        match self.homes::<K>().holding(&name).cache.get(&name) {
             Entry::Found(work) => {
                 *seen_in_cache = true;
                 *latest = work;
@@ -247,15 +143,15 @@ impl Core {
 
     /// [`Core::refresh`] of work of whichever kind.
     pub fn refresh_any(&self, caller: &Caller, latest: &mut Any, seen_in_cache: &mut bool) -> Refreshed {
-        each_kind!(latest, work => self.refresh(caller, work, seen_in_cache))
+        crate::each_kind!(latest, work => self.refresh(caller, work, seen_in_cache))
     }
 
     /// Interest in the changes of `work` (of whichever kind), from its watch.
     pub fn subscribe_any(&self, work: &Any) -> Subscription<'_> {
         fn subscribe<'a, K: Served>(core: &'a Core, work: &K) -> Subscription<'a> {
             let name = work.meta().name.as_deref().unwrap_or_default();
-            K::homes(core).holding(name).cache.subscribe(name)
+            core.homes::<K>().holding(name).cache.subscribe(name)
         }
-        each_kind!(work, work => subscribe(self, &**work))
+        crate::each_kind!(work, work => subscribe(self, &**work))
     }
 }

@@ -91,7 +91,14 @@ impl Core {
                 let request = &request;
                 let create =
                     move |id: WorkflowId| async move { self.create(caller, &id, request, annotations).await };
-                self.start_idempotent(caller, key, &self.cache, WORKFLOW_ATTEMPTS, create).await?
+                self.start_idempotent(
+                    caller,
+                    key,
+                    self.homes::<MiningWorkflow>().current.cache,
+                    WORKFLOW_ATTEMPTS,
+                    create,
+                )
+                .await?
             }
             None => {
                 let id = WorkflowId::random(&self.keys, caller)
@@ -173,17 +180,10 @@ impl Core {
         id: &WorkflowId,
         tool_limit: Option<quota::ToolLimit<'_>>,
     ) -> Result<(), Answer> {
-        let owned = |workflow: &MiningWorkflow| self.owns(workflow, caller);
-        let ledgers = quota::Ledgers {
-            ledgers: &self.ledgers,
-            workflows: &self.api,
-            previous: self.previous.as_ref().map(|p| &p.api),
-            keys: &self.keys,
-            quotas: self.quotas,
-        };
-        let reserved = self
-            .api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), tool_limit, self, owned))
-            .await;
+        let ledgers = quota::Ledgers { ledgers: &self.ledgers, keys: &self.keys, quotas: self.quotas };
+        let work = super::held::CallersWork { core: self, caller };
+        let reserved =
+            self.api_call("quota", quota::reserve(&ledgers, caller, id.as_str(), tool_limit, &work)).await;
         reserved.map_err(|refusal| {
             self.metrics.starts_refused.get_or_create(&ReasonLabels { reason: refusal.metric_label() }).inc();
             tracing::info!(caller = %caller.name, quota = refusal.metric_label(), "start refused by a quota");
@@ -200,7 +200,10 @@ impl Core {
     ) -> Result<Created<MiningWorkflow>, Answer> {
         self.reserve_place(caller, id, None).await?;
         let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
-        match self.api_call("create", workflows::create(&self.api, &built)).await {
+        match self
+            .api_call("create", workflows::create(self.homes::<MiningWorkflow>().current.api, &built))
+            .await
+        {
             Ok(created) => {
                 if let Created::New(_) = &created {
                     tracing::info!(

@@ -94,7 +94,9 @@ impl Core {
         let text = &text;
         let create =
             move |id| async move { self.create_run(caller, id, name, tool, text, annotations).await };
-        let (id, run) = self.start_idempotent(caller, key, &self.runs, TOOL_RUN_ATTEMPTS, create).await?;
+        let (id, run) = self
+            .start_idempotent(caller, key, self.homes::<ToolRun>().current.cache, TOOL_RUN_ATTEMPTS, create)
+            .await?;
         if run.spec.tool != name || run.spec.arguments != *text {
             return Err(Answer::InvalidArguments(format!(
                 "idempotency key {key:?} already made run {id} of {} with other arguments; use a new key \
@@ -122,7 +124,7 @@ impl Core {
                 .caller_labels(&caller.digest)
                 .iter()
                 .map(|label| {
-                    self.runs.count_for(label, |run| {
+                    self.homes::<ToolRun>().current.cache.count_for(label, |run| {
                         run.spec.tool == name && run.holds_place() && self.owns(run, caller)
                     })
                 })
@@ -138,7 +140,10 @@ impl Core {
         let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
         self.reserve_place(caller, &id, limit).await?;
         let run = self.build_run(caller, &id, name, tool, text.to_string(), annotations);
-        match self.api_call("create", crate::workflows::create(&self.run_api, &run)).await {
+        match self
+            .api_call("create", crate::workflows::create(self.homes::<ToolRun>().current.api, &run))
+            .await
+        {
             Ok(created) => {
                 if let Created::New(_) = &created {
                     tracing::info!(run = %id, tool = name, caller = %caller.name, "tool run started");

@@ -182,7 +182,7 @@ impl Core {
             }
             Err(_) => None,
         };
-        let mut subscription = K::homes(self).holding(&name).cache.subscribe(&name);
+        let mut subscription = self.homes::<K>().holding(&name).cache.subscribe(&name);
         let mut reported = Reported::default();
         let mut seen_in_cache = false;
         loop {
