@@ -5,8 +5,9 @@
 //! What a kind means to its caller ([`super::Served`]) lives with the kind.
 //!
 //! A kind is added with one line in each of [`KindId`], [`with_kind!`],
-//! [`Any`], [`each_kind!`], [`Kinds`] and [`Kinds::start`], and its
-//! [`Registered`] impl — all below.
+//! [`Any`], [`each_kind!`], [`Kinds`] and [`Kinds::start`], its
+//! [`Registered`] impl, and (for a kind a call starts that no defined tool
+//! does) a [`Starter`] — all below.
 
 use std::sync::Arc;
 
@@ -14,9 +15,13 @@ use futures::future::BoxFuture;
 use kube::api::Api;
 use mining_api::{MiningWorkflow, ToolRun};
 
-use super::Core;
+use rmcp::model::JsonObject;
+
+use super::{Answer, Core, StartOptions};
 use crate::cache::{Entry, Kind, ObjectCache};
+use crate::ids::Caller;
 use crate::metrics::Metrics;
+use crate::tool_runs::catalog::DefinedTool;
 
 /// Where the objects of one kind live: the API and the cache of a namespace.
 pub struct Home<'a, K> {
@@ -255,7 +260,36 @@ impl Any {
     }
 }
 
+/// What a call starts, of whichever kind: what a tool name stands for when
+/// the call makes work (looked up once, `faces::called`).
+#[derive(Clone, Copy)]
+pub enum Starter<'a> {
+    /// `start_mining`: a workflow.
+    Mining,
+    /// A tool an `McpTool` defines: a run of it.
+    Defined { name: &'a str, tool: &'a DefinedTool },
+}
+
 impl Core {
+    /// Starts the work `starter` names, of whichever kind: the one way every
+    /// face makes work from a call. The error is the answer.
+    pub async fn start_any(
+        &self,
+        caller: &Caller,
+        starter: Starter<'_>,
+        arguments: Option<JsonObject>,
+        options: StartOptions<'_>,
+    ) -> Result<Any, Answer> {
+        match starter {
+            Starter::Mining => {
+                self.start(caller, arguments, options).await.map(|started| started.workflow.into())
+            }
+            Starter::Defined { name, tool } => {
+                self.start_run(caller, name, tool, arguments, options).await.map(Any::from)
+            }
+        }
+    }
+
     /// Where the objects of kind `K` live.
     pub fn homes<K: Registered>(&self) -> Homes<'_, K> {
         self.kinds.of::<K>().homes()

@@ -35,7 +35,7 @@ use crate::workflows;
 
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
-pub use kinds::{Any, Home, Homes, KindId, Kinds, Registered};
+pub use kinds::{Any, Home, Homes, KindId, Kinds, Registered, Starter};
 pub use list::Listed;
 pub use served::{Refreshed, Served};
 pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};

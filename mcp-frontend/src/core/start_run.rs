@@ -21,6 +21,10 @@ use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract;
 use crate::workflows::{Created, MANAGER};
 
+/// What a run keeps from its call besides the arguments: annotations (a
+/// trace, a task's progress token) and a task's requested retention.
+type Kept<'a> = (&'a [(&'a str, String)], Option<i64>);
+
 impl Core {
     /// Every tool as `tools/list` answers: the mining tools, then the
     /// defined tools and, while any is defined, their companions.
@@ -56,9 +60,17 @@ impl Core {
             span.record("trace_id", own.trace_id_hex());
             annotations.push((annotations::TRACEPARENT, own.to_string()));
         }
-        self.start_run_traced(caller, name, tool, arguments, options.idempotency_key, &annotations)
-            .instrument(span)
-            .await
+        let retention = options.retention_seconds;
+        self.start_run_traced(
+            caller,
+            name,
+            tool,
+            arguments,
+            options.idempotency_key,
+            (&annotations, retention),
+        )
+        .instrument(span)
+        .await
     }
 
     async fn start_run_traced(
@@ -68,7 +80,7 @@ impl Core {
         tool: &DefinedTool,
         arguments: Option<JsonObject>,
         idempotency_key: Option<&str>,
-        annotations: &[(&str, String)],
+        kept: Kept<'_>,
     ) -> Result<Box<ToolRun>, Answer> {
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
@@ -84,7 +96,7 @@ impl Core {
         let Some(key) = idempotency_key else {
             let id = WorkflowId::random(&self.keys, caller)
                 .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
-            return match self.create_run(caller, id, name, tool, &text, annotations).await? {
+            return match self.create_run(caller, id, name, tool, &text, kept).await? {
                 Created::New(run) => Ok(run),
                 // Only an 80-bit collision gets here; never hand over another run.
                 Created::Existing(_) => Err(Answer::Refused("the new run's id is taken; try again".into())),
@@ -92,8 +104,7 @@ impl Core {
         };
         check_idempotency_key(key).map_err(Answer::InvalidArguments)?;
         let text = &text;
-        let create =
-            move |id| async move { self.create_run(caller, id, name, tool, text, annotations).await };
+        let create = move |id| async move { self.create_run(caller, id, name, tool, text, kept).await };
         let (id, run) = self
             .start_idempotent(caller, key, self.homes::<ToolRun>().current.cache, TOOL_RUN_ATTEMPTS, create)
             .await?;
@@ -116,7 +127,7 @@ impl Core {
         name: &str,
         tool: &DefinedTool,
         text: &str,
-        annotations: &[(&str, String)],
+        kept: Kept<'_>,
     ) -> Result<Created<ToolRun>, Answer> {
         if let Some(limit) = tool.spec.max_running_per_caller {
             let unfinished = self
@@ -139,7 +150,7 @@ impl Core {
         }
         let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
         self.reserve_place(caller, &id, limit).await?;
-        let run = self.build_run(caller, &id, name, tool, text.to_string(), annotations);
+        let run = self.build_run(caller, &id, name, tool, text.to_string(), kept);
         match self
             .api_call("create", crate::workflows::create(self.homes::<ToolRun>().current.api, &run))
             .await
@@ -167,14 +178,15 @@ impl Core {
         name: &str,
         tool: &DefinedTool,
         arguments: String,
-        annotations: &[(&str, String)],
+        (annotations, retention_seconds): Kept<'_>,
     ) -> ToolRun {
         let spec = ToolRunSpec {
             tool: name.to_string(),
             arguments,
             output_schema: tool.output_schema.clone(),
             job_template: tool.spec.job_template.clone(),
-            ttl_seconds_after_finished: tool.spec.ttl_seconds_after_finished,
+            // A task's requested ttl, else the tool's own retention.
+            ttl_seconds_after_finished: retention_seconds.or(tool.spec.ttl_seconds_after_finished),
             cancel: false,
         };
         let mut run = ToolRun::new(id.as_str(), spec);

@@ -18,13 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use mining_api::MiningWorkflow;
 
-use super::{Called, DEFINED_TOOL, tasks_2026, tool_calls};
+use super::{Called, tasks_2026, tool_calls};
 use crate::contract::outcome;
 use crate::core::{Answer, Core, StartOptions, WaitListener};
 use crate::ids::Caller;
 use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS,
-    ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, START_MINING, WorkflowList, parse_args,
+    ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, WorkflowList, parse_args,
 };
 
 /// How long `cancel_mining` waits for the operator to confirm the cancel.
@@ -232,65 +232,36 @@ impl ServerHandler for MiningServer {
             ));
         };
         let name = request.name.to_string();
+        let options = StartOptions {
+            trace: trace_of(&ctx),
+            idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
+            ..StartOptions::default()
+        };
+        if declares_tasks && let Some(starter) = called.starter(&name) {
+            let (response, outcome) =
+                tasks_2026::start_task(&self.core, &caller, starter, request.arguments, options).await;
+            self.core.record_call(called.label(), outcome, None);
+            return Ok(response);
+        }
         let mut listener = ToolCallListener::of(&ctx);
-        let (label, answer) = match called {
-            Called::Mining(MiningTool::StartMining) if declares_tasks => {
-                let (response, outcome) =
-                    tasks_2026::start_mining_task(&self.core, &caller, request.arguments, trace_of(&ctx))
-                        .await;
-                self.core.record_call(START_MINING, outcome, None);
-                return Ok(response);
-            }
-            Called::Mining(tool) => (
-                tool.name(),
-                match tool {
-                    MiningTool::StartMining => self.start_mining(&caller, request.arguments, &ctx).await,
-                    MiningTool::GetMiningResult => {
-                        self.get_mining_result(&caller, request.arguments, &ctx).await
-                    }
-                    MiningTool::CancelMining => self.cancel_mining(&caller, request.arguments, &ctx).await,
-                    MiningTool::ListMiningWorkflows => self.list_mining_workflows(&caller, request.arguments),
-                },
-            ),
-            Called::Companion(companion) => (
-                companion,
+        let answer = match &called {
+            Called::Mining(tool) => match tool {
+                MiningTool::StartMining => self.start_mining(&caller, request.arguments, &ctx).await,
+                MiningTool::GetMiningResult => self.get_mining_result(&caller, request.arguments, &ctx).await,
+                MiningTool::CancelMining => self.cancel_mining(&caller, request.arguments, &ctx).await,
+                MiningTool::ListMiningWorkflows => self.list_mining_workflows(&caller, request.arguments),
+            },
+            Called::Companion(companion) => {
                 tool_calls::call_companion(&self.core, &caller, companion, request.arguments, &mut listener)
-                    .await,
-            ),
+                    .await
+            }
             Called::Defined(tool) => {
-                let options = StartOptions {
-                    trace: trace_of(&ctx),
-                    idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
-                    ..StartOptions::default()
-                };
-                if declares_tasks {
-                    let (response, outcome) = tasks_2026::start_tool_task(
-                        &self.core,
-                        &caller,
-                        &name,
-                        &tool,
-                        request.arguments,
-                        options,
-                    )
-                    .await;
-                    self.core.record_call(DEFINED_TOOL, outcome, None);
-                    return Ok(response);
-                }
                 let arguments = request.arguments;
-                // Metric labels stay bounded: defined tools are counted as one.
-                let answer = tool_calls::call_defined(
-                    &self.core,
-                    &caller,
-                    &name,
-                    &tool,
-                    arguments,
-                    options,
-                    &mut listener,
-                )
-                .await;
-                (DEFINED_TOOL, answer)
+                tool_calls::call_defined(&self.core, &caller, &name, tool, arguments, options, &mut listener)
+                    .await
             }
         };
+        let label = called.label();
         let outcome = answer.metric_outcome();
         self.core.record_call(label, outcome, Some(started.elapsed()));
         tracing::debug!(tool = label, caller = %caller.name, outcome, "tool answered");

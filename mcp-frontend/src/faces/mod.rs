@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::ErrorData as McpError;
 use serde_json::{Value, json};
 
-use crate::core::Core;
+use crate::core::{Core, Starter};
 use crate::ids::{Caller, WorkflowId};
 use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract::COMPANIONS;
@@ -39,6 +39,26 @@ pub(crate) enum Called {
     /// A companion of the defined tools (`get_tool_result`, ...).
     Companion(&'static str),
     Defined(std::sync::Arc<DefinedTool>),
+}
+
+impl Called {
+    /// What the call starts, when it starts work (and so may run as a task).
+    pub(crate) fn starter<'a>(&'a self, name: &'a str) -> Option<Starter<'a>> {
+        match self {
+            Self::Mining(MiningTool::StartMining) => Some(Starter::Mining),
+            Self::Defined(tool) => Some(Starter::Defined { name, tool }),
+            Self::Mining(_) | Self::Companion(_) => None,
+        }
+    }
+
+    /// Its calls' metric label (bounded: every defined tool is one).
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Self::Mining(tool) => tool.name(),
+            Self::Companion(companion) => companion,
+            Self::Defined(_) => DEFINED_TOOL,
+        }
+    }
 }
 
 /// The tool `name` names, if any (pure lookups: a match, then the catalog).

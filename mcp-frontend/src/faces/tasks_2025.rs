@@ -38,13 +38,10 @@ use tokio::time::Instant;
 
 use super::mcp_tools::MiningServer;
 pub use super::tasks_2025_wire::*;
-use super::{
-    Called, DEFINED_TOOL, idempotency_key_of, incoming_trace, json_response, missing_task, response_json,
-};
+use super::{idempotency_key_of, incoming_trace, json_response, missing_task, response_json};
 use crate::core::{Answer, Any, CancelOutcome, Core, StartOptions, View, WaitListener};
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, snapshot_any};
-use crate::tools::{MiningTool, START_MINING};
 
 /// The middleware. Runs after authentication and after the body was checked
 /// to be JSON, and reads what that check parsed.
@@ -154,18 +151,17 @@ impl CoreTasks {
 
     async fn create(&self, params: Value, headers: &HeaderMap) -> Result<Value, McpError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-        let called = match super::called(&self.core, name) {
-            Some(called @ (Called::Mining(MiningTool::StartMining) | Called::Defined(_))) => called,
-            Some(_) => {
-                return Err(McpError::new(
-                    ErrorCode::METHOD_NOT_FOUND,
-                    format!(
-                        "tool {name} does not run as a task (its taskSupport is \"forbidden\"); call it without params.task"
-                    ),
-                    None,
-                ));
-            }
-            None => return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None)),
+        let Some(called) = super::called(&self.core, name) else {
+            return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
+        };
+        let Some(starter) = called.starter(name) else {
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "tool {name} does not run as a task (its taskSupport is \"forbidden\"); call it without params.task"
+                ),
+                None,
+            ));
         };
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => None,
@@ -191,31 +187,16 @@ impl CoreTasks {
         let annotations: Vec<(&str, String)> =
             token.map(|t| (annotations::PROGRESS_TOKEN, t)).into_iter().collect();
         let trace = incoming_trace(meta, Some(headers));
-        let (label, started) = match called {
-            Called::Defined(tool) => {
-                let options = StartOptions {
-                    annotations: &annotations,
-                    retention_seconds: None,
-                    trace,
-                    idempotency_key: idempotency_key_of(meta),
-                };
-                let started = self.core.start_run(&self.caller, name, &tool, arguments, options).await;
-                (DEFINED_TOOL, started.map(Any::from))
-            }
-            _ => {
-                let retention =
-                    task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
-                        .map_err(|problem| McpError::invalid_params(problem, None))?;
-                let options = StartOptions {
-                    annotations: &annotations,
-                    retention_seconds: retention,
-                    trace,
-                    idempotency_key: None,
-                };
-                let started = self.core.start(&self.caller, arguments, options).await;
-                (START_MINING, started.map(|started| Any::from(started.workflow)))
-            }
+        let retention = task_retention_seconds(params.pointer("/task/ttl"), self.core.default_ttl_seconds)
+            .map_err(|problem| McpError::invalid_params(problem, None))?;
+        let options = StartOptions {
+            annotations: &annotations,
+            retention_seconds: retention,
+            trace,
+            idempotency_key: idempotency_key_of(meta),
         };
+        let started = self.core.start_any(&self.caller, starter, arguments, options).await;
+        let label = called.label();
         match started {
             Ok(work) => {
                 self.core.record_call(label, "task", None);

@@ -1,5 +1,6 @@
 use super::*;
 use crate::tasks::TaskState;
+use crate::tools::START_MINING;
 
 #[test]
 fn only_2025_11_25_requests_are_answered_here() {

@@ -13,10 +13,9 @@ use rmcp::model::{
 
 use super::JsonBody;
 use super::missing_task;
-use crate::core::{Answer, Any, Core, StartOptions, View};
+use crate::core::{Answer, Any, Core, StartOptions, Starter, View};
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
-use crate::tool_runs::catalog::DefinedTool;
 
 /// The rmcp task of a snapshot, without payload.
 fn base_task(task: &TaskSnapshot) -> Task {
@@ -91,28 +90,15 @@ fn started_task(core: &Core, started: Result<Any, Answer>) -> (CallToolResponse,
     }
 }
 
-/// `start_mining` as a task.
-pub(crate) async fn start_mining_task(
+/// A call that starts work, as a task.
+pub(crate) async fn start_task(
     core: &Core,
     caller: &Caller,
-    arguments: Option<JsonObject>,
-    trace: Option<mining_api::trace::TraceParent>,
-) -> (CallToolResponse, &'static str) {
-    let started = core.start(caller, arguments, StartOptions { trace, ..StartOptions::default() }).await;
-    started_task(core, started.map(|started| Any::from(started.workflow)))
-}
-
-/// A defined tool's call as a task.
-pub(crate) async fn start_tool_task(
-    core: &Core,
-    caller: &Caller,
-    name: &str,
-    tool: &DefinedTool,
+    starter: Starter<'_>,
     arguments: Option<JsonObject>,
     options: StartOptions<'_>,
 ) -> (CallToolResponse, &'static str) {
-    let started = core.start_run(caller, name, tool, arguments, options).await;
-    started_task(core, started.map(Any::from))
+    started_task(core, core.start_any(caller, starter, arguments, options).await)
 }
 
 pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Result<GetTaskResult, McpError> {
