@@ -270,6 +270,10 @@ async fn a_defined_tool_runs_as_a_task_of_both_generations() {
     assert_eq!(run["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
     let got = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, ALICE, &["get", &task_id]).await;
     assert_eq!(got["task"]["status"], "completed", "{got:#}");
+    // The task's ttl the client asked for (60 s) is the run's retention, as a workflow's.
+    assert_eq!(got["task"]["ttl"], 60_000, "{got:#}");
+    let kept = ns.api::<ToolRun>().get(&task_id).await.unwrap().spec.ttl_seconds_after_finished;
+    assert_eq!(kept, Some(60), "the run is kept for the task's ttl");
     // Another caller: not found, and not listed.
     let foreign = TaskClient::TypeScript2025.run_tool("sum-numbers", &url, BOB, &["get", &task_id]).await;
     assert!(foreign["error"].is_object(), "{foreign:#}");
