@@ -209,40 +209,29 @@ pub async fn run(
         .reflect(pod_writer);
     tokio::spawn(pod_events.for_each(|_| std::future::ready(())));
     let (wake, woken) = futures::channel::mpsc::unbounded();
-    let (wake_runs, woken_runs) = futures::channel::mpsc::unbounded();
-    let (run_store, run_writer) = reflector::store::<mining_api::ToolRun>();
     let memory = Arc::new(Memory::default());
     let mut kinds = Kinds::default();
     kinds.register(store.clone(), wake, Proven::Any);
-    kinds.register(run_store.clone(), wake_runs, Proven::Only);
+    let others = crate::kinds::register(&mut kinds);
     let queue =
         Arc::new(WorkQueue::new(kinds, Parties::new(keys.clone()), memory.clone(), config.limits.budget()));
-    // Tool runs: their own controller, under the same leadership, waiting
-    // in the same queue.
-    let (tool_job_store, tool_job_writer) = reflector::store::<Job>();
-    let tools = crate::tools::ToolContext {
+    // Every other kind: its own controller, under the same leadership,
+    // waiting in the same queue.
+    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into());
+    let shared = crate::kinds::Shared {
         client: client.clone(),
-        keys: keys.clone(),
+        keys,
         leadership: leadership.clone(),
-        default_ttl_seconds: config.limits.default_ttl_seconds,
         metrics: metrics.clone(),
         queue: queue.clone(),
-        instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
-        jobs: tool_job_store,
+        instance: instance.clone(),
+        namespace: config.namespace.clone(),
+        default_ttl_seconds: config.limits.default_ttl_seconds,
     };
-    let tool_namespace = config.namespace.clone();
-    let tool_runs = tokio::spawn(async move {
-        crate::tools::run(
-            tool_namespace.as_deref(),
-            tools,
-            (run_store, run_writer),
-            tool_job_writer,
-            woken_runs,
-        )
-        .await
-    });
+    let other_controllers: Vec<_> =
+        others.into_iter().map(|start| tokio::spawn(start(shared.clone()))).collect();
     let context = Arc::new(Context {
-        instance: std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into()),
+        instance,
         client,
         metrics,
         config,
@@ -272,7 +261,9 @@ pub async fn run(
             }
         })
         .await;
-    tool_runs.abort();
+    for other in other_controllers {
+        other.abort();
+    }
     if let Some(election) = election {
         election.step_down().await;
     }

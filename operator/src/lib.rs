@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod config;
 pub mod controller;
 pub mod job;
+pub mod kinds;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
@@ -64,8 +65,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("cannot {action} tool run {name}")]
-    ToolRun {
+    /// A call about work of any kind but workflows (`noun`: its kind).
+    #[error("cannot {action} {noun} {name}")]
+    Work {
+        noun: &'static str,
         action: &'static str,
         name: String,
         #[source]
@@ -84,7 +87,7 @@ impl Error {
             | Self::DeleteJob { source, .. }
             | Self::DeleteWorkflow { source, .. }
             | Self::WriteStatus { source, .. }
-            | Self::ToolRun { source, .. } => source,
+            | Self::Work { source, .. } => source,
             Self::ForeignJob { .. } | Self::MissingMetadata(_) => return false,
         };
         matches!(source, kube::Error::Api(status) if status.code == 403)
@@ -99,7 +102,7 @@ impl Error {
             Self::DeleteJob { .. } => "delete_job",
             Self::DeleteWorkflow { .. } => "delete_workflow",
             Self::WriteStatus { .. } => "write_status",
-            Self::ToolRun { .. } => "tool_run",
+            Self::Work { .. } => "work",
             Self::MissingMetadata(_) => "missing_metadata",
         }
     }

@@ -3,8 +3,8 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use mining_api::ToolRun;
 use mining_api::tool::arguments_secret_name;
+use mining_api::{ToolRun, Work as _};
 
 use super::job;
 use crate::job::MANAGER;
@@ -19,8 +19,12 @@ pub async fn ensure(secrets: &Api<Secret>, run: &ToolRun) -> Result<std::result:
         return Ok(Err("the run has no name or uid".into()));
     };
     let name = built.metadata.name.clone().unwrap_or_default();
-    let failed =
-        |source| Error::ToolRun { action: "create the arguments Secret of", name: name.clone(), source };
+    let failed = |source| Error::Work {
+        noun: ToolRun::NOUN,
+        action: "create the arguments Secret of",
+        name: name.clone(),
+        source,
+    };
     let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
     let stored = match secrets.create(&params, &built).await {
         Ok(created) => created,
@@ -49,7 +53,8 @@ pub async fn intact(secrets: &Api<Secret>, run: &ToolRun) -> Result<bool> {
         return Ok(true);
     };
     let name = arguments_secret_name(run.metadata.name.as_deref().unwrap_or_default());
-    let stored = secrets.get_opt(&name).await.map_err(|source| Error::ToolRun {
+    let stored = secrets.get_opt(&name).await.map_err(|source| Error::Work {
+        noun: ToolRun::NOUN,
         action: "read the arguments Secret of",
         name: name.clone(),
         source,

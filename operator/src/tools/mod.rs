@@ -129,7 +129,7 @@ fn error_policy(run: Arc<ToolRun>, error: &Error, ctx: Arc<ToolContext>) -> Requ
 }
 
 fn tool_error<'a>(action: &'static str, name: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
-    move |source| Error::ToolRun { action, name: name.to_string(), source }
+    move |source| Error::Work { noun: ToolRun::NOUN, action, name: name.to_string(), source }
 }
 
 async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> {

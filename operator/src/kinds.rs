@@ -1,0 +1,69 @@
+//! The kinds of work the operator runs beside workflows (whose controller
+//! is `controller.rs`'s own, the first kind): each is registered here with
+//! the one queue, then started under the same leadership with what every
+//! kind shares. This is the one place a kind is added; its module (observe,
+//! plan, Job building) goes under `kinds/` with a `mod` line below. Tool
+//! runs came before this registry and live in [`crate::tools`].
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::batch::v1::Job;
+use kube::Client;
+use kube::runtime::reflector;
+use mining_api::ToolRun;
+use mining_api::ownership::OwnershipKeys;
+
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::queue::{Kinds, Proven, WorkQueue};
+
+/// What every kind's controller shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub client: Client,
+    /// The frontend's key: work it proved is its caller's.
+    pub keys: Option<OwnershipKeys>,
+    pub leadership: Leadership,
+    pub metrics: Arc<Metrics>,
+    /// The one queue every kind waits in.
+    pub queue: Arc<WorkQueue>,
+    /// `reportingInstance` of the Events.
+    pub instance: String,
+    /// The namespace watched (all when `None`).
+    pub namespace: Option<String>,
+    /// Retention of finished work that sets none.
+    pub default_ttl_seconds: u64,
+}
+
+/// A kind registered with the queue, to be started once the queue exists.
+pub type Start = Box<dyn FnOnce(Shared) -> BoxFuture<'static, ()> + Send>;
+
+/// Registers every kind besides workflows with the queue's `kinds`; start
+/// each returned controller on a task once the queue is built.
+pub fn register(kinds: &mut Kinds) -> Vec<Start> {
+    vec![tool_runs(kinds)]
+}
+
+/// Tool runs: only those the frontend proved run, so only they queue.
+fn tool_runs(kinds: &mut Kinds) -> Start {
+    let (store, writer) = reflector::store::<ToolRun>();
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    kinds.register(store.clone(), wake, Proven::Only);
+    Box::new(move |shared: Shared| {
+        Box::pin(async move {
+            let (jobs, job_writer) = reflector::store::<Job>();
+            let context = crate::tools::ToolContext {
+                client: shared.client,
+                keys: shared.keys,
+                leadership: shared.leadership,
+                default_ttl_seconds: shared.default_ttl_seconds,
+                metrics: shared.metrics,
+                queue: shared.queue,
+                instance: shared.instance,
+                jobs,
+            };
+            crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;
+        })
+    })
+}
