@@ -55,6 +55,9 @@ macro_rules! common_fields {
         }
     };
 }
+/// For a kind defined in its own file, as the next one would be.
+#[allow(unused_imports)]
+pub(crate) use common_fields;
 
 /// The spec fields a workflow's proof binds, in declaration order.
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
