@@ -5,12 +5,16 @@
 //! covers every call, ours and kube-runtime's watches alike, and cannot drift
 //! from the code that makes them.
 
-use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{Method, Request};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use tracing::Instrument as _;
+use tracing_subscriber::Registry;
+use tracing_subscriber::registry::LookupSpan as _;
 
 /// One kind of API call. Both labels come from fixed sets (never from a
 /// name in the URL), so the metric's cardinality is bounded.
@@ -21,8 +25,10 @@ pub struct ApiCall {
 }
 
 /// Resources the operator talks to; anything else is counted as `other`.
-const RESOURCES: &[&str] = &["jobs", "pods", "miningworkflows", "events", "leases", "namespaces"];
-const SUBRESOURCES: &[(&str, &str)] = &[("miningworkflows", "miningworkflows/status")];
+const RESOURCES: &[&str] =
+    &["jobs", "pods", "miningworkflows", "toolruns", "secrets", "events", "leases", "namespaces"];
+const SUBRESOURCES: &[(&str, &str)] =
+    &[("miningworkflows", "miningworkflows/status"), ("toolruns", "toolruns/status")];
 
 /// What a request is, from its method and URL alone.
 pub fn classify(method: &Method, path: &str, query: Option<&str>) -> ApiCall {
@@ -67,20 +73,43 @@ fn verb_of(method: &Method, named: bool, query: Option<&str>) -> &'static str {
     }
 }
 
-tokio::task_local! {
-    /// Calls made so far by the reconcile running in this task.
-    static CALLS_IN_RECONCILE: Cell<u64>;
+/// The count of one reconcile's calls, kept in its span.
+///
+/// A kube `Client` sends each request from the worker task of a tower
+/// `Buffer`, never from the reconcile's own task, so nothing task-local is
+/// seen where requests are counted; the `Buffer` does carry the caller's
+/// tracing span across. The reconcile's span holds the count, and the
+/// counting step finds it among the spans the request was made in.
+struct CallsInReconcile(Arc<AtomicU64>);
+
+/// Runs one reconcile within `span` (its `reconcile` span) and returns what
+/// it returned with the number of API calls it made. Counting needs the span
+/// recorded by the subscriber (`tracing_subscriber`'s registry, at the
+/// default `info` level); with no such subscriber the count is 0.
+pub async fn counting_calls<F: std::future::Future>(span: tracing::Span, reconcile: F) -> (F::Output, u64) {
+    let calls = Arc::new(AtomicU64::new(0));
+    span.with_subscriber(|(id, dispatch)| {
+        if let Some(span) = dispatch.downcast_ref::<Registry>().and_then(|registry| registry.span(id)) {
+            span.extensions_mut().insert(CallsInReconcile(calls.clone()));
+        }
+    });
+    let output = reconcile.instrument(span).await;
+    (output, calls.load(Ordering::Relaxed))
 }
 
-/// Runs one reconcile and returns what it returned with the number of API
-/// calls it made.
-pub async fn counting_calls<F: std::future::Future>(reconcile: F) -> (F::Output, u64) {
-    CALLS_IN_RECONCILE
-        .scope(Cell::new(0), async move {
-            let output = reconcile.await;
-            (output, CALLS_IN_RECONCILE.with(Cell::get))
-        })
-        .await
+/// Adds one call to the reconcile the current span belongs to, if any.
+fn count_in_reconcile() {
+    tracing::Span::current().with_subscriber(|(id, dispatch)| {
+        let Some(span) = dispatch.downcast_ref::<Registry>().and_then(|registry| registry.span(id)) else {
+            return;
+        };
+        for within in span.scope() {
+            if let Some(calls) = within.extensions().get::<CallsInReconcile>() {
+                calls.0.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    });
 }
 
 /// The counting step of the client's request path.
@@ -99,7 +128,7 @@ impl CountCalls {
         let call = classify(request.method(), request.uri().path(), request.uri().query());
         self.calls.get_or_create(&call).inc();
         // Outside a reconcile (watches, Events sent from their own task) there is nothing to add to.
-        let _ = CALLS_IN_RECONCILE.try_with(|calls| calls.set(calls.get().saturating_add(1)));
+        count_in_reconcile();
     }
 }
 
@@ -147,29 +176,41 @@ mod tests {
             ("patch", "leases")
         );
         assert_eq!(call(Method::GET, "/api/v1/namespaces/a"), ("get", "namespaces"));
+        // A tool run's own calls, as a workflow's.
+        let runs = "/apis/mining-operator.dev/v1alpha1/namespaces/a/toolruns";
+        assert_eq!(call(Method::PATCH, &format!("{runs}/r/status")), ("patch", "toolruns/status"));
+        assert_eq!(call(Method::DELETE, &format!("{runs}/r")), ("delete", "toolruns"));
+        assert_eq!(call(Method::POST, "/api/v1/namespaces/a/secrets"), ("create", "secrets"));
         assert_eq!(call(Method::DELETE, "/api/v1/namespaces/a/pods"), ("deletecollection", "pods"));
     }
 
     #[test]
     fn names_never_become_labels() {
-        assert_eq!(call(Method::GET, "/api/v1/namespaces/a/secrets/s"), ("get", "other"));
+        assert_eq!(call(Method::GET, "/api/v1/namespaces/a/configmaps/s"), ("get", "other"));
         assert_eq!(call(Method::GET, "/api/v1/namespaces/a/pods/p/log"), ("get", "other"));
         assert_eq!(call(Method::GET, "/version"), ("list", "other"));
     }
 
     #[tokio::test]
     async fn a_reconcile_counts_only_its_own_calls() {
+        let _subscriber = tracing::subscriber::set_default(Registry::default());
         let family = Family::<ApiCall, Counter>::default();
         let counter = CountCalls::new(family.clone());
         let request = Request::get("/api/v1/namespaces/a/pods").body(()).unwrap();
         counter.count(&request); // outside any reconcile
-        let ((), calls) = counting_calls(async {
+        let ((), calls) = counting_calls(tracing::info_span!("reconcile"), async {
             counter.count(&request);
-            counter.count(&request);
+            // From a span within the reconcile's, and from another task
+            // carrying it (as the client's Buffer does).
+            tracing::info_span!("inner").in_scope(|| counter.count(&request));
+            let span = tracing::Span::current();
+            let counter = counter.clone();
+            let request = Request::get("/api/v1/namespaces/a/pods").body(()).unwrap();
+            tokio::spawn(async move { span.in_scope(|| counter.count(&request)) }).await.unwrap();
         })
         .await;
-        assert_eq!(calls, 2);
-        assert_eq!(family.get_or_create(&ApiCall { verb: "list", resource: "pods" }).get(), 3);
+        assert_eq!(calls, 3);
+        assert_eq!(family.get_or_create(&ApiCall { verb: "list", resource: "pods" }).get(), 4);
     }
 
     proptest! {

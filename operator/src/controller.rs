@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::trace::TraceParent;
 use mining_api::{MiningWorkflow, WorkflowPhase, annotations, labels, reasons};
-use tracing::{Instrument as _, warn};
+use tracing::warn;
 
 use crate::admission::{QueueEntry, Slots};
 use crate::api_calls::counting_calls;
@@ -325,17 +325,12 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
         telemetry::continue_trace(&span, &parent);
         span.record("trace_id", parent.trace_id_hex());
     }
-    let (result, calls) = counting_calls(
-        async {
-            match reconcile_inner(&workflow, &ctx).await {
-                Err(Error::ForeignJob { name, why }) => {
-                    fail_for_foreign_job(&workflow, &ctx, &name, &why).await
-                }
-                other => other,
-            }
+    let (result, calls) = counting_calls(span, async {
+        match reconcile_inner(&workflow, &ctx).await {
+            Err(Error::ForeignJob { name, why }) => fail_for_foreign_job(&workflow, &ctx, &name, &why).await,
+            other => other,
         }
-        .instrument(span),
-    )
+    })
     .await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.api_calls_per_reconcile.observe(calls as f64);

@@ -47,9 +47,22 @@ pub fn scripted_client(
     log: Log,
     answer: impl Fn(&Call) -> (u16, serde_json::Value) + Clone + Send + Sync + 'static,
 ) -> kube::Client {
+    counted_scripted_client(log, answer, None)
+}
+
+/// [`scripted_client`] with every request counted by `counter` first, as
+/// the operator's own client counts them (`api_calls::counted_client`).
+pub fn counted_scripted_client(
+    log: Log,
+    answer: impl Fn(&Call) -> (u16, serde_json::Value) + Clone + Send + Sync + 'static,
+    counter: Option<crate::api_calls::CountCalls>,
+) -> kube::Client {
     use http::{Request, Response};
     use kube::client::Body;
     let service = tower::service_fn(move |request: Request<Body>| {
+        if let Some(counter) = &counter {
+            counter.count(&request);
+        }
         let (log, answer) = (log.clone(), answer.clone());
         async move {
             let (parts, body) = request.into_parts();

@@ -26,7 +26,7 @@ use kube::{Client, ResourceExt as _};
 use mining_api::ownership::OwnershipKeys;
 use mining_api::trace::TraceParent;
 use mining_api::{Lifecycle, ToolRun, ToolRunPhase, ToolRunStatus, annotations, labels, reasons};
-use tracing::{Instrument as _, info, warn};
+use tracing::{info, warn};
 
 use crate::admission::{QueueEntry, Slots, Standing, WorkKind};
 use crate::api_calls::counting_calls;
@@ -151,7 +151,7 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> 
         telemetry::continue_trace(&span, &parent);
         span.record("trace_id", parent.trace_id_hex());
     }
-    let (result, calls) = counting_calls(reconcile_inner(&run, &ctx).instrument(span)).await;
+    let (result, calls) = counting_calls(span, reconcile_inner(&run, &ctx)).await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     ctx.metrics.api_calls_per_reconcile.observe(calls as f64);
     result

@@ -71,8 +71,9 @@ fn answer(script: &Script, call: &Call) -> (u16, Value) {
     }
 }
 
-fn scripted_client(log: Log, script: Script) -> Client {
-    crate::testing::scripted_client(log, move |call: &Call| answer(&script, call))
+fn scripted_client(log: Log, script: Script, metrics: &Metrics) -> Client {
+    let counter = crate::api_calls::CountCalls::new(metrics.api_calls.clone());
+    crate::testing::counted_scripted_client(log, move |call: &Call| answer(&script, call), Some(counter))
 }
 
 fn keys() -> OwnershipKeys {
@@ -109,7 +110,8 @@ impl Scenario {
 
     fn build(run: &ToolRun, script: Script, leadership: Leadership, watched: Option<Job>) -> Self {
         let log = Log::default();
-        let client = scripted_client(log.clone(), script);
+        let metrics = Arc::new(Metrics::default());
+        let client = scripted_client(log.clone(), script, &metrics);
         let (runs, mut writer) = reflector::store::<ToolRun>();
         writer.apply_watcher_event(&watcher::Event::Apply(run.clone()));
         let (workflows, _) = reflector::store::<mining_api::MiningWorkflow>();
@@ -124,7 +126,7 @@ impl Scenario {
             keys: Some(keys()),
             leadership,
             default_ttl_seconds: 60,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             queue,
             instance: "operator-0".into(),
             jobs: {
@@ -354,4 +356,31 @@ async fn a_standby_asks_nothing_and_waits_to_be_woken_instead_of_polling() {
     let woken = runs_rx.try_recv().expect("a run is woken");
     assert_eq!(woken.name, "mw-run");
     assert!(workflows_rx.try_recv().is_err(), "no workflow is stored, none is woken");
+}
+
+#[tokio::test]
+async fn a_reconcile_is_counted_with_every_api_call_it_made() {
+    // Lost guarantee 8: a run's reconciles are counted and their API calls
+    // measured, as a workflow's are.
+    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::Registry::default());
+    let run = run_of(&keys());
+    let scenario = Scenario::new(&run, Script::default());
+    scenario.reconcile(&run).await;
+    let made = scenario.calls().len();
+    assert_eq!(made, 4, "{:?}", scenario.calls());
+    let metrics = scenario.ctx.metrics.encode();
+    let line = |name: &str| {
+        metrics
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+            .rsplit_once(' ')
+            .map(|(_, value)| value.parse::<f64>().unwrap())
+            .unwrap()
+    };
+    assert_eq!(line("mining_operator_reconciles_total"), 1.0);
+    assert_eq!(line("mining_operator_api_calls_per_reconcile_count"), 1.0);
+    assert_eq!(line("mining_operator_api_calls_per_reconcile_sum"), made as f64, "every call counted");
+    let patched = r#"mining_operator_api_calls_total{verb="patch",resource="toolruns/status"}"#;
+    assert_eq!(line(patched), 1.0, "by verb and resource: {metrics}");
 }

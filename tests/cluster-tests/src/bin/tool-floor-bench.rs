@@ -113,15 +113,27 @@ async fn floor(operator: &Path, runs: usize) -> (Duration, usize) {
         let jobs = jobs.clone();
         tokio::spawn(async move { jobs.create(&PostParams::default(), &job).await.expect("a floor Job") });
     }
-    let mut done = HashSet::new();
+    let (mut done, mut first_seen) = (HashSet::new(), HashSet::new());
+    let mut made_at = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(900);
     while done.len() < runs && Instant::now() < deadline {
-        if let Ok(Ok(Some(job))) = tokio::time::timeout(Duration::from_secs(5), seen.try_next()).await
-            && complete(&job)
-        {
-            done.insert(job.metadata.name.unwrap_or_default());
+        if let Ok(Ok(Some(job))) = tokio::time::timeout(Duration::from_secs(5), seen.try_next()).await {
+            let name = job.metadata.name.clone().unwrap_or_default();
+            if first_seen.insert(name.clone()) {
+                made_at.push(started.elapsed().as_secs_f64());
+            }
+            if complete(&job) {
+                done.insert(name);
+            }
         }
     }
+    made_at.sort_by(f64::total_cmp);
+    eprintln!(
+        "  floor breakdown: Jobs made: median {:.1} s, last {:.1} s; complete: last {:.1} s",
+        made_at.get(made_at.len() / 2).copied().unwrap_or(0.0),
+        made_at.last().copied().unwrap_or(0.0),
+        started.elapsed().as_secs_f64()
+    );
     (started.elapsed(), done.len())
 }
 
@@ -138,6 +150,28 @@ async fn operator(binary: &Path, runs: usize) -> (Duration, usize, f64, Vec<Stri
     let mut seen =
         watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
     let made: Vec<ToolRun> = (0..runs).map(|i| run_object(&ns, &format!("run-{i}"))).collect();
+    // Where the time goes: when each run's Job was first seen and seen Complete.
+    let jobs_seen = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+    let job_watch = {
+        let jobs_seen = jobs_seen.clone();
+        let mut jobs = watcher(ns.api::<Job>(), watcher::Config::default().labels(labels::TOOL_RUN))
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        tokio::spawn(async move {
+            let (mut made, mut completed) = (HashSet::new(), HashSet::new());
+            while let Ok(Some(job)) = jobs.try_next().await {
+                let name = job.metadata.name.clone().unwrap_or_default();
+                let mut seen = jobs_seen.lock().unwrap();
+                if made.insert(name.clone()) {
+                    seen.0.push(Instant::now());
+                }
+                if complete(&job) && completed.insert(name) {
+                    seen.1.push(Instant::now());
+                }
+            }
+        })
+    };
     let started = Instant::now();
     for run in made {
         let api = api.clone();
@@ -153,6 +187,23 @@ async fn operator(binary: &Path, runs: usize) -> (Duration, usize, f64, Vec<Stri
         }
     }
     let wall = started.elapsed();
+    job_watch.abort();
+    let (made, completed) = jobs_seen.lock().unwrap().clone();
+    let last = |at: &[Instant]| at.iter().max().map_or(0.0, |t| t.duration_since(started).as_secs_f64());
+    let middle = |at: &[Instant]| {
+        let mut at: Vec<f64> = at.iter().map(|t| t.duration_since(started).as_secs_f64()).collect();
+        at.sort_by(f64::total_cmp);
+        at.get(at.len() / 2).copied().unwrap_or(0.0)
+    };
+    eprintln!(
+        "  operator breakdown: Jobs made: median {:.1} s, last {:.1} s; Jobs complete: median {:.1} s, last {:.1} s; \
+         runs succeeded: last {:.1} s",
+        middle(&made),
+        last(&made),
+        middle(&completed),
+        last(&completed),
+        wall.as_secs_f64()
+    );
     let (_, metrics) = process.get("/metrics").await;
     let calls: Vec<(String, f64)> = metrics
         .lines()
