@@ -4,7 +4,8 @@
 //! restarted or replaced frontend loses nothing.
 //!
 //! Layout: one `core` (find, start, wait, cancel, list, the caller check and
-//! their metrics, written once over every kind of work: `core::Served`)
+//! their metrics, written once over every kind of work: `core::Served`,
+//! with the kinds registered in one place, `core::kinds`)
 //! behind the protocol `faces` (the rmcp tools, the 2025-11-25 task layer,
 //! the 2026-07-28 Tasks extension and its listen); the HTTP edge is `http`,
 //! `serve` with `connections` and `proxies` (bounds before authentication),
