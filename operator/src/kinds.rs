@@ -62,6 +62,7 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                 queue: shared.queue,
                 instance: shared.instance,
                 jobs,
+                read_live: Default::default(),
             };
             crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;
         })

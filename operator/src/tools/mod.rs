@@ -11,7 +11,8 @@ mod pods;
 pub mod provenance;
 
 use mining_api::Work as _;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -43,8 +44,10 @@ use plan::{JobPhase, JobState, Observed};
 use pods::{COMPLETION_INDEX, POD_PAGE_SIZE, made_by, number_without_indexes, outcomes_of};
 use pods::{latest_progress, own_pods};
 
-/// Runs reconciled at once.
-const CONCURRENCY: u16 = 16;
+/// Runs reconciled at once. A run's reconcile holds little (one run, a page
+/// of Pods) and waits on the API server most of its time, so more run at
+/// once than workflows' (whose working set is a whole chain's Jobs).
+const CONCURRENCY: u16 = 64;
 /// Objects per page of the run, Job and Pod lists: at most this many of
 /// whatever size anyone made are held at once.
 const RUN_PAGE_SIZE: u32 = 50;
@@ -64,6 +67,10 @@ pub struct ToolContext {
     /// The tool runs' Jobs as the watch has them, projected
     /// ([`crate::projection::project_tool_job`]).
     pub jobs: Store<Job>,
+    /// Runs (by uid) whose next reconcile reads their Job from the API
+    /// server: a create met a Job the watch does not hold. Each is removed
+    /// when read, so it holds at most the runs being created.
+    pub read_live: Mutex<HashSet<String>>,
 }
 
 /// Reconciles every `ToolRun` in `namespace` (all when `None`) until
@@ -167,17 +174,17 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     let namespace = run.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
     let runs: Api<ToolRun> = Api::namespaced(ctx.client.clone(), &namespace);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    // The Job the run recorded, as the watch has it; otherwise (not recorded
-    // yet, so a Job of the same name someone else made must be seen, or not
-    // watched yet) read from the API server.
-    let recorded = run.status.as_ref().and_then(|s| s.job_uid.as_ref()).is_some();
-    let cached = recorded
-        .then(|| ctx.jobs.get(&ObjectRef::new(&name).within(&namespace)))
-        .flatten()
-        .filter(|job| job.spec.is_some());
-    let job = match cached {
-        Some(job) => Some((*job).clone()),
-        None => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,
+    // The run's Job as the watch has it. Read from the API server instead
+    // when the watch cannot say: before its first list, when it holds the
+    // name without the spec a provenance check needs, or once a create met
+    // a Job of that name it does not hold (one without our label).
+    let uid = run.metadata.uid.clone().unwrap_or_default();
+    let watched = futures::FutureExt::now_or_never(ctx.jobs.wait_until_ready()).is_some_and(|r| r.is_ok());
+    let read_live = !watched || ctx.read_live.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&namespace)) {
+        Some(job) if !read_live && job.spec.is_some() => Some((*job).clone()),
+        None if !read_live => None,
+        _ => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,
     };
     let state = job_state(run, job.as_ref());
     // The run's own Pods, read while it is unfinished: what they wrote and
@@ -272,8 +279,11 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
                         status.arguments_secret_uid = secret_uid;
                     }
                 }
-                // Made a moment ago and not watched yet: the watch brings it.
+                // Made a moment ago and not watched yet, or someone else's
+                // the watch does not select: the next reconcile reads it.
                 Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let mut read_live = ctx.read_live.lock().unwrap_or_else(PoisonError::into_inner);
+                    read_live.insert(uid);
                     return Ok(Requeue::requeue(Duration::from_millis(500)));
                 }
                 // The template is the tool author's: one the API server refuses fails the run.

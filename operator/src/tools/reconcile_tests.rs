@@ -28,6 +28,8 @@ const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
 struct Script {
     job: Option<Value>,
     status_conflicts: bool,
+    /// A Job of the run's name the watch does not select exists: a create is refused (409).
+    job_unwatched: bool,
 }
 
 fn answer(script: &Script, call: &Call) -> (u16, Value) {
@@ -52,6 +54,10 @@ fn answer(script: &Script, call: &Call) -> (u16, Value) {
             (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}))
         }
         "POST" if call.path == SECRETS => (201, created(&call.body, "secret-uid")),
+        "POST" if call.path == JOBS && script.job_unwatched => (
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "AlreadyExists"}),
+        ),
         "POST" if call.path == JOBS => (201, created(&call.body, "job-uid")),
         "POST" if call.path == EVENTS => (201, call.body.clone()),
         "DELETE" if call.path.starts_with(JOBS) => {
@@ -100,15 +106,26 @@ impl Scenario {
     }
 
     fn with_leadership(run: &ToolRun, script: Script, leadership: Leadership) -> Self {
-        Self::build(run, script, leadership, None)
+        Self::build(run, script, leadership, None, false)
     }
 
-    /// With `job` already brought by the tool Job watch.
+    /// With `job` already brought by the tool Job watch (its first list done).
     fn with_watched_job(run: &ToolRun, script: Script, job: Job) -> Self {
-        Self::build(run, script, Leadership::alone(), Some(job))
+        Self::build(run, script, Leadership::alone(), Some(job), true)
     }
 
-    fn build(run: &ToolRun, script: Script, leadership: Leadership, watched: Option<Job>) -> Self {
+    /// With the tool Job watch's first list done (and no Job of the run in it).
+    fn with_synced_watch(run: &ToolRun, script: Script) -> Self {
+        Self::build(run, script, Leadership::alone(), None, true)
+    }
+
+    fn build(
+        run: &ToolRun,
+        script: Script,
+        leadership: Leadership,
+        watched: Option<Job>,
+        synced: bool,
+    ) -> Self {
         let log = Log::default();
         let metrics = Arc::new(Metrics::default());
         let client = scripted_client(log.clone(), script, &metrics);
@@ -131,12 +148,20 @@ impl Scenario {
             instance: "operator-0".into(),
             jobs: {
                 let (jobs, mut writer) = reflector::store::<Job>();
+                // The watch's first list, when done: what it found, then "done".
+                if synced {
+                    writer.apply_watcher_event(&watcher::Event::Init);
+                }
                 if let Some(mut job) = watched {
                     crate::projection::project_tool_job(&mut job);
-                    writer.apply_watcher_event(&watcher::Event::Apply(job));
+                    writer.apply_watcher_event(&watcher::Event::InitApply(job));
+                }
+                if synced {
+                    writer.apply_watcher_event(&watcher::Event::InitDone);
                 }
                 jobs
             },
+            read_live: Default::default(),
         });
         Self { log, ctx }
     }
@@ -383,4 +408,45 @@ async fn a_reconcile_is_counted_with_every_api_call_it_made() {
     assert_eq!(line("mining_operator_api_calls_per_reconcile_sum"), made as f64, "every call counted");
     let patched = r#"mining_operator_api_calls_total{verb="patch",resource="toolruns/status"}"#;
     assert_eq!(line(patched), 1.0, "by verb and resource: {metrics}");
+}
+
+#[tokio::test]
+async fn with_the_job_watch_listed_an_admission_asks_nothing_before_creating() {
+    let run = run_of(&keys());
+    let scenario = Scenario::with_synced_watch(&run, Script::default());
+    scenario.reconcile(&run).await;
+    assert_eq!(
+        scenario.calls(),
+        [
+            "POST /v1/namespaces/ns/secrets",
+            "POST /batch/v1/namespaces/ns/jobs",
+            "PATCH /mining-operator.dev/v1alpha1/namespaces/ns/toolruns/mw-run/status",
+        ],
+        "the watch says there is no Job yet: no GET"
+    );
+}
+
+#[tokio::test]
+async fn a_job_the_watch_does_not_hold_is_read_after_its_create_is_refused() {
+    // Someone made a Job of the run's name without our label: the watch
+    // never brings it, so the create's 409 makes the next reconcile read it
+    // (and find it foreign) instead of trying to create it for ever.
+    let foreign = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "mw-run", "namespace": "ns", "uid": "planted"}, "spec": {"template": {}}});
+    let script = Script { job: Some(foreign), job_unwatched: true, ..Script::default() };
+    let run = run_of(&keys());
+    let scenario = Scenario::with_synced_watch(&run, script);
+    assert_eq!(scenario.reconcile(&run).await, Requeue::requeue(Duration::from_millis(500)));
+    assert!(!scenario.calls().iter().any(|c| c.starts_with("GET")), "{:?}", scenario.calls());
+    scenario.log.lock().unwrap().clear();
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    assert_eq!(
+        calls.first().map(String::as_str),
+        Some("GET /batch/v1/namespaces/ns/jobs/mw-run"),
+        "{calls:?}"
+    );
+    assert!(!calls.iter().any(|c| c == "POST /batch/v1/namespaces/ns/jobs"), "no second create: {calls:?}");
+    let failed = scenario.status_write().body["status"]["phase"].clone();
+    assert_eq!(failed, "Failed", "a foreign Job fails the run");
 }
