@@ -98,6 +98,9 @@ pub fn progress_line(log: &str) -> Option<String> {
     (!clipped.is_empty()).then_some(clipped)
 }
 
+/// The message of a run whose Job runs and has said nothing yet.
+const RUNNING: &str = "running";
+
 pub fn plan(observed: &Observed) -> Plan {
     let run = observed.run;
     let current = run.status.clone().unwrap_or_default();
@@ -166,10 +169,12 @@ pub fn plan(observed: &Observed) -> Plan {
                 }
                 _ => {
                     plan.create_job = true;
+                    // Said as the Job's first look will say it, so that
+                    // look has nothing to write.
                     ToolRunStatus {
                         phase: Some(ToolRunPhase::Running),
                         progress: Some(format!("0/{}", run.parts())),
-                        message: Some("the tool's Job is created".into()),
+                        message: Some(RUNNING.into()),
                         started_at: current.started_at.clone().or(Some(now.clone())),
                         ..current.clone()
                     }
@@ -204,7 +209,7 @@ pub fn plan(observed: &Observed) -> Plan {
                         plan.requeue_after = Some(PROGRESS_POLL);
                         let message = match &observed.progress_line {
                             Some(line) => format!("{RUNNING_PREFIX}{line}"),
-                            None => "running".into(),
+                            None => RUNNING.into(),
                         };
                         ToolRunStatus { phase: Some(ToolRunPhase::Running), message: Some(message), ..seen }
                     }

@@ -74,6 +74,18 @@ fn a_new_run_creates_its_job_and_says_running() {
 }
 
 #[test]
+fn the_jobs_first_look_after_admission_has_nothing_to_write() {
+    // The admission's status is what the running Job's first reconcile
+    // would say: one status write a run fewer.
+    let mut run = run(None, 1);
+    let admitted = plan(&observe(&run, JobState::Missing, vec![]));
+    let mut status = admitted.status.expect("the admission is written");
+    status.job_uid = Some("job-uid".into()); // recorded with the create
+    run.status = Some(status);
+    assert_eq!(plan(&observe(&run, ours(JobPhase::Running, 0), vec![])).status, None);
+}
+
+#[test]
 fn progress_counts_completed_parts_and_an_unchanged_status_is_not_written() {
     let mut run = run(None, 4);
     let first = plan(&observe(&run, ours(JobPhase::Running, 2), vec![]));
