@@ -227,6 +227,7 @@ pub async fn run(
         instance: instance.clone(),
         namespace: config.namespace.clone(),
         default_ttl_seconds: config.limits.default_ttl_seconds,
+        pods: pod_store.clone(),
     };
     let other_controllers: Vec<_> =
         others.into_iter().map(|start| tokio::spawn(start(shared.clone()))).collect();
@@ -313,7 +314,7 @@ async fn reconcile(workflow: Arc<MiningWorkflow>, ctx: Arc<Context>) -> Result<R
     }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let workflow = ctx.memory.freshest(&workflow, &ctx.store);
+    let workflow = ctx.memory.freshest(workflow.as_ref());
     // One span per reconcile; a workflow started through MCP carries the
     // caller's trace, so its reconciles join it.
     let span = tracing::info_span!(

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, Store};
 use mining_api::ToolRun;
 use mining_api::ownership::OwnershipKeys;
 
@@ -34,6 +35,9 @@ pub struct Shared {
     pub namespace: Option<String>,
     /// Retention of finished work that sets none.
     pub default_ttl_seconds: u64,
+    /// Every Pod with our label, projected ([`crate::projection::project_pod`]):
+    /// what a kind's Pods said is read here before asking the API server.
+    pub pods: Store<Pod>,
 }
 
 /// A kind registered with the queue, to be started once the queue exists.
@@ -62,6 +66,7 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                 queue: shared.queue,
                 instance: shared.instance,
                 jobs,
+                pods: shared.pods,
                 read_live: Default::default(),
             };
             crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;

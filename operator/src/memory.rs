@@ -1,18 +1,19 @@
-//! What the reconciler remembers between reconciles, and the only place that
-//! locks it: Jobs created but not seen yet, the status last written per
-//! workflow, admissions decided but not written, and when a workflow was
-//! last told about a missing RBAC rule.
+//! What the reconcilers remember between reconciles, and the only place that
+//! locks it: Jobs created but not seen yet, the status last written for
+//! work of every kind, admissions decided but not written, and when work
+//! was last told about a missing RBAC rule.
 //!
 //! Every lock is held for a few map operations and never across an await; a
 //! panic while one is held cannot leave a map half-updated, so a poisoned
 //! lock is taken over rather than propagated.
 
-use std::collections::{HashMap, HashSet};
+use std::any::Any;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::runtime::reflector::Store;
-use mining_api::{MiningWorkflow, MiningWorkflowStatus};
+use kube::core::object::HasStatus;
+use mining_api::Work;
 
 use crate::admission::{QueuePositions, Standing, WorkKind};
 
@@ -24,6 +25,12 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 pub const FORBIDDEN_EVENT_INTERVAL: Duration = Duration::from_secs(300);
 /// Entries kept beyond the number of live workflows before the maps are swept.
 const SWEEP_SLACK: usize = 64;
+/// How long a written status outranks the cache. The cache catches up
+/// within a watch event's delay; after this the entry only costs memory,
+/// and whatever it was written for may be gone (nothing says so here).
+const WRITTEN_KEPT: Duration = Duration::from_secs(600);
+/// Written statuses held before the first sweep of old ones.
+const WRITTEN_SWEEP_FLOOR: usize = 1024;
 /// How long one sort of the queue serves the waiting reconciles that follow
 /// it, while no admission or freed slot changed it. A position read from it
 /// is at most this old; the limit itself is counted fresh every time.
@@ -39,11 +46,15 @@ pub struct ExpectedJob {
     pub created: Instant,
 }
 
-/// A status this operator wrote and the resourceVersion the write produced.
-#[derive(Clone, Debug)]
-pub struct Written {
-    pub status: MiningWorkflowStatus,
-    pub resource_version: Option<String>,
+/// A status this operator wrote, for work of any kind, and the
+/// resourceVersion the write produced.
+struct Written {
+    /// The kind's own status type, read back only by the same kind.
+    status: Box<dyn Any + Send>,
+    resource_version: Option<String>,
+    /// What the queue counts of it.
+    standing: Standing,
+    at: Instant,
 }
 
 #[derive(Default)]
@@ -52,17 +63,16 @@ pub struct Memory {
     /// name): without these a reconcile that runs before the creation's
     /// watch event would create the Job again.
     expected_jobs: Mutex<HashMap<String, ExpectedJob>>,
-    /// The status last written per workflow uid. This operator is the only
-    /// writer of `status`, so what it wrote is at least as new as the cache,
-    /// which may not have caught up when a Job event triggers the next
-    /// reconcile; planning on a stale status would verify a block twice.
-    /// With it, the resourceVersion that write produced: the next write's
-    /// precondition, so a deposed leader's late write fails instead of
-    /// putting an older status over a newer one.
-    written: Mutex<HashMap<String, Written>>,
-    /// The standing last written per tool run uid (the same role as
-    /// `written` for workflows: the queue counts what this operator wrote).
-    written_runs: Mutex<HashMap<String, Standing>>,
+    /// The status last written per uid, of every kind. This operator is the
+    /// only writer of `status`, so what it wrote is at least as new as the
+    /// cache, which may not have caught up when a Job event triggers the
+    /// next reconcile; planning on a stale status would verify a block
+    /// twice, or write a run's status on a version that is gone (a refused
+    /// write and a plan again). With it, the resourceVersion that write
+    /// produced: the next write's precondition, so a deposed leader's late
+    /// write fails instead of putting an older status over a newer one. The
+    /// queue counts the standing written.
+    written: Mutex<WrittenStatuses>,
     /// Admissions decided but not yet written, per kind: counted as holding
     /// slots by every other admission of any kind, so the limits hold
     /// exactly while admissions run in parallel (a lock held across the
@@ -84,73 +94,82 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn uid_of(workflow: &MiningWorkflow) -> String {
-    workflow.metadata.uid.clone().unwrap_or_default()
+/// The statuses written, and the size at which old ones are next swept.
+#[derive(Default)]
+struct WrittenStatuses {
+    by_uid: HashMap<String, Written>,
+    sweep_at: usize,
+}
+
+impl WrittenStatuses {
+    /// Records `written`, first forgetting what is older than `kept` (its
+    /// work may be gone) each time the map has doubled, so a sweep's cost is
+    /// spread over the writes that grew it.
+    fn insert(&mut self, uid: String, written: Written, kept: Duration) {
+        if self.by_uid.len() >= self.sweep_at.max(WRITTEN_SWEEP_FLOOR) {
+            self.by_uid.retain(|_, written| written.at.elapsed() < kept);
+            self.sweep_at = self.by_uid.len() * 2;
+        }
+        self.by_uid.insert(uid, written);
+    }
+}
+
+fn uid_of<W: Work>(work: &W) -> String {
+    work.meta().uid.clone().unwrap_or_default()
 }
 
 impl Memory {
-    /// The workflow as of this operator's last status write.
-    pub fn freshest(&self, workflow: &MiningWorkflow, live: &Store<MiningWorkflow>) -> MiningWorkflow {
-        let mut workflow = workflow.clone();
-        let mut written = lock(&self.written);
-        // Forget workflows that are gone (bounded by the number that exist).
-        if written.len() > live.state().len() + SWEEP_SLACK {
-            let live: HashSet<String> = live.state().iter().filter_map(|w| w.metadata.uid.clone()).collect();
-            written.retain(|uid, _| live.contains(uid));
+    /// `work` as of this operator's last status write.
+    pub fn freshest<W>(&self, work: &W) -> W
+    where
+        W: Work + HasStatus,
+        W::Status: Clone + 'static,
+    {
+        let mut work = work.clone();
+        let written = lock(&self.written);
+        if let Some(written) = written.by_uid.get(&uid_of(&work))
+            && let Some(status) = written.status.downcast_ref::<W::Status>()
+        {
+            *work.status_mut() = Some(status.clone());
+            work.meta_mut().resource_version =
+                newer_version(work.meta_mut().resource_version.take(), written.resource_version.clone());
         }
-        if let Some(written) = written.get(&uid_of(&workflow)) {
-            workflow.status = Some(written.status.clone());
-            workflow.metadata.resource_version =
-                newer_version(workflow.metadata.resource_version.take(), written.resource_version.clone());
-        }
-        workflow
+        work
     }
 
-    /// Records the status written for `workflow` and the version it produced.
-    pub fn remember(
-        &self,
-        workflow: &MiningWorkflow,
-        status: &MiningWorkflowStatus,
-        version: Option<String>,
-    ) {
-        let written = Written { status: status.clone(), resource_version: version };
-        lock(&self.written).insert(uid_of(workflow), written);
+    /// Records the status written for `work` and the version it produced.
+    pub fn remember<W>(&self, work: &W, status: &W::Status, version: Option<String>)
+    where
+        W: Work + HasStatus,
+        W::Status: Clone + Send + 'static,
+    {
+        let mut after = work.clone();
+        *after.status_mut() = Some(status.clone());
+        let standing = Standing { phase: after.lifecycle(), started: after.started_at() };
+        let written = Written {
+            status: Box::new(status.clone()),
+            resource_version: version,
+            standing,
+            at: Instant::now(),
+        };
+        lock(&self.written).insert(uid_of(work), written, WRITTEN_KEPT);
     }
 
     /// Someone else wrote since: plan from the cache next time.
-    pub fn forget(&self, workflow: &MiningWorkflow) {
-        lock(&self.written).remove(&uid_of(workflow));
+    pub fn forget<W: Work>(&self, work: &W) {
+        lock(&self.written).by_uid.remove(&uid_of(work));
     }
 
     /// A new leadership term starts from the API's state, not from what this
     /// replica wrote or created in an earlier one.
     pub fn clear(&self) {
-        lock(&self.written).clear();
-        lock(&self.written_runs).clear();
+        lock(&self.written).by_uid.clear();
         lock(&self.expected_jobs).clear();
     }
 
     /// The phase and start of all work this operator wrote a status for.
     pub fn written_standings(&self) -> HashMap<String, Standing> {
-        let mut standings: HashMap<String, Standing> = lock(&self.written)
-            .iter()
-            .filter_map(|(uid, written)| {
-                let started = written.status.started_at.as_ref().map(|t| t.0);
-                Some((uid.clone(), Standing { phase: written.status.phase?.lifecycle(), started }))
-            })
-            .collect();
-        standings.extend(lock(&self.written_runs).iter().map(|(uid, standing)| (uid.clone(), *standing)));
-        standings
-    }
-
-    /// Records the standing written for the tool run `uid`; `live` is how
-    /// many runs exist (to forget the ones that are gone).
-    pub fn remember_run(&self, uid: &str, standing: Standing, live: usize) {
-        let mut written = lock(&self.written_runs);
-        if written.len() > live + SWEEP_SLACK {
-            written.retain(|_, s| !s.phase.is_finished());
-        }
-        written.insert(uid.to_string(), standing);
+        lock(&self.written).by_uid.iter().map(|(uid, written)| (uid.clone(), written.standing)).collect()
     }
 
     /// Computes waiting work's slots with `slots` while no other admission
@@ -275,32 +294,69 @@ pub fn newer_version(cached: Option<String>, written: Option<String>) -> Option<
 
 #[cfg(test)]
 mod tests {
-    use mining_api::WorkflowPhase;
     use mining_api::testing::workflow;
+    use mining_api::{MiningWorkflowStatus, WorkflowPhase};
 
     use super::*;
-
-    fn store_of(workflows: &[MiningWorkflow]) -> Store<MiningWorkflow> {
-        let (store, mut writer) = kube::runtime::reflector::store();
-        for w in workflows {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w.clone()));
-        }
-        store
-    }
 
     #[test]
     fn the_last_written_status_wins_over_a_stale_cache_until_forgotten() {
         let cached = workflow("w", 8, 2);
-        let live = store_of(std::slice::from_ref(&cached));
         let status = MiningWorkflowStatus { phase: Some(WorkflowPhase::Mining), ..Default::default() };
         let memory = Memory::default();
         memory.remember(&cached, &status, Some("42".into()));
-        let fresh = memory.freshest(&cached, &live);
+        let fresh = memory.freshest(&cached);
         assert_eq!(fresh.phase(), WorkflowPhase::Mining);
         assert_eq!(fresh.metadata.resource_version.as_deref(), Some("42"));
         assert_eq!(memory.written_standings()["uid-w"].phase, mining_api::Lifecycle::Active);
         memory.forget(&cached);
-        assert_eq!(memory.freshest(&cached, &live).phase(), WorkflowPhase::Pending);
+        assert_eq!(memory.freshest(&cached).phase(), WorkflowPhase::Pending);
+    }
+
+    #[test]
+    fn a_tool_runs_written_status_wins_over_a_stale_cache_as_a_workflows_does() {
+        let cached = mining_api::testing::tool_run("r", "sum");
+        let status = mining_api::ToolRunStatus {
+            phase: Some(mining_api::ToolRunPhase::Running),
+            job_uid: Some("job".into()),
+            ..Default::default()
+        };
+        let memory = Memory::default();
+        memory.remember(&cached, &status, Some("7".into()));
+        let fresh = memory.freshest(&cached);
+        assert_eq!(fresh.status.as_ref().and_then(|s| s.job_uid.as_deref()), Some("job"));
+        assert_eq!(fresh.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(
+            memory.written_standings()[cached.metadata.uid.as_deref().unwrap()].phase,
+            mining_api::Lifecycle::Active
+        );
+        // Another kind's entry is never read back as this kind's status.
+        let workflow = workflow("w", 8, 2);
+        memory.remember(&workflow, &MiningWorkflowStatus::default(), None);
+        assert_eq!(memory.freshest(&cached).status.and_then(|s| s.job_uid), Some("job".into()));
+    }
+
+    #[test]
+    fn old_written_statuses_are_swept_as_the_map_grows() {
+        let written = |at| Written {
+            status: Box::new(()),
+            resource_version: None,
+            standing: Standing { phase: mining_api::Lifecycle::Active, started: None },
+            at,
+        };
+        let mut all = WrittenStatuses::default();
+        let kept = Duration::from_secs(60);
+        for i in 0..WRITTEN_SWEEP_FLOOR - 1 {
+            all.insert(format!("old-{i}"), written(Instant::now()), kept);
+        }
+        assert_eq!(all.by_uid.len(), WRITTEN_SWEEP_FLOOR - 1, "nothing swept below the floor");
+        all.insert("recent".into(), written(Instant::now()), kept);
+        // Everything here is older than a zero retention: the next insert sweeps.
+        all.insert("new".into(), written(Instant::now()), Duration::ZERO);
+        let mut left: Vec<&String> = all.by_uid.keys().collect();
+        left.sort();
+        assert_eq!(left, ["new"], "the old ones went, the new one stays");
+        assert_eq!(all.sweep_at, 0, "the next sweep waits for the floor again");
     }
 
     #[test]

@@ -28,6 +28,9 @@ const MAX_MESSAGE_BYTES: usize = 4 * 1024;
 const JOB_POD_LABELS: [&str; 4] =
     ["job-name", "controller-uid", "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid"];
 
+/// The annotation the Job controller puts an Indexed Job's completion index in.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
 /// Whether the controller reference of `meta` is of kind `K`.
 fn controlled_by_kind<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> bool {
     meta.owner_references.iter().flatten().any(|owner| {
@@ -87,7 +90,12 @@ fn project_job_of<K: kube::Resource<DynamicType = ()>>(job: &mut Job, template_m
 
 /// The Pod as the Pod cache keeps it.
 pub fn project_pod(pod: &mut Pod) {
+    // The completion index numbers a tool run's parts: a short number, or dropped.
+    let index = pod.metadata.annotations.as_ref().and_then(|a| a.get(COMPLETION_INDEX)).cloned();
     mining_api::trim_for_cache_keeping(&mut pod.metadata, &JOB_POD_LABELS);
+    if let Some(index) = index.filter(|index| index.len() <= 10) {
+        pod.metadata.annotations.get_or_insert_default().insert(COMPLETION_INDEX.into(), index);
+    }
     if !controlled_by_kind::<Job>(&pod.metadata) {
         pod.spec = None;
         pod.status = None;
@@ -127,8 +135,8 @@ fn compared_spec(spec: PodSpec) -> PodSpec {
     }
 }
 
-/// What a reconcile reads of a Pod's status: its phase and how each
-/// container ended.
+/// What a reconcile reads of a Pod's status: its phase, when it started and
+/// how each container ended.
 fn read_status(status: PodStatus) -> PodStatus {
     let ended = |s: ContainerStatus| {
         let terminated = s.state.and_then(|state| state.terminated).map(|t| {
@@ -150,6 +158,7 @@ fn read_status(status: PodStatus) -> PodStatus {
     };
     PodStatus {
         phase: status.phase,
+        start_time: status.start_time,
         container_statuses: status.container_statuses.map(|all| all.into_iter().map(ended).collect()),
         ..Default::default()
     }

@@ -29,7 +29,7 @@ use mining_api::trace::TraceParent;
 use mining_api::{Lifecycle, ToolRun, ToolRunPhase, ToolRunStatus, annotations, labels, reasons};
 use tracing::{info, warn};
 
-use crate::admission::{QueueEntry, Slots, Standing, WorkKind};
+use crate::admission::{QueueEntry, Slots, WorkKind};
 use crate::api_calls::counting_calls;
 use crate::apply::{publish_events, write_status};
 use crate::controller::REPLAN_AFTER;
@@ -42,7 +42,7 @@ use crate::{Error, Result};
 use plan::{JobPhase, JobState, Observed};
 #[cfg(test)]
 use pods::{COMPLETION_INDEX, POD_PAGE_SIZE, made_by, number_without_indexes, outcomes_of};
-use pods::{latest_progress, own_pods};
+use pods::{Finished, cached_own_pods, latest_progress, own_pods};
 
 /// Runs reconciled at once. A run's reconcile holds little (one run, a page
 /// of Pods) and waits on the API server most of its time, so more run at
@@ -67,6 +67,8 @@ pub struct ToolContext {
     /// The tool runs' Jobs as the watch has them, projected
     /// ([`crate::projection::project_tool_job`]).
     pub jobs: Store<Job>,
+    /// Every Pod with our label, projected: a run's Pods are read here first.
+    pub pods: Store<Pod>,
     /// Runs (by uid) whose next reconcile reads their Job from the API
     /// server: a create met a Job the watch does not hold. Each is removed
     /// when read, so it holds at most the runs being created.
@@ -146,6 +148,10 @@ async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> 
     }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
+    // A Job event can come before the cache shows the status this operator
+    // just wrote: planning on the cache's would write on a version that is
+    // gone (refused) and plan again.
+    let run = ctx.queue.memory.freshest(run.as_ref());
     // One span per reconcile; a run made through MCP carries the caller's
     // trace, so its reconciles join it.
     let span = tracing::info_span!(
@@ -191,10 +197,19 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // how many parts succeeded come only from Pods its Job made (the Job's
     // own counts include any Pod it adopted). A Job that has made no Pod
     // yet has none to read; its next status change wakes the run again.
+    // The Pod watch answers when it can (see `cached_own_pods`).
     let (pods, progress_line) = match (&state, &job) {
         (JobState::Ours { phase, .. }, Some(job)) if !run.is_finished() && has_made_pods(job) => {
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-            let (outcomes, running) = own_pods(&pods, &name, job).await?;
+            let finished = match phase {
+                JobPhase::Running => None,
+                JobPhase::Complete => Some(Finished::Complete { parts: run.parts() }),
+                JobPhase::Failed { .. } => Some(Finished::Failed),
+            };
+            let (outcomes, running) = match cached_own_pods(&ctx.pods, &name, job, finished) {
+                Some(cached) => cached,
+                None => own_pods(&pods, &name, job).await?,
+            };
             let line = match (phase, running) {
                 (JobPhase::Running, Some((pod, container))) => latest_progress(&pods, &pod, container).await,
                 _ => None,
@@ -340,10 +355,11 @@ async fn record_status(
 ) -> Result<Recorded> {
     let name = run.name_any();
     let version = run.metadata.resource_version.as_deref();
-    match write_status(runs, &name, status, version).await {
-        Ok(_) => {}
+    let written = match write_status(runs, &name, status, version).await {
+        Ok(written) => written,
         Err(kube::Error::Api(conflict)) if conflict.code == 409 => {
             info!(run = %name, "tool run changed since it was read; planning again");
+            ctx.queue.memory.forget(run);
             return Ok(Recorded::Conflict);
         }
         // A status the API server will never store (too large, say):
@@ -352,28 +368,29 @@ async fn record_status(
             let why = mining_api::pow::clip(&refusal.message, 512).to_string();
             warn!(run = %name, code = refusal.code, "the API server refused a tool run's status");
             let ended = failed(run, format!("the API server refused to store the run's status: {why}"));
-            match write_status(runs, &name, &ended, version).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(conflict)) if conflict.code == 409 => return Ok(Recorded::Conflict),
+            let written = match write_status(runs, &name, &ended, version).await {
+                Ok(written) => written,
+                Err(kube::Error::Api(conflict)) if conflict.code == 409 => {
+                    ctx.queue.memory.forget(run);
+                    return Ok(Recorded::Conflict);
+                }
                 Err(err) => return Err(tool_error("write the status of", &name)(err)),
-            }
-            remember(ctx, run, &ended);
+            };
+            remember(ctx, run, &ended, written);
             announce(ctx, run, &ended);
             return Ok(Recorded::Refused);
         }
         Err(err) => return Err(tool_error("write the status of", &name)(err)),
-    }
-    remember(ctx, run, status);
+    };
+    remember(ctx, run, status, written);
     Ok(Recorded::Written)
 }
 
 /// The queue counts what was written (its cache may lag), and a slot that
 /// moved changes whose turn it is.
-fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
+fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus, version: Option<String>) {
     let phase = status.phase.unwrap_or_default().lifecycle();
-    let standing = Standing { phase, started: status.started_at.as_ref().map(|t| t.0) };
-    let uid = run.metadata.uid.as_deref().unwrap_or_default();
-    ctx.queue.memory.remember_run(uid, standing, ctx.queue.live(WorkKind::of::<ToolRun>()));
+    ctx.queue.memory.remember(run, status, version);
     let before = run.lifecycle();
     if before == Lifecycle::Waiting && phase == Lifecycle::Active {
         ctx.queue.memory.queue_changed();

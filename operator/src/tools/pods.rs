@@ -1,32 +1,101 @@
-//! The run's own Pods: read a page at a time, only those its Job made from
-//! its template, projected to what a plan needs (outcomes, the newest
-//! running one for the status line).
+//! The run's own Pods: from the operator's Pod watch when it can say, else
+//! read a page at a time; only those its Job made from its template,
+//! projected to what a plan needs (outcomes, the newest running one for the
+//! status line).
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::Store;
 
 use super::plan::{self, PodOutcome};
 use super::{provenance, tool_error};
 use crate::Result;
 
-/// The annotation the Job controller puts the completion index in.
-pub(super) const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub(super) use crate::projection::COMPLETION_INDEX;
 /// Pods per page: whatever size anyone made, at most this many are held at once.
 pub(super) const POD_PAGE_SIZE: u32 = 5;
 /// Most Pod pages one reconcile reads (a run of 100 parts, each retried).
 const MAX_POD_PAGES: usize = 100;
 
+/// What the run's own Pods ended with, and the newest running one (its
+/// name and first container's) for the status line.
+pub(super) type OwnPods = (Vec<PodOutcome>, Option<(String, String)>);
+
+/// What the run's own Pods say, as [`own_pods`], from the Pod watch (which
+/// holds every Pod with our label, projected); `None` when the watch cannot
+/// say: before its first list, when one of the Job's Pods is held without
+/// the spec provenance needs (too large to keep), or when the Job is done
+/// and the watch does not show what it finished with yet (a result or a
+/// failure is read from the API server then, never from a lagging copy).
+pub(super) fn cached_own_pods(
+    store: &Store<Pod>,
+    name: &str,
+    job: &Job,
+    finished: Option<Finished>,
+) -> Option<OwnPods> {
+    futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
+    let namespace = job.metadata.namespace.as_deref();
+    let job_uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let of_job: Vec<_> = store
+        .state()
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata.namespace.as_deref() == namespace
+                && pod.labels().get("job-name").map(String::as_str) == Some(name)
+        })
+        .collect();
+    let unknown = of_job
+        .iter()
+        .any(|pod| pod.spec.is_none() && crate::provenance::controlled_by(&pod.metadata, job_uid));
+    if unknown {
+        return None;
+    }
+    let own: Vec<&Pod> = of_job.iter().map(AsRef::as_ref).filter(|pod| made_by(pod, job)).collect();
+    let outcomes = number_without_indexes(outcomes_of(&own));
+    match finished {
+        Some(Finished::Complete { parts }) => {
+            let succeeded = outcomes.iter().filter(|o| o.succeeded).count();
+            (succeeded >= usize::try_from(parts).unwrap_or(0)).then_some(())?;
+        }
+        Some(Finished::Failed) => return None,
+        None => {}
+    }
+    let running = newest_running(own.iter().copied());
+    Some((outcomes, running))
+}
+
+/// How a run's Job finished, for what its Pods must show before the watch's
+/// copy of them is taken.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Finished {
+    /// Every part succeeded: that many succeeded Pods of its own.
+    Complete { parts: i32 },
+    /// Failed: read from the API server (which Pod failed how).
+    Failed,
+}
+
+/// The newest running Pod of `own` and its first container.
+fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>) -> Option<(String, String)> {
+    let mut running: Option<(Option<Timestamp>, String, String)> = None;
+    for pod in own.filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")) {
+        let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
+        let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone());
+        if let Some(container) = container
+            && running.as_ref().is_none_or(|(at, _, _)| started > *at)
+        {
+            running = Some((started, pod.name_any(), container));
+        }
+    }
+    running.map(|(_, pod, container)| (pod, container))
+}
+
 /// What the Pods the run's Job made ended with, and the newest running
 /// one (with its first container) for the status line. Read page by page,
 /// each projected before the next: Pods are what anyone can create.
-pub(super) async fn own_pods(
-    pods: &Api<Pod>,
-    name: &str,
-    job: &Job,
-) -> Result<(Vec<PodOutcome>, Option<(String, String)>)> {
+pub(super) async fn own_pods(pods: &Api<Pod>, name: &str, job: &Job) -> Result<OwnPods> {
     let mut own_outcomes = Vec::new();
     let mut running: Option<(Option<Timestamp>, String, String)> = None;
     let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);

@@ -106,17 +106,22 @@ impl Scenario {
     }
 
     fn with_leadership(run: &ToolRun, script: Script, leadership: Leadership) -> Self {
-        Self::build(run, script, leadership, None, false)
+        Self::build(run, script, leadership, None, false, None)
     }
 
     /// With `job` already brought by the tool Job watch (its first list done).
     fn with_watched_job(run: &ToolRun, script: Script, job: Job) -> Self {
-        Self::build(run, script, Leadership::alone(), Some(job), true)
+        Self::build(run, script, Leadership::alone(), Some(job), true, None)
+    }
+
+    /// With `job` in the tool Job watch and `pods` in the Pod watch (both listed).
+    fn with_watched_job_and_pods(run: &ToolRun, script: Script, job: Job, pods: Vec<Pod>) -> Self {
+        Self::build(run, script, Leadership::alone(), Some(job), true, Some(pods))
     }
 
     /// With the tool Job watch's first list done (and no Job of the run in it).
     fn with_synced_watch(run: &ToolRun, script: Script) -> Self {
-        Self::build(run, script, Leadership::alone(), None, true)
+        Self::build(run, script, Leadership::alone(), None, true, None)
     }
 
     fn build(
@@ -125,6 +130,7 @@ impl Scenario {
         leadership: Leadership,
         watched: Option<Job>,
         synced: bool,
+        watched_pods: Option<Vec<Pod>>,
     ) -> Self {
         let log = Log::default();
         let metrics = Arc::new(Metrics::default());
@@ -160,6 +166,19 @@ impl Scenario {
                     writer.apply_watcher_event(&watcher::Event::InitDone);
                 }
                 jobs
+            },
+            // The Pod watch: not listed yet unless `watched_pods` says what it found.
+            pods: {
+                let (pods, mut writer) = reflector::store::<Pod>();
+                if let Some(watched) = watched_pods {
+                    writer.apply_watcher_event(&watcher::Event::Init);
+                    for mut pod in watched {
+                        crate::projection::project_pod(&mut pod);
+                        writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+                    }
+                    writer.apply_watcher_event(&watcher::Event::InitDone);
+                }
+                pods
             },
             read_live: Default::default(),
         });
@@ -449,4 +468,75 @@ async fn a_job_the_watch_does_not_hold_is_read_after_its_create_is_refused() {
     assert!(!calls.iter().any(|c| c == "POST /batch/v1/namespaces/ns/jobs"), "no second create: {calls:?}");
     let failed = scenario.status_write().body["status"]["phase"].clone();
     assert_eq!(failed, "Failed", "a foreign Job fails the run");
+}
+
+/// The run's Job as the Job controller keeps it, with `status`.
+fn controlled_job(run: &ToolRun, status: Value) -> Job {
+    let mut job = serde_json::to_value(job::job_for_run(run).unwrap()).unwrap();
+    job["metadata"]["uid"] = json!("job-uid");
+    job["metadata"]["namespace"] = json!("ns");
+    job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
+        "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
+    job["status"] = status;
+    serde_json::from_value(job).unwrap()
+}
+
+#[tokio::test]
+async fn a_job_event_before_the_cache_shows_the_written_status_writes_nothing_again() {
+    // The cache still holds the run as it was before this operator wrote
+    // "running" with the Job's uid; a Job event reconciles it from there.
+    let stale = run_of(&keys());
+    let job = controlled_job(&stale, json!({"active": 1}));
+    let scenario = Scenario::with_watched_job(&stale, Script::default(), job);
+    scenario.reconcile(&stale).await;
+    assert_eq!(scenario.status_write().body["status"]["jobUid"], "job-uid");
+    scenario.log.lock().unwrap().clear();
+    scenario.reconcile(&stale).await;
+    let calls = scenario.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("PATCH")),
+        "the status written is what the plan says again: nothing to write ({calls:#?})"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_jobs_result_is_read_from_the_pod_watch_when_it_shows_the_pod() {
+    let mut run = run_of(&keys());
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Running),
+        job_uid: Some("job-uid".into()),
+        ..Default::default()
+    });
+    let job =
+        controlled_job(&run, json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}));
+    let template = job.spec.as_ref().unwrap().template.clone();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "mw-run-x", "namespace": "ns",
+            "labels": {"job-name": "mw-run", labels::MANAGED_BY: MANAGER},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "mw-run",
+                "uid": "job-uid", "controller": true}]},
+        "spec": template.spec,
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "tool", "ready": false,
+            "restartCount": 0, "image": "example/sum", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "message": "{\"sum\":3}"}}}]},
+    }))
+    .unwrap();
+    // Before the watch shows the Pod finished, the API server is asked.
+    let mut running = pod.clone();
+    running.status.as_mut().unwrap().phase = Some("Running".into());
+    let lagging = Scenario::with_watched_job_and_pods(&run, Script::default(), job.clone(), vec![running]);
+    lagging.reconcile(&run).await;
+    assert!(
+        lagging.calls().iter().any(|c| c.starts_with("GET /v1/namespaces/ns/pods")),
+        "{:#?}",
+        lagging.calls()
+    );
+    // Once it does, the result comes from the watch: no Pod list.
+    let scenario = Scenario::with_watched_job_and_pods(&run, Script::default(), job, vec![pod]);
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    assert!(!calls.iter().any(|c| c.contains("/pods")), "{calls:#?}");
+    let status = scenario.status_write().body["status"].clone();
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert_eq!(status["result"], "{\"sum\":3}", "{status:#}");
 }
