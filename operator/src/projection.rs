@@ -242,6 +242,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_keeps_its_completion_index_and_start_but_no_long_index() {
+        let started = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::testing::at(5));
+        let mut pod = pod_of(&built());
+        pod.status.as_mut().unwrap().start_time = Some(started.clone());
+        pod.metadata.annotations = Some([(COMPLETION_INDEX.to_string(), "3".to_string())].into());
+        let mut long = pod.clone();
+        project_pod(&mut pod);
+        assert_eq!(pod.metadata.annotations.unwrap()[COMPLETION_INDEX], "3", "a part's number");
+        assert_eq!(pod.status.unwrap().start_time, Some(started), "which running Pod is newest");
+        long.metadata.annotations = Some([(COMPLETION_INDEX.to_string(), "9".repeat(64))].into());
+        project_pod(&mut long);
+        assert!(long.metadata.annotations.is_none_or(|a| !a.contains_key(COMPLETION_INDEX)));
+    }
+
+    #[test]
     fn a_planted_pod_is_a_stub_of_constant_size_whatever_it_carries() {
         let mut planted = pod_of(&built());
         planted.metadata.owner_references = None;

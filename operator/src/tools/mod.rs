@@ -187,9 +187,13 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     let uid = run.metadata.uid.clone().unwrap_or_default();
     let watched = futures::FutureExt::now_or_never(ctx.jobs.wait_until_ready()).is_some_and(|r| r.is_ok());
     let read_live = !watched || ctx.read_live.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    // A Job the run recorded and the watch does not show is read too: the
+    // watch may not have brought it yet (it was made a moment ago), and
+    // "deleted before it finished" is said only of what the API server says.
+    let recorded = !run.is_finished() && run.status.as_ref().is_some_and(|s| s.job_uid.is_some());
     let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&namespace)) {
         Some(job) if !read_live && job.spec.is_some() => Some((*job).clone()),
-        None if !read_live => None,
+        None if !read_live && !recorded => None,
         _ => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,
     };
     let state = job_state(run, job.as_ref());

@@ -540,3 +540,33 @@ async fn a_finished_jobs_result_is_read_from_the_pod_watch_when_it_shows_the_pod
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     assert_eq!(status["result"], "{\"sum\":3}", "{status:#}");
 }
+
+#[tokio::test]
+async fn a_recorded_job_the_watch_has_not_brought_yet_is_read_not_taken_for_deleted() {
+    // The status says which Job was made; the watch has not shown it yet.
+    let mut run = run_of(&keys());
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Running),
+        job_uid: Some("job-uid".into()),
+        message: Some("running".into()),
+        progress: Some("0/1".into()),
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::testing::at(0))),
+        ..Default::default()
+    });
+    let job = controlled_job(&run, json!({}));
+    let script = Script { job: Some(serde_json::to_value(&job).unwrap()), ..Script::default() };
+    let scenario = Scenario::with_synced_watch(&run, script);
+    scenario.reconcile(&run).await;
+    let calls = scenario.calls();
+    assert_eq!(
+        calls.first().map(String::as_str),
+        Some("GET /batch/v1/namespaces/ns/jobs/mw-run"),
+        "{calls:#?}"
+    );
+    assert!(!calls.iter().any(|c| c.starts_with("PATCH")), "still running, nothing to write: {calls:#?}");
+    // Gone from the API server too: then it was deleted.
+    let scenario = Scenario::with_synced_watch(&run, Script::default());
+    scenario.reconcile(&run).await;
+    let failed = scenario.status_write().body["status"].clone();
+    assert_eq!(failed["phase"], "Failed", "{failed:#}");
+}
