@@ -7,8 +7,13 @@
 //! driver creates RUNS copies at once, then waits until every one is seen
 //! `Complete` (no result read, no status, no queue); (2) the operator —
 //! RUNS ToolRuns of the same tool created at once, until every one is seen
-//! `Succeeded`. It prints each run and operator ÷ floor of the median walls.
-//! `BENCH_OPERATOR=PATH` measures another build.
+//! `Succeeded`; (3) the writes floor — no operator, a driver that makes, for
+//! each run, exactly the API calls the operator makes for one (the run, its
+//! arguments Secret, the Job, the status written when it starts and when
+//! its Job completes, the Secret read, the Event, the Job's deletion) with
+//! no decision between them. It prints each run, operator ÷ floor and
+//! operator ÷ writes floor of the median walls. `BENCH_OPERATOR=PATH`
+//! measures another build.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -16,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use mining_api::{ToolRun, ToolRunPhase, labels};
 use serde_json::json;
@@ -137,6 +144,101 @@ async fn floor(operator: &Path, runs: usize) -> (Duration, usize) {
     (started.elapsed(), done.len())
 }
 
+/// The writes floor: for each of `runs` runs at once, the operator's API
+/// calls for one run in its order, made by a driver that decides nothing.
+async fn writes_floor(operator: &Path, runs: usize) -> (Duration, usize) {
+    let ns = TestNamespace::new("tool-writes").await;
+    install_crd(&ns.client).await;
+    let template = operator_job(&ns, operator).await;
+    let jobs: Api<Job> = ns.api();
+    // Each Job's completion, told to the driver of its run.
+    let waiters: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    > = Default::default();
+    let selector = format!("{}=writes", labels::MANAGED_BY);
+    let mut seen = watcher(jobs.clone(), watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let watch = {
+        let waiters = waiters.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(job)) = seen.try_next().await {
+                if complete(&job)
+                    && let Some(done) = waiters.lock().unwrap().remove(&job.metadata.name.unwrap_or_default())
+                {
+                    let _ = done.send(());
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut drivers = Vec::new();
+    for i in 0..runs {
+        let name = format!("run-{i}");
+        let (done, completed) = tokio::sync::oneshot::channel();
+        waiters.lock().unwrap().insert(name.clone(), done);
+        let (runs_api, secrets, jobs, events): (Api<ToolRun>, Api<Secret>, Api<Job>, Api<Event>) =
+            (ns.api(), ns.api(), ns.api(), ns.api());
+        let run = run_object(&ns, &name);
+        let mut job = template.clone();
+        let mut meta_labels = template.metadata.labels.clone().unwrap_or_default();
+        meta_labels.insert(labels::MANAGED_BY.into(), "writes".into());
+        job.metadata = ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(meta_labels),
+            annotations: template.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        };
+        let namespace = ns.name.clone();
+        drivers.push(tokio::spawn(async move {
+            let params = PostParams::default();
+            let made = runs_api.create(&params, &run).await.expect("a run");
+            let secret_name = mining_api::tool::arguments_secret_name(&name);
+            let secret = Secret {
+                metadata: ObjectMeta { name: Some(secret_name.clone()), ..ObjectMeta::default() },
+                string_data: Some([("arguments.json".to_string(), "{}".to_string())].into()),
+                ..Secret::default()
+            };
+            secrets.create(&params, &secret).await.expect("a Secret");
+            jobs.create(&params, &job).await.expect("a Job");
+            let status = |phase: &str| {
+                Patch::Merge(json!({"status": {"phase": phase, "message": "running", "progress": "0/1"}}))
+            };
+            runs_api
+                .patch_status(&name, &PatchParams::default(), &status("Running"))
+                .await
+                .expect("a status");
+            completed.await.expect("the Job completes");
+            secrets.get(&secret_name).await.expect("the Secret");
+            runs_api
+                .patch_status(&name, &PatchParams::default(), &status("Succeeded"))
+                .await
+                .expect("a status");
+            let event: Event = serde_json::from_value(json!({
+                "metadata": {"generateName": "run-", "namespace": namespace},
+                "eventTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+                "reportingController": "bench", "reportingInstance": "bench", "action": "Reconcile",
+                "reason": "RunSucceeded", "type": "Normal", "note": "the tool finished",
+                "regarding": {"apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+                    "name": name, "namespace": namespace, "uid": made.metadata.uid},
+            }))
+            .unwrap();
+            events.create(&params, &event).await.expect("an Event");
+            jobs.delete(&name, &DeleteParams::background()).await.expect("the Job deleted");
+        }));
+    }
+    let mut done = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(900);
+    for driver in drivers {
+        if tokio::time::timeout_at(deadline, driver).await.is_ok_and(|r| r.is_ok()) {
+            done += 1;
+        }
+    }
+    watch.abort();
+    (started.elapsed(), done)
+}
+
 /// The operator: `runs` ToolRuns created at once, until all succeeded; also
 /// its API calls per run, by verb and resource, from its /metrics.
 async fn operator(binary: &Path, runs: usize) -> (Duration, usize, f64, Vec<String>) {
@@ -230,11 +332,14 @@ async fn main() {
     println!("runs={runs} rounds={rounds}");
     println!("| round | driver | done | wall s |");
     println!("|---|---|---:|---:|");
-    let (mut floors, mut operators) = (Vec::new(), Vec::new());
+    let (mut floors, mut operators, mut writes) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         let (wall, done) = floor(&binary, runs).await;
         println!("| {round} | floor | {done}/{runs} | {:.1} |", wall.as_secs_f64());
         floors.push(wall.as_secs_f64());
+        let (wall, done) = writes_floor(&binary, runs).await;
+        println!("| {round} | writes floor | {done}/{runs} | {:.1} |", wall.as_secs_f64());
+        writes.push(wall.as_secs_f64());
         let (wall, done, calls, by_kind) = operator(&binary, runs).await;
         println!(
             "| {round} | operator | {done}/{runs} | {:.1} | {calls:.1} API calls / run |",
@@ -245,9 +350,11 @@ async fn main() {
         }
         operators.push(wall.as_secs_f64());
     }
-    let (floor, operator) = (median(floors), median(operators));
+    let (floor, operator, writes) = (median(floors), median(operators), median(writes));
     println!(
-        "median wall: floor {floor:.1} s, operator {operator:.1} s; operator ÷ floor = {:.2}",
-        operator / floor
+        "median wall: floor {floor:.1} s, writes floor {writes:.1} s, operator {operator:.1} s; \
+         operator ÷ floor = {:.2}, operator ÷ writes floor = {:.2}",
+        operator / floor,
+        operator / writes
     );
 }
