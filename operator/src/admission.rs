@@ -22,9 +22,11 @@
 //!
 //! Slots are lent, not kept: when every slot is taken and the head of the
 //! queue belongs to a group holding fewer slots than the group of a
-//! workflow between two blocks, that workflow yields its slot
-//! ([`should_yield`]) and queues again with its mined blocks kept. (A tool
-//! run cannot resume, so it never yields.)
+//! mining workflow, that workflow yields its slot ([`should_yield`]) and
+//! queues again with its mined blocks kept — at its next block boundary, or
+//! mid-block once the head has waited `--preempt-after-seconds`
+//! ([`yield_for`]): a block can take days, and a share that waits for its
+//! end is no bound. (A tool run cannot resume, so it never yields.)
 
 use std::collections::HashMap;
 
@@ -224,11 +226,21 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
 pub struct Budget {
     pub total: usize,
     caps: Vec<(WorkKind, usize)>,
+    /// How long the head of the queue waits for a block boundary before a
+    /// workflow over its share gives its slot back mid-block (`None`: only
+    /// at boundaries).
+    pub preempt_after: Option<std::time::Duration>,
 }
 
 impl Budget {
     pub fn new(total: usize) -> Self {
-        Self { total, caps: Vec::new() }
+        Self { total, caps: Vec::new(), preempt_after: None }
+    }
+
+    /// The same budget, taking slots back mid-block once the head has waited `after`.
+    pub fn preempting_after(mut self, after: std::time::Duration) -> Self {
+        self.preempt_after = Some(after);
+        self
     }
 
     /// The same budget with `kind` capped at `cap` slots.
@@ -340,23 +352,66 @@ impl QueuePositions {
     }
 }
 
+/// Whether and when a workflow holding a slot gives it back (see [`yield_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Yield {
+    /// Its share is not over another's: it keeps the slot.
+    #[default]
+    Keep,
+    /// Before its next block: the head of the queue has not waited long.
+    AtBlockBoundary,
+    /// Now, mid-block: the head has waited [`Budget::preempt_after`]. The
+    /// running block's Job goes and the block is mined again when it resumes;
+    /// every block already mined is kept.
+    Now,
+}
+
+/// Whether `me`, a workflow mining, should give its slot to the head of
+/// the queue ([`should_yield`]), and when: at its next block boundary, or
+/// now if the head has waited longer than the budget lets a boundary be
+/// waited for (`now` against the head's creation; work that yielded before
+/// has waited at least that long, so it takes a slot back at once — only
+/// from a group holding more than its own, so shares still settle).
+pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp) -> Yield {
+    let Some(head) = yield_to(all, me, budget) else {
+        return Yield::Keep;
+    };
+    let waited = head.work.created.map(|created| now.duration_since(created).unsigned_abs());
+    match (budget.preempt_after, waited) {
+        (Some(after), Some(waited)) if waited >= after => Yield::Now,
+        _ => Yield::AtBlockBoundary,
+    }
+}
+
+/// When the head of the queue, `head`, may take a slot back mid-block:
+/// `None` when it never will (no preemption configured), else how long
+/// from `now` (zero: already).
+pub fn preempt_in(head: &QueueEntry, budget: &Budget, now: Timestamp) -> Option<std::time::Duration> {
+    let after = budget.preempt_after?;
+    let waited = head.created.map_or(after, |created| now.duration_since(created).unsigned_abs());
+    Some(after.saturating_sub(waited))
+}
+
 /// Whether `me`, a workflow mining and between two blocks, should give its
 /// slot to the head of the queue: every slot is taken (else the head takes
 /// a free one), and `me`'s group holds more slots than the head's —
 /// namespaces first, then parties within one namespace. Groups an equal
 /// number of slots apart never trade, so shares settle instead of swapping.
 pub fn should_yield(all: &[Seen], me: &QueueEntry, budget: &Budget) -> bool {
+    yield_to(all, me, budget).is_some()
+}
+
+/// The head of the queue `me` should give its slot to, if any (see [`should_yield`]).
+fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a Seen> {
     let held = move |kind: Option<WorkKind>| {
         all.iter().filter(move |s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k))
     };
     let kind_full = held(Some(me.kind)).count() >= budget.cap(me.kind);
     if held(None).count() < budget.total && !kind_full {
-        return false;
+        return None;
     }
     // The head that would take my slot: of my kind when my kind's cap binds.
-    let Some(head) = queue(all).into_iter().find(|s| !kind_full || s.work.kind == me.kind) else {
-        return false;
-    };
+    let head = queue(all).into_iter().find(|s| !kind_full || s.work.kind == me.kind)?;
     let held_in = |namespace: &str, party: Option<&str>| {
         held(None)
             .filter(|s| namespace_of(s) == namespace)
@@ -365,11 +420,23 @@ pub fn should_yield(all: &[Seen], me: &QueueEntry, budget: &Budget) -> bool {
     };
     let (my_namespace, head_namespace) = (me.namespace.as_str(), namespace_of(head));
     if my_namespace != head_namespace {
-        return held_in(my_namespace, None) > held_in(head_namespace, None);
+        return (held_in(my_namespace, None) > held_in(head_namespace, None)).then_some(head);
     }
     let my_party = all.iter().find(|s| s.work.uid == me.uid).map_or("", party_of);
     let head_party = party_of(head);
-    my_party != head_party && held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party))
+    let over = held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party));
+    (my_party != head_party && over).then_some(head)
+}
+
+/// The work holding slots that should give one to the head of the queue
+/// (each by [`should_yield`]): whom the head wakes when it may take a slot
+/// back mid-block, since a block that takes days sends no event before.
+pub fn holders_over_share<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
+    all.iter()
+        .filter(|s| holds_slot(s))
+        .filter(|s| should_yield(all, &s.work, budget))
+        .map(|s| &s.work)
+        .collect()
 }
 
 /// The waiting work that should take the slots free now, in queue order.

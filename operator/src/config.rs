@@ -103,9 +103,13 @@ impl Limits {
     pub fn budget(&self) -> crate::admission::Budget {
         let sum = self.max_concurrent_workflows.saturating_add(self.max_concurrent_tool_runs);
         use crate::admission::{Budget, WorkKind};
-        Budget::new(self.max_concurrent_work.unwrap_or(sum))
+        let budget = Budget::new(self.max_concurrent_work.unwrap_or(sum))
             .capping(WorkKind::of::<mining_api::MiningWorkflow>(), self.max_concurrent_workflows)
-            .capping(WorkKind::of::<mining_api::ToolRun>(), self.max_concurrent_tool_runs)
+            .capping(WorkKind::of::<mining_api::ToolRun>(), self.max_concurrent_tool_runs);
+        match self.preempt_after_seconds {
+            0 => budget,
+            seconds => budget.preempting_after(Duration::from_secs(seconds)),
+        }
     }
 }
 
@@ -135,6 +139,14 @@ pub struct Limits {
     #[arg(long, env = "MAX_CONCURRENT_WORK",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=110_000))]
     pub max_concurrent_work: Option<usize>,
+    /// How long the head of the queue waits, every slot taken, before work
+    /// holding more than its share gives a slot back mid-block (a mining
+    /// workflow's running block is mined again when it resumes; its mined
+    /// blocks are kept). 0: slots are given back only at block boundaries,
+    /// which a long block may never reach.
+    #[arg(long, env = "PREEMPT_AFTER_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub preempt_after_seconds: u64,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(0..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]

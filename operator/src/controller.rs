@@ -382,18 +382,24 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         _ => (Slots::default(), None),
     };
     // Between two blocks (no whole-block Job running), a workflow holding a
-    // slot that waiting work should have yields it. (A block mined in
-    // ranges is decided while its other ranges still run: the plan yields
-    // only before a block no Job was made for.)
+    // slot that waiting work should have yields it; mid-block only once the
+    // head of the queue has waited past the preemption delay. (A block mined
+    // in ranges is decided while its other ranges still run: the plan
+    // yields only before a block no Job was made for.)
     let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
-    let mut yield_turn =
-        (before == WorkflowPhase::Mining && between_blocks).then(|| ctx.memory.yield_turn()).flatten();
-    let yield_slot = yield_turn.is_some() && ctx.queue.should_yield(&me);
-    if !yield_slot {
+    let now = Timestamp::now();
+    let may_yield = before == WorkflowPhase::Mining
+        && (between_blocks || ctx.queue.yield_for(&me, now) == crate::admission::Yield::Now);
+    let mut yield_turn = may_yield.then(|| ctx.memory.yield_turn()).flatten();
+    let yielding = match yield_turn {
+        Some(_) => ctx.queue.yield_for(&me, now),
+        None => crate::admission::Yield::Keep,
+    };
+    if yielding == crate::admission::Yield::Keep {
         yield_turn = None;
     }
     // Plan.
-    let observed = Observed { workflow, jobs, ranges, slots, yield_slot, now: Timestamp::now() };
+    let observed = Observed { workflow, jobs, ranges, slots, yielding, now };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &ctx.config.limits));
@@ -428,7 +434,15 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     if before == WorkflowPhase::Mining && (after.is_finished() || after == WorkflowPhase::Pending) {
         ctx.queue.wake_next();
     }
-    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+    let mut requeue_after = plan.requeue_after;
+    if after == WorkflowPhase::Pending && !slots.admits() && slots.ahead == 0 {
+        // The head of the queue, every slot taken: look again when it may
+        // take one back mid-block (see `WorkQueue::reclaim_for`).
+        if let Some(again) = ctx.queue.reclaim_for(&me) {
+            requeue_after = Some(requeue_after.map_or(again, |planned| planned.min(again)));
+        }
+    }
+    Ok(requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 
 #[cfg(test)]

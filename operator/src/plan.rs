@@ -15,6 +15,7 @@ use mining_api::{
     condition_types, reasons,
 };
 
+use crate::admission::Yield;
 use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
@@ -41,9 +42,9 @@ pub struct Observed<'a> {
     /// to, of the limit that binds this workflow, and the waiting work
     /// that goes first (see `admission::slots_for`).
     pub slots: crate::admission::Slots,
-    /// Whether, between two blocks, this workflow should give its slot to
-    /// one that waits (`admission::should_yield`).
-    pub yield_slot: bool,
+    /// Whether this workflow should give its slot to work that waits, and
+    /// when: before its next block, or now (`admission::yield_for`).
+    pub yielding: crate::admission::Yield,
     pub now: Timestamp,
 }
 
@@ -356,7 +357,7 @@ impl Planner<'_> {
                 && self.observed.workflow.status.as_ref().and_then(|s| s.current_block) != Some(block)
                 && !in_ranges
                 && !self.observed.jobs.contains_key(&block);
-            if self.observed.yield_slot && untouched {
+            if self.observed.yielding != Yield::Keep && untouched {
                 return self.yield_slot(block, total);
             }
             if !self.observed.jobs.contains_key(&block) && (in_ranges || self.parallelism() > 1) {
@@ -382,6 +383,13 @@ impl Planner<'_> {
                         self.event(true, reasons::JOB_RECREATED, note);
                     }
                     return self.mining(block, total);
+                }
+                // The head of the queue waited past the preemption delay: the
+                // block's Job goes and it is mined again when this resumes.
+                Some(BlockJob::Running) if self.observed.yielding == Yield::Now && !in_ranges => {
+                    let job = block_job_name(&self.name, self.uid(), block);
+                    self.plan.actions.push(Action::DeleteJob { name: job });
+                    return self.preempted(block, total);
                 }
                 Some(BlockJob::Running) => return self.mining(block, total),
                 Some(BlockJob::Succeeded { message, started, finished }) => {
@@ -423,6 +431,25 @@ impl Planner<'_> {
         let message = format!(
             "queued: yielded its slot after block {}/{total} to a workflow that waited; it resumes with the \
              blocks mined so far when a slot frees",
+            block - 1
+        );
+        self.plan.status.phase = Some(WorkflowPhase::Pending);
+        self.plan.status.current_block = None;
+        self.plan.status.message = Some(message.clone());
+        self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::YIELDED, &message);
+        self.condition(condition_types::MINING, ConditionStatus::False, reasons::YIELDED, &message);
+        self.condition(condition_types::READY, ConditionStatus::False, reasons::QUEUED, "waiting to resume");
+        self.event(false, reasons::YIELDED, message);
+        self.requeue(QUEUED_RECHECK);
+    }
+
+    /// Gives the slot back mid-block `block` to work that waited past the
+    /// preemption delay: back in the queue, every mined block kept, `block`
+    /// mined again from its first nonce when a slot frees.
+    fn preempted(&mut self, block: u32, total: u32) {
+        let message = format!(
+            "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
+             {} blocks mined so far are kept, block {block} is mined again when a slot frees",
             block - 1
         );
         self.plan.status.phase = Some(WorkflowPhase::Pending);

@@ -7,17 +7,23 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
 use mining_api::Work;
 
 use crate::admission::{
-    Budget, QueueEntry, Seen, Slots, Standing, WorkKind, freshest_phases, next_in_queue, queue_positions,
-    should_yield, slots_for, taken_by_others,
+    Budget, QueueEntry, Seen, Slots, Standing, WorkKind, Yield, freshest_phases, holders_over_share,
+    next_in_queue, preempt_in, queue_positions, should_yield, slots_for, taken_by_others, yield_for,
 };
 use crate::memory::{Memory, Reservation};
 use crate::parties::Parties;
+
+/// How often the head of the queue wakes the work over its share again
+/// while it may take a slot back and has not got one.
+const RECLAIM_RECHECK: Duration = Duration::from_secs(5);
 
 /// What the queue needs of one registered kind.
 trait Queued: Send + Sync {
@@ -139,6 +145,30 @@ impl WorkQueue {
     /// Whether the workflow `me`, between two blocks, should lend its slot.
     pub fn should_yield(&self, me: &QueueEntry) -> bool {
         should_yield(&self.all(), me, &self.budget)
+    }
+
+    /// Whether and when the workflow `me` gives its slot back (see `admission::yield_for`).
+    pub fn yield_for(&self, me: &QueueEntry, now: Timestamp) -> Yield {
+        yield_for(&self.all(), me, &self.budget, now)
+    }
+
+    /// `me` heads the queue and every slot is taken: once it may take a slot
+    /// back mid-block, wake the work holding more than its share (a block
+    /// that takes days sends no event before it ends). How long until `me`
+    /// should look again; `None` when slots are taken back only at block
+    /// boundaries.
+    pub fn reclaim_for(&self, me: &QueueEntry) -> Option<Duration> {
+        let left = preempt_in(me, &self.budget, Timestamp::now())?;
+        if !left.is_zero() {
+            return Some(left);
+        }
+        let all = self.all();
+        for holder in holders_over_share(&all, &self.budget) {
+            if let Some(queued) = self.kind(holder.kind) {
+                queued.wake(&holder.namespace, &holder.name);
+            }
+        }
+        Some(RECLAIM_RECHECK)
     }
 
     /// A slot freed (or the queue changed): reconcile the work next in line

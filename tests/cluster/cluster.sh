@@ -101,7 +101,8 @@ start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' 
     --image "curlimages/curl=$(command -v curl || echo /usr/bin/curl)" \
     --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
-    --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh"
+    --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh" \
+    --image "local/patient=$HERE/fake-miners/patient.sh"
 }
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers

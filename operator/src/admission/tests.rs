@@ -303,3 +303,58 @@ fn a_kind_is_its_noun_and_one_without_a_cap_is_bounded_by_the_budget() {
     let next: Vec<_> = next_in_queue(&all, &budget(2)).into_iter().map(|e| e.name.clone()).collect();
     assert_eq!(next, ["r"]);
 }
+
+#[test]
+fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
+    // Issue #47: another namespace's days-long blocks hold every slot.
+    let mut all: Vec<Seen> =
+        (0..2).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+    all.push(seen_in("victim", Some("alice"), "short", 100, Lifecycle::Waiting));
+    let me = all[0].work.clone();
+    let preempting = budget(2).preempting_after(std::time::Duration::from_secs(60));
+    assert_eq!(
+        yield_for(&all, &me, &preempting, at(130)),
+        Yield::AtBlockBoundary,
+        "30 s: a boundary may come"
+    );
+    assert_eq!(yield_for(&all, &me, &preempting, at(160)), Yield::Now, "60 s: the slot comes back now");
+    assert_eq!(
+        yield_for(&all, &me, &budget(2), at(10_000)),
+        Yield::AtBlockBoundary,
+        "never mid-block unless set"
+    );
+    // When the head should look again.
+    let head = &all[2].work;
+    assert_eq!(preempt_in(head, &preempting, at(130)), Some(std::time::Duration::from_secs(30)));
+    assert_eq!(preempt_in(head, &preempting, at(200)), Some(std::time::Duration::ZERO));
+    assert_eq!(preempt_in(head, &budget(2), at(200)), None);
+    // Whom the head wakes: both holders are over the victim's share of none.
+    let woken: Vec<&str> = holders_over_share(&all, &preempting).iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(woken, ["long-0", "long-1"]);
+    // Once one gave its slot back and the victim mines, shares are 1 and 1:
+    // nobody else is taken from, whatever the wait.
+    all[0].phase = Lifecycle::Waiting;
+    all[2].phase = Lifecycle::Active;
+    assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(10_000)), Yield::Keep);
+    assert!(holders_over_share(&all, &preempting).is_empty());
+}
+
+#[test]
+fn one_callers_long_work_gives_way_to_another_callers_in_the_same_namespace() {
+    let party =
+        |name: &str, created: i64, phase, caller: &str| seen_in("shared", Some(caller), name, created, phase);
+    let all = [
+        party("a-1", 0, Lifecycle::Active, "alice"),
+        party("a-2", 1, Lifecycle::Active, "alice"),
+        party("b-1", 2, Lifecycle::Waiting, "bob"),
+    ];
+    let preempting = budget(2).preempting_after(std::time::Duration::from_secs(60));
+    assert_eq!(yield_for(&all, &all[0].work, &preempting, at(62)), Yield::Now);
+    // Direct creators against an MCP caller: the same rule, "" is a party.
+    let mixed = [
+        seen_in("shared", None, "direct-1", 0, Lifecycle::Active),
+        seen_in("shared", None, "direct-2", 1, Lifecycle::Active),
+        party("b-1", 2, Lifecycle::Waiting, "bob"),
+    ];
+    assert_eq!(yield_for(&mixed, &mixed[0].work, &preempting, at(62)), Yield::Now);
+}

@@ -154,7 +154,7 @@ fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
         jobs: Default::default(),
         ranges: Default::default(),
         slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
-        yield_slot: false,
+        yielding: crate::admission::Yield::Keep,
         now: Timestamp::now(),
     };
     let status = plan(&observed, &config.limits).status;

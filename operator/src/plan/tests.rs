@@ -1,4 +1,5 @@
 use super::*;
+use crate::admission::Yield;
 use crate::naming::block_job_name;
 use crate::testing::{at, workflow};
 use mining_api::bounds::MAX_STORED_INTEGER;
@@ -11,6 +12,7 @@ fn limits() -> Limits {
         max_concurrent_workflows: 2,
         max_concurrent_tool_runs: 20,
         max_concurrent_work: None,
+        preempt_after_seconds: 60,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
         max_parallelism: 8,
@@ -19,7 +21,7 @@ fn limits() -> Limits {
 }
 
 fn observe(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
-    observe_with(wf, jobs, 0, false, now)
+    observe_with(wf, jobs, 0, Yield::Keep, now)
 }
 
 /// `observe`, with `others_mining` and the controller's word on yielding.
@@ -27,7 +29,7 @@ fn observe_with(
     wf: &MiningWorkflow,
     jobs: &[(u32, BlockJob)],
     others_mining: usize,
-    yield_slot: bool,
+    yielding: Yield,
     now: Timestamp,
 ) -> Plan {
     let observed = Observed {
@@ -35,7 +37,7 @@ fn observe_with(
         jobs: jobs.iter().cloned().collect(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: others_mining, limit: 2, ahead: 0, kind_cap: true },
-        yield_slot,
+        yielding,
         now,
     };
     plan(&observed, &limits())
@@ -243,7 +245,7 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 0, kind_cap: true },
-        yield_slot: false,
+        yielding: Yield::Keep,
         now: at(0),
     };
     let plan = plan(&observed, &limits());
@@ -262,7 +264,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 1, kind_cap: true },
-        yield_slot: false,
+        yielding: Yield::Keep,
         now: at(0),
     };
     let queued = plan(&observed, &limits());
@@ -279,7 +281,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 3, kind_cap: true },
-        yield_slot: false,
+        yielding: Yield::Keep,
         now: at(1),
     };
     let later = plan(&observed, &limits());
@@ -291,7 +293,7 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 0, kind_cap: true },
-        yield_slot: false,
+        yielding: Yield::Keep,
         now: at(2),
     };
     let admitted = plan(&observed, &limits());
@@ -475,7 +477,7 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
             jobs: BTreeMap::new(),
             ranges: ranges.clone(),
             slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
-            yield_slot: false,
+            yielding: Yield::Keep,
             now: at(1),
         };
         let plan = plan(&observed, &limits);
@@ -542,7 +544,7 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
         slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
-        yield_slot: false,
+        yielding: Yield::Keep,
         now: at(0),
     };
     let plan = plan(&observed, &limits);
@@ -582,7 +584,7 @@ fn a_block_begun_in_ranges_stays_in_ranges_when_parallelism_drops_to_one() {
 
 /// `observe` with the controller's word that the slot should go to another.
 fn told_to_yield(wf: &MiningWorkflow, jobs: &[(u32, BlockJob)], now: Timestamp) -> Plan {
-    observe_with(wf, jobs, 1, true, now)
+    observe_with(wf, jobs, 1, Yield::AtBlockBoundary, now)
 }
 
 #[test]
@@ -636,4 +638,35 @@ fn a_workflow_mined_in_ranges_yields_before_its_next_block_too() {
     started.status.as_mut().unwrap().current_block = Some(2);
     let mining = told_to_yield(&started, &[], at(20));
     assert_eq!(mining.status.phase, Some(WorkflowPhase::Mining));
+}
+
+#[test]
+fn mid_block_a_workflow_told_to_give_its_slot_back_now_stops_its_job_and_keeps_its_blocks() {
+    // Issue #47: block 2 of a long chain runs for days; the head of the
+    // queue has waited past the preemption delay.
+    let wf = workflow("w", 8, 3);
+    let wf = with_status(wf.clone(), &observe(&wf, &[], at(0)));
+    let first = mined(1, GENESIS, 8);
+    let mut wf = with_status(wf.clone(), &observe(&wf, &[(1, succeeded(&first))], at(10)));
+    assert_eq!(wf.status.as_ref().unwrap().current_block, Some(2));
+    let running = [(1, succeeded(&first)), (2, BlockJob::Running)];
+    // Told only "at the next boundary": it keeps mining block 2.
+    let kept = told_to_yield(&wf, &running, at(20));
+    assert_eq!(kept.status.phase, Some(WorkflowPhase::Mining), "{:?}", kept.status.message);
+    assert!(kept.actions.is_empty(), "{:?}", kept.actions);
+    // Told "now": block 2's Job goes, block 1 stays, back in the queue.
+    let preempted = observe_with(&wf, &running, 1, Yield::Now, at(90));
+    assert_eq!(preempted.status.phase, Some(WorkflowPhase::Pending));
+    assert_eq!(preempted.status.blocks.len(), 1, "the mined block is kept");
+    assert_eq!(preempted.status.current_block, None);
+    let job = crate::naming::block_job_name("w", wf.metadata.uid.as_deref().unwrap(), 2);
+    assert_eq!(preempted.actions, [Action::DeleteJob { name: job }]);
+    assert_eq!(condition(&preempted, condition_types::ADMITTED).reason, reasons::YIELDED);
+    assert!(preempted.status.message.as_deref().unwrap().contains("during block 2/3"));
+    // Re-admitted: block 2 again from its first nonce, on block 1.
+    wf = with_status(wf, &preempted);
+    let resumed = observe(&wf, &[(1, succeeded(&first))], at(200));
+    assert_eq!(resumed.status.phase, Some(WorkflowPhase::Mining));
+    assert_eq!(resumed.actions, [Action::CreateJob { block: 2, prev: first.hash.clone(), difficulty: 8 }]);
+    assert!(resumed.events.iter().all(|e| e.reason != reasons::JOB_RECREATED), "{:?}", resumed.events);
 }

@@ -337,6 +337,11 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         return Ok(Requeue::await_change());
     }
+    if waiting && !slots.admits() && slots.ahead == 0 {
+        // The head of the queue, every slot taken: work over its share gives
+        // a slot back once this has waited long enough (`reclaim_for`).
+        ctx.queue.reclaim_for(&QueueEntry::of(run));
+    }
     Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 

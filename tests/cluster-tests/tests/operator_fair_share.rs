@@ -123,3 +123,103 @@ async fn thirty_direct_workflows_with_random_caller_labels_delay_an_mcp_caller_b
         .count();
     assert!(served_first <= 1, "{served_first} planted workflows went before the caller's");
 }
+
+/// The patient miner's difficulty (`tests/cluster/fake-miners/patient.sh`):
+/// block 1 is mined for real, every later block takes "days".
+const PATIENT: u32 = 3;
+/// The operator's `--preempt-after-seconds` here (60 by default).
+const PREEMPT_AFTER: u64 = 5;
+/// What a start may take beyond the delay: the head's recheck (5 s), the
+/// holder's reconcile, its Job's deletion, the newcomer's Job and Pod.
+const START_SLACK: Duration = Duration::from_secs(45);
+
+/// Issue #47: every slot held by blocks that never end; a new MCP caller's
+/// small workflow, then its small tool run, each start within the
+/// preemption delay (not at a block boundary, which never comes), and the
+/// holders keep every block they mined.
+#[tokio::test]
+#[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
+async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_run_within_the_delay() {
+    use cluster_tests::tools::{ALICE, call, define, settle, setup_with, tool};
+    let preempt = PREEMPT_AFTER.to_string();
+    let (ns, _operator, frontend) = setup_with(
+        "fair-long",
+        &[
+            "--max-concurrent-work",
+            "2",
+            "--max-concurrent-workflows",
+            "2",
+            "--max-concurrent-tool-runs",
+            "2",
+            "--miner-image",
+            "local/patient",
+            "--preempt-after-seconds",
+            &preempt,
+        ],
+    )
+    .await;
+    let url = frontend.url();
+    define(&ns, &url, tool("sum-numbers", 20, json!({}))).await;
+    // Direct creators take both slots: block 1 mined, block 2 for "days".
+    let long = json!({"difficulty": PATIENT, "blocks": 64});
+    let api = create_workflow(&ns, "long-0", long.clone()).await;
+    create_workflow(&ns, "long-1", long).await;
+    let both_on_block_two = || async {
+        for name in ["long-0", "long-1"] {
+            let workflow = api.get(name).await.ok()?;
+            let status = workflow.status.as_ref()?;
+            (workflow.phase() == WorkflowPhase::Mining && status.current_block == Some(2)).then_some(())?;
+        }
+        Some(())
+    };
+    eventually("both long workflows to mine block 2", WORKFLOW_TIMEOUT, both_on_block_two).await;
+
+    // The caller's small workflow starts, and finishes, within the delay.
+    let asked = std::time::Instant::now();
+    let arguments = json!({"difficulty": 4, "blocks": 1, "wait_seconds": 0});
+    let started = call(Sdk::TypeScript, &url, ALICE, "start_mining", arguments).await;
+    let id = started["workflow_id"].as_str().expect("a workflow id").to_string();
+    let bound = Duration::from_secs(PREEMPT_AFTER) + START_SLACK;
+    eventually("the caller's workflow to succeed within the bound", bound, || async {
+        (api.get(&id).await.ok()?.phase() == WorkflowPhase::Succeeded).then_some(())
+    })
+    .await;
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_secs(PREEMPT_AFTER), "it waited for the delay, not less: {took:?}");
+
+    // A holder gave its slot back mid-block, said so, and kept its block.
+    let events: Api<Event> = ns.api();
+    let yielded: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED))
+        .collect();
+    let note = yielded.first().and_then(|e| e.note.clone()).expect("a Yielded Event");
+    assert!(note.contains("during block 2/64"), "{note}");
+    for name in ["long-0", "long-1"] {
+        let workflow = api.get(name).await.unwrap();
+        assert_eq!(workflow.mined_blocks().len(), 1, "{name} lost a mined block");
+        assert_chain_verifies(&workflow, PATIENT);
+    }
+
+    // The slot went back to the holder; a small tool run now waits behind
+    // both again, and starts within the delay the same way.
+    eventually("both long workflows to mine block 2 again", WORKFLOW_TIMEOUT, both_on_block_two).await;
+    let asked = std::time::Instant::now();
+    let answer = call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2]})).await;
+    let done = match answer["status"].as_str() {
+        Some("running") => {
+            settle(Sdk::TypeScript, &url, ALICE, answer["workflow_id"].as_str().unwrap()).await
+        }
+        _ => answer,
+    };
+    assert_eq!(done["result"]["sum"], 3.0, "{done:#}");
+    let took = asked.elapsed();
+    assert!(took < bound, "the tool run took {took:?}, more than {bound:?}");
+    for name in ["long-0", "long-1"] {
+        assert_eq!(api.get(name).await.unwrap().mined_blocks().len(), 1, "{name} lost a mined block");
+    }
+}
