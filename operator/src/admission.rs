@@ -407,11 +407,15 @@ fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a
         all.iter().filter(move |s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k))
     };
     let kind_full = held(Some(me.kind)).count() >= budget.cap(me.kind);
-    if held(None).count() < budget.total && !kind_full {
+    let total_full = held(None).count() >= budget.total;
+    if !total_full && !kind_full {
         return None;
     }
-    // The head that would take my slot: of my kind when my kind's cap binds.
-    let head = queue(all).into_iter().find(|s| !kind_full || s.work.kind == me.kind)?;
+    // The head that would take my slot: work of my kind, or, when the
+    // budget is what binds, of another kind with room under its own cap.
+    let head = queue(all).into_iter().find(|s| {
+        s.work.kind == me.kind || (total_full && held(Some(s.work.kind)).count() < budget.cap(s.work.kind))
+    })?;
     let held_in = |namespace: &str, party: Option<&str>| {
         held(None)
             .filter(|s| namespace_of(s) == namespace)

@@ -358,3 +358,22 @@ fn one_callers_long_work_gives_way_to_another_callers_in_the_same_namespace() {
     ];
     assert_eq!(yield_for(&mixed, &mixed[0].work, &preempting, at(62)), Yield::Now);
 }
+
+#[test]
+fn a_workflow_at_its_kinds_cap_gives_way_to_a_tool_run_when_the_budget_binds_too() {
+    // Both caps at the budget: the workflows fill both the budget and their
+    // own cap, and a tool run of another party waits for the budget.
+    let mut all: Vec<Seen> =
+        (0..2).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+    let mut run = seen_of(RUN, "busy", "run", 100, Lifecycle::Waiting);
+    run.party = "alice".into();
+    all.push(run);
+    let budget = Budget::new(2)
+        .capping(WORKFLOW, 2)
+        .capping(RUN, 2)
+        .preempting_after(std::time::Duration::from_secs(5));
+    assert_eq!(yield_for(&all, &all[0].work, &budget, at(106)), Yield::Now, "its slot serves the run");
+    // A run whose own cap is full could not take it: nobody gives way.
+    let capped = budget.clone().capping(RUN, 0);
+    assert_eq!(yield_for(&all, &all[0].work, &capped, at(106)), Yield::Keep);
+}
