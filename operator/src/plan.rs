@@ -428,30 +428,26 @@ impl Planner<'_> {
     /// Gives the slot to a workflow that waits, before block `block`: back
     /// in the queue, every mined block kept.
     fn yield_slot(&mut self, block: u32, total: u32) {
-        let message = format!(
+        self.back_in_queue(format!(
             "queued: yielded its slot after block {}/{total} to a workflow that waited; it resumes with the \
              blocks mined so far when a slot frees",
             block - 1
-        );
-        self.plan.status.phase = Some(WorkflowPhase::Pending);
-        self.plan.status.current_block = None;
-        self.plan.status.message = Some(message.clone());
-        self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::YIELDED, &message);
-        self.condition(condition_types::MINING, ConditionStatus::False, reasons::YIELDED, &message);
-        self.condition(condition_types::READY, ConditionStatus::False, reasons::QUEUED, "waiting to resume");
-        self.event(false, reasons::YIELDED, message);
-        self.requeue(QUEUED_RECHECK);
+        ));
     }
 
     /// Gives the slot back mid-block `block` to work that waited past the
     /// preemption delay: back in the queue, every mined block kept, `block`
     /// mined again from its first nonce when a slot frees.
     fn preempted(&mut self, block: u32, total: u32) {
-        let message = format!(
+        self.back_in_queue(format!(
             "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
              {} blocks mined so far are kept, block {block} is mined again when a slot frees",
             block - 1
-        );
+        ));
+    }
+
+    /// Back in the queue with its slot given away, saying why (`message`).
+    fn back_in_queue(&mut self, message: String) {
         self.plan.status.phase = Some(WorkflowPhase::Pending);
         self.plan.status.current_block = None;
         self.plan.status.message = Some(message.clone());

@@ -76,6 +76,16 @@ fn within_a_namespace_a_party_holding_more_yields_to_another() {
         party("b-1", 2, Lifecycle::Waiting, "bob"),
     ];
     assert!(should_yield(&all, &all[0].work, &budget(2)));
+    // Issue #47: one caller's long work gives way mid-block once the other
+    // waited past the delay; direct creators ("" is a party) alike.
+    let preempting = budget(2).preempting_after(std::time::Duration::from_secs(60));
+    assert_eq!(yield_for(&all, &all[0].work, &preempting, at(62)), Yield::Now);
+    let direct = [
+        seen_in("shared", None, "direct-1", 0, Lifecycle::Active),
+        seen_in("shared", None, "direct-2", 1, Lifecycle::Active),
+        party("b-1", 2, Lifecycle::Waiting, "bob"),
+    ];
+    assert_eq!(yield_for(&direct, &direct[0].work, &preempting, at(62)), Yield::Now);
     // Equal holdings never trade.
     let even = [
         party("a-1", 0, Lifecycle::Active, "alice"),
@@ -337,26 +347,6 @@ fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
     all[2].phase = Lifecycle::Active;
     assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(10_000)), Yield::Keep);
     assert!(holders_over_share(&all, &preempting).is_empty());
-}
-
-#[test]
-fn one_callers_long_work_gives_way_to_another_callers_in_the_same_namespace() {
-    let party =
-        |name: &str, created: i64, phase, caller: &str| seen_in("shared", Some(caller), name, created, phase);
-    let all = [
-        party("a-1", 0, Lifecycle::Active, "alice"),
-        party("a-2", 1, Lifecycle::Active, "alice"),
-        party("b-1", 2, Lifecycle::Waiting, "bob"),
-    ];
-    let preempting = budget(2).preempting_after(std::time::Duration::from_secs(60));
-    assert_eq!(yield_for(&all, &all[0].work, &preempting, at(62)), Yield::Now);
-    // Direct creators against an MCP caller: the same rule, "" is a party.
-    let mixed = [
-        seen_in("shared", None, "direct-1", 0, Lifecycle::Active),
-        seen_in("shared", None, "direct-2", 1, Lifecycle::Active),
-        party("b-1", 2, Lifecycle::Waiting, "bob"),
-    ];
-    assert_eq!(yield_for(&mixed, &mixed[0].work, &preempting, at(62)), Yield::Now);
 }
 
 #[test]

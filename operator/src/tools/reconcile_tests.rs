@@ -296,12 +296,7 @@ async fn a_cancelled_run_stops_its_job_before_its_status_says_so() {
         job_uid: Some("job-uid".into()),
         ..Default::default()
     });
-    let job = serde_json::to_value(job::job_for_run(&run).unwrap()).unwrap();
-    let mut job = job;
-    job["metadata"]["uid"] = json!("job-uid");
-    job["status"] = json!({"active": 1});
-    job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
-        "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
+    let job = serde_json::to_value(controlled_job(&run, json!({"active": 1}))).unwrap();
     let scenario = Scenario::new(&run, Script { job: Some(job), ..Script::default() });
     scenario.reconcile(&run).await;
     let calls = scenario.calls();
@@ -327,12 +322,7 @@ async fn a_running_run_reads_its_recorded_job_from_the_watch_not_the_api_server(
         job_uid: Some("job-uid".into()),
         ..Default::default()
     });
-    let mut job = serde_json::to_value(job::job_for_run(&run).unwrap()).unwrap();
-    job["metadata"]["uid"] = json!("job-uid");
-    job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",
-        "kind": "ToolRun", "name": "mw-run", "uid": "uid-mw-run", "controller": true}]);
-    job["status"] = json!({"active": 1});
-    let job: Job = serde_json::from_value(job).unwrap();
+    let job = controlled_job(&run, json!({"active": 1}));
     // The watch keeps what the run's Pods are checked against.
     let mut projected = job.clone();
     crate::projection::project_tool_job(&mut projected);

@@ -20,6 +20,13 @@ use serde_json::json;
 /// Long enough that 64 blocks outlast everything else a test does here.
 const LONG_DIFFICULTY: u32 = 20;
 
+/// The `Yielded` Events in `ns`: who gave its slot away, and the note why.
+async fn yielded_events(ns: &cluster_tests::TestNamespace) -> Vec<Event> {
+    let events: Api<Event> = ns.api();
+    let listed = events.list(&ListParams::default()).await.unwrap().items;
+    listed.into_iter().filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED)).collect()
+}
+
 #[tokio::test]
 async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and_the_yielder_resumes() {
     let ns = namespace_with_crd("fair-share").await;
@@ -54,15 +61,7 @@ async fn a_short_workflow_of_another_party_starts_at_the_next_block_boundary_and
         "the short workflow waited for a long one to finish"
     );
     // One long workflow gave its slot between two blocks, and said so.
-    let events: Api<Event> = ns.api();
-    let yielded: Vec<Event> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED))
-        .collect();
+    let yielded = yielded_events(&ns).await;
     assert!(!yielded.is_empty(), "no workflow yielded its slot");
     let yielder = yielded[0].regarding.as_ref().and_then(|r| r.name.clone()).unwrap();
     assert!(yielder.starts_with("long-"), "{yielder}");
@@ -188,15 +187,7 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
     assert!(took >= Duration::from_secs(PREEMPT_AFTER), "it waited for the delay, not less: {took:?}");
 
     // A holder gave its slot back mid-block, said so, and kept its block.
-    let events: Api<Event> = ns.api();
-    let yielded: Vec<Event> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED))
-        .collect();
+    let yielded = yielded_events(&ns).await;
     let note = yielded.first().and_then(|e| e.note.clone()).expect("a Yielded Event");
     assert!(note.contains("during block 2/64"), "{note}");
     for name in ["long-0", "long-1"] {
