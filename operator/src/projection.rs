@@ -105,7 +105,9 @@ pub fn project_pod(pod: &mut Pod) {
     pod.status = pod.status.take().map(read_status);
 }
 
-/// What provenance compares of a Pod spec (`provenance::pod_spec_mismatch`).
+/// What provenance compares of a Pod spec, a block's
+/// (`provenance::pod_spec_mismatch`) or a tool run's
+/// (`tools::provenance::pod_mismatch`).
 fn compared_spec(spec: PodSpec) -> PodSpec {
     let compared_container = |c: Container| Container {
         name: c.name,
@@ -117,6 +119,7 @@ fn compared_spec(spec: PodSpec) -> PodSpec {
         volume_mounts: c.volume_mounts,
         working_dir: c.working_dir,
         termination_message_path: c.termination_message_path,
+        termination_message_policy: c.termination_message_policy,
         security_context: c.security_context,
         ..Default::default()
     };
@@ -130,6 +133,7 @@ fn compared_spec(spec: PodSpec) -> PodSpec {
         host_network: spec.host_network,
         host_pid: spec.host_pid,
         host_ipc: spec.host_ipc,
+        share_process_namespace: spec.share_process_namespace,
         security_context: spec.security_context,
         ..Default::default()
     }

@@ -47,13 +47,17 @@ pub(super) fn cached_own_pods(
                 && pod.labels().get("job-name").map(String::as_str) == Some(name)
         })
         .collect();
-    let unknown = of_job
+    // A Pod the Job controls that the projection cannot show as made from
+    // the template (too large to keep, or a field the projection lacks) is
+    // judged on the API server's copy instead.
+    let (own, unsure): (Vec<&Pod>, Vec<&Pod>) = of_job
         .iter()
-        .any(|pod| pod.spec.is_none() && crate::provenance::controlled_by(&pod.metadata, job_uid));
-    if unknown {
+        .map(AsRef::as_ref)
+        .filter(|pod| crate::provenance::controlled_by(&pod.metadata, job_uid))
+        .partition(|pod| made_by(pod, job));
+    if !unsure.is_empty() {
         return None;
     }
-    let own: Vec<&Pod> = of_job.iter().map(AsRef::as_ref).filter(|pod| made_by(pod, job)).collect();
     let outcomes = number_without_indexes(outcomes_of(&own));
     match finished {
         Some(Finished::Complete { parts }) => {

@@ -497,8 +497,12 @@ async fn a_finished_jobs_result_is_read_from_the_pod_watch_when_it_shows_the_pod
         job_uid: Some("job-uid".into()),
         ..Default::default()
     });
-    let job =
+    let mut job =
         controlled_job(&run, json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}));
+    // As the API server stores it: its defaults are in the template (and so
+    // in the Pod), and the projection must keep what provenance compares.
+    let container = &mut job.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0];
+    container.termination_message_policy = Some("File".into());
     let template = job.spec.as_ref().unwrap().template.clone();
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "mw-run-x", "namespace": "ns",
