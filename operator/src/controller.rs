@@ -388,8 +388,10 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // yields only before a block no Job was made for.)
     let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
     let now = Timestamp::now();
-    let may_yield = before == WorkflowPhase::Mining
-        && (between_blocks || ctx.queue.yield_for(&me, now) == crate::admission::Yield::Now);
+    // Mid-block, only when the head of the queue asked (`reclaim_for`): a
+    // running block's other reconciles never sort the queue.
+    let asked = !between_blocks && ctx.memory.take_preemption_request(&me.uid);
+    let may_yield = before == WorkflowPhase::Mining && (between_blocks || asked);
     let mut yield_turn = may_yield.then(|| ctx.memory.yield_turn()).flatten();
     let yielding = match yield_turn {
         Some(_) => ctx.queue.yield_for(&me, now),

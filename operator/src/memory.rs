@@ -8,7 +8,7 @@
 //! lock is taken over rather than propagated.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,8 @@ const SWEEP_SLACK: usize = 64;
 /// within a watch event's delay; after this the entry only costs memory,
 /// and whatever it was written for may be gone (nothing says so here).
 const WRITTEN_KEPT: Duration = Duration::from_secs(600);
+/// Preemption requests held at most (each is repeated while it matters).
+const MAX_PREEMPTION_REQUESTS: usize = 4096;
 /// Written statuses held before the first sweep of old ones.
 const WRITTEN_SWEEP_FLOOR: usize = 1024;
 /// How long one sort of the queue serves the waiting reconciles that follow
@@ -82,6 +84,10 @@ pub struct Memory {
     /// written yet: one at a time, so concurrent block boundaries never all
     /// yield to the same waiting workflow.
     yield_in_flight: Mutex<bool>,
+    /// Work (by uid) the head of the queue asked to give its slot back
+    /// mid-block: only these look at the queue between block boundaries, so
+    /// a running block's reconcile costs nothing more unless asked.
+    preemption_requests: Mutex<HashSet<String>>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
     /// The queue's last order and when it was computed: with thousands
@@ -186,6 +192,22 @@ impl Memory {
         let decided = slots((all, in_flight.get(&kind).copied().unwrap_or(0)));
         *in_flight.entry(kind).or_default() += 1;
         (decided, Reservation(self, kind))
+    }
+
+    /// The head of the queue asks `uid` to give its slot back mid-block.
+    pub fn request_preemption(&self, uid: &str) {
+        let mut requests = lock(&self.preemption_requests);
+        // Asked again every few seconds while it matters: a request whose
+        // work went away is dropped with the rest past this bound.
+        if requests.len() >= MAX_PREEMPTION_REQUESTS {
+            requests.clear();
+        }
+        requests.insert(uid.to_string());
+    }
+
+    /// Whether `uid` was asked to give its slot back (the request is taken).
+    pub fn take_preemption_request(&self, uid: &str) -> bool {
+        lock(&self.preemption_requests).remove(uid)
     }
 
     /// The turn to decide a yield, unless another workflow holds it.
@@ -357,6 +379,19 @@ mod tests {
         left.sort();
         assert_eq!(left, ["new"], "the old ones went, the new one stays");
         assert_eq!(all.sweep_at, 0, "the next sweep waits for the floor again");
+    }
+
+    #[test]
+    fn a_preemption_request_is_taken_once_and_bounded() {
+        let memory = Memory::default();
+        assert!(!memory.take_preemption_request("u"), "nobody asked");
+        memory.request_preemption("u");
+        assert!(memory.take_preemption_request("u"));
+        assert!(!memory.take_preemption_request("u"), "taken once");
+        for i in 0..=MAX_PREEMPTION_REQUESTS {
+            memory.request_preemption(&format!("w{i}"));
+        }
+        assert!(lock(&memory.preemption_requests).len() <= MAX_PREEMPTION_REQUESTS);
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl WorkQueue {
         let all = self.all();
         for holder in holders_over_share(&all, &self.budget) {
             if let Some(queued) = self.kind(holder.kind) {
+                self.memory.request_preemption(&holder.uid);
                 queued.wake(&holder.namespace, &holder.name);
             }
         }
