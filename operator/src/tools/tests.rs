@@ -85,3 +85,41 @@ fn a_job_the_run_does_not_control_is_foreign() {
     replaced.metadata.uid = Some("planted-uid".into());
     assert_eq!(job_state(&run, Some(&replaced)), JobState::Foreign);
 }
+
+/// The Pod watch as it would hold `pods` (projected, first list done).
+fn watched(pods: &[Pod]) -> kube::runtime::reflector::Store<Pod> {
+    let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for (i, pod) in pods.iter().enumerate() {
+        let mut pod = pod.clone();
+        pod.metadata.name = Some(format!("p-{i}"));
+        crate::projection::project_pod(&mut pod);
+        writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+#[test]
+fn a_planted_pod_in_the_pod_watch_is_never_taken_for_the_runs() {
+    // The attack of the test above, through the watch instead of a list: a
+    // Pod controlled by the run's Job (the Job controller adopts it) that
+    // runs a command of its own, and one another Job controls.
+    let mut adopted = pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1337}");
+    adopted.spec.as_mut().unwrap().containers[0].command = Some(vec!["echo".into()]);
+    let planted = pod("planted", Some("0"), "Succeeded", "forged");
+    let finished = Some(Finished::Complete { parts: 1 });
+    // The adopted one is the Job's, yet not made from its template: the
+    // watch cannot vouch for it, so the API server is asked.
+    let store = watched(&[adopted, planted.clone()]);
+    assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
+    // One another Job controls is not the run's: with only it, no part
+    // succeeded, so a finished run's result is not taken from the watch.
+    let store = watched(&[planted.clone()]);
+    assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
+    // The Job's own Pod beside it: its message, and only its.
+    let store = watched(&[planted, pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1}")]);
+    let (outcomes, _) = cached_own_pods(&store, "mw-abc", &the_job(), finished).expect("from the watch");
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].message, "{\"sum\":1}");
+}
