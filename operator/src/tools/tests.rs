@@ -115,7 +115,7 @@ fn a_planted_pod_in_the_pod_watch_is_never_taken_for_the_runs() {
     assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
     // One another Job controls is not the run's: with only it, no part
     // succeeded, so a finished run's result is not taken from the watch.
-    let store = watched(&[planted.clone()]);
+    let store = watched(std::slice::from_ref(&planted));
     assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
     // The Job's own Pod beside it: its message, and only its.
     let store = watched(&[planted, pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1}")]);
