@@ -27,6 +27,7 @@ impl ToolRunPhase {
         match self {
             Self::Pending => Lifecycle::Waiting,
             Self::Running => Lifecycle::Active,
+            Self::InputRequired => Lifecycle::AwaitingInput,
             Self::Succeeded => Lifecycle::Succeeded,
             Self::Failed => Lifecycle::Failed,
             Self::Cancelled => Lifecycle::Cancelled,
@@ -140,6 +141,10 @@ pub struct ProvenToolRequest<'a> {
     pub output_schema: Option<&'a str>,
     pub job_template: &'a JobTemplateSpec,
     pub ttl_seconds_after_finished: Option<i64>,
+    /// Appended after version 2 was made: absent (every earlier proof still
+    /// verifies) unless the tool set a deadline for answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_deadline_seconds: Option<i64>,
 }
 
 /// What version 1 of a tool run's proof bound, as one JSON document. Frozen:
@@ -161,7 +166,7 @@ impl Work for ToolRun {
     const NOUN: &'static str = "tool run";
     type Request<'a> = ProvenToolRequest<'a>;
 
-    /// All but `cancel` (a later write).
+    /// All but `cancel` and the answers (later writes, each answer with its own proof).
     fn request(&self) -> ProvenToolRequest<'_> {
         let ToolRunSpec {
             tool,
@@ -170,6 +175,8 @@ impl Work for ToolRun {
             job_template,
             ttl_seconds_after_finished,
             cancel: _,
+            input_deadline_seconds,
+            input_responses: _,
         } = &self.spec;
         ProvenToolRequest {
             tool,
@@ -177,6 +184,7 @@ impl Work for ToolRun {
             output_schema: output_schema.as_deref(),
             job_template,
             ttl_seconds_after_finished: *ttl_seconds_after_finished,
+            input_deadline_seconds: *input_deadline_seconds,
         }
     }
 

@@ -36,6 +36,8 @@ pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningL
 pub mod tool;
 #[cfg(feature = "kubernetes")]
 pub use tool::{McpTool, McpToolSpec, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
+#[cfg(feature = "kubernetes")]
+pub mod tool_input;
 #[cfg(feature = "schemas")]
 pub mod tool_schema;
 #[cfg(feature = "kubernetes")]

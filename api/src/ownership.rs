@@ -129,6 +129,21 @@ impl OwnershipKeys {
             .any(|key| mac_of(key, "quota-ledger", &[namespace, name, text]).verify_slice(&claimed).is_ok())
     }
 
+    /// The proof on a caller's answer: `response` as the frontend wrote it
+    /// for request `key` of the run `run` (namespace, name, uid). Bound to
+    /// the uid, so an answer copied to a run made again under the name, or
+    /// to another key, no longer verifies.
+    pub fn answer_proof(&self, run: [&str; 3], key: &str, response: &str) -> String {
+        hex(&mac(&self.current, "tool-input/v1", &[run[0], run[1], run[2], key, response]))
+    }
+
+    /// Whether `proof` is the frontend's (either key) for this answer.
+    pub fn proves_answer(&self, run: [&str; 3], key: &str, response: &str, proof: &str) -> bool {
+        let Some(claimed) = unhex(proof) else { return false };
+        let parts = [run[0], run[1], run[2], key, response];
+        self.keys().any(|secret| mac_of(secret, "tool-input/v1", &parts).verify_slice(&claimed).is_ok())
+    }
+
     /// The caller label a new workflow of the caller with `digest` carries:
     /// keyed, so nobody without the key can turn a caller's name into the
     /// label that finds their workflows (40 hex digits, a label value).

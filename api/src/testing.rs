@@ -116,6 +116,8 @@ pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
         job_template: template,
         ttl_seconds_after_finished: None,
         cancel: false,
+        input_deadline_seconds: None,
+        input_responses: Default::default(),
     };
     let mut run = crate::ToolRun::new(name, spec);
     run.metadata.namespace = Some("ns".into());

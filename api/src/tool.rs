@@ -14,7 +14,12 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::bounds::MAX_DURATION_SECONDS;
+use crate::tool_input::{
+    MAX_ANSWERS, MAX_INPUT_DEADLINE_SECONDS, MAX_RESPONSE_BYTES, MAX_ROUNDS, MAX_STATE_BYTES,
+};
 
 /// The environment variable holding a run's arguments (one JSON document).
 pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
@@ -114,6 +119,11 @@ pub struct McpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = MAX_RUNNING_PER_CALLER))]
     pub max_running_per_caller: Option<u32>,
+    /// How long a run may wait for its caller's answers when the tool asks
+    /// (see `tool_input`); it then fails with that reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_INPUT_DEADLINE_SECONDS))]
+    pub input_deadline_seconds: Option<i64>,
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]
@@ -184,6 +194,28 @@ pub struct ToolRunSpec {
     /// Set to true to stop the run; it ends Cancelled.
     #[serde(default)]
     pub cancel: bool,
+    /// How long the run may wait for answers (the tool's, when the call was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_INPUT_DEADLINE_SECONDS))]
+    pub input_deadline_seconds: Option<i64>,
+    /// The caller's answers to what the tool asked, by request key, each
+    /// written by the MCP frontend with its proof: the operator takes only
+    /// answers whose proof verifies for this run and key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_ANSWERS))]
+    pub input_responses: BTreeMap<String, ProvenResponse>,
+}
+
+/// One answer to a tool's request, as the frontend wrote it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvenResponse {
+    /// The client's result for the request, as JSON text.
+    #[schemars(length(max = MAX_RESPONSE_BYTES))]
+    pub response: String,
+    /// The frontend's proof over the run, the key and the response.
+    #[schemars(length(max = 80))]
+    pub proof: String,
 }
 
 /// Where a run is in its life.
@@ -193,6 +225,8 @@ pub enum ToolRunPhase {
     #[default]
     Pending,
     Running,
+    /// A step asked its caller and no Pod runs: waiting for the answers.
+    InputRequired,
     Succeeded,
     Failed,
     Cancelled,
@@ -208,6 +242,7 @@ impl ToolRunPhase {
         match self {
             Self::Pending => "Pending",
             Self::Running => "Running",
+            Self::InputRequired => "InputRequired",
             Self::Succeeded => "Succeeded",
             Self::Failed => "Failed",
             Self::Cancelled => "Cancelled",
@@ -252,6 +287,30 @@ pub struct ToolRunStatus {
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// The step running or last run: 0 for the first Job, one more after
+    /// each round of answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_ROUNDS))]
+    pub step: Option<u32>,
+    /// While `InputRequired`: what the tool asks, key → request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object_or_none")]
+    pub input_requests: Option<serde_json::Map<String, serde_json::Value>>,
+    /// While `InputRequired`: the state the step left for the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_STATE_BYTES))]
+    pub input_state: Option<String>,
+    /// When the run began to wait for its answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since: Option<Time>,
+    /// Every request key asked so far (each is used once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_ANSWERS))]
+    pub asked_keys: Vec<String>,
+    /// The uid of the Secret of the current step's answers and state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub input_secret_uid: Option<String>,
 }
 
 fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -266,6 +325,29 @@ impl ToolRun {
     /// Where the run is; `Pending` until the operator has said.
     pub fn phase(&self) -> ToolRunPhase {
         self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+    }
+
+    /// The step its Job runs (0 until a round of answers moved it on).
+    pub fn step(&self) -> u32 {
+        self.status.as_ref().and_then(|s| s.step).unwrap_or(0)
+    }
+
+    /// The name of the Job of its current step: the run's own for the
+    /// first, `{run}-s{step}` after each round of answers.
+    pub fn job_name(&self) -> String {
+        let name = self.metadata.name.clone().unwrap_or_default();
+        match self.step() {
+            0 => name,
+            step => format!("{name}-s{step}"),
+        }
+    }
+
+    /// How long it may wait for its answers.
+    pub fn input_deadline_seconds(&self) -> i64 {
+        self.spec
+            .input_deadline_seconds
+            .unwrap_or(crate::tool_input::DEFAULT_INPUT_DEADLINE_SECONDS)
+            .clamp(1, MAX_INPUT_DEADLINE_SECONDS)
     }
 
     /// How many indexed parts the run has (1 when the template says none).

@@ -27,6 +27,8 @@ pub enum Lifecycle {
     Waiting,
     /// Holding a slot: its Jobs run.
     Active,
+    /// Holding no slot and not queued: waiting for its caller's answers.
+    AwaitingInput,
     Succeeded,
     Failed,
     Cancelled,
@@ -221,8 +223,10 @@ mod tests {
     #[test]
     fn only_the_three_ends_are_finished() {
         use Lifecycle::*;
-        let finished: Vec<Lifecycle> =
-            [Waiting, Active, Succeeded, Failed, Cancelled].into_iter().filter(|l| l.is_finished()).collect();
+        let finished: Vec<Lifecycle> = [Waiting, Active, AwaitingInput, Succeeded, Failed, Cancelled]
+            .into_iter()
+            .filter(|l| l.is_finished())
+            .collect();
         assert_eq!(finished, [Succeeded, Failed, Cancelled]);
     }
 }

@@ -290,6 +290,8 @@ pub mod reasons {
     pub const RUN_SUCCEEDED: &str = "RunSucceeded";
     /// A tool run failed (the message says why).
     pub const RUN_FAILED: &str = "RunFailed";
+    /// A tool run's step asked its caller and waits for the answers.
+    pub const INPUT_REQUIRED: &str = "InputRequired";
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub enum OutcomeStatus {
     Failed,
     /// Stopped by a cancel: do not poll again.
     Cancelled,
+    /// The tool asks its caller something and waits, holding nothing:
+    /// answer each of `input_requests` with `respond_tool_run`.
+    InputRequired,
     /// No such workflow for this caller (unknown, malformed, expired or
     /// another caller's id): start anew, or find the id with `list_mining_workflows`.
     NotFound,
@@ -40,6 +43,7 @@ impl OutcomeStatus {
             Self::Running => "running",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::InputRequired => "input_required",
             Self::NotFound => "not_found",
         }
     }
@@ -117,6 +121,10 @@ pub trait Details: Default + Serialize {
     fn progress(&self) -> Option<Progress>;
     /// The result as text, for clients that show text only.
     fn result_text(&self) -> Option<String>;
+    /// What the work asks its caller, key → request (a kind that never asks: none).
+    fn input_requests(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        None
+    }
 }
 
 /// The details of a mining workflow: blocks mined, and the verified chain.

@@ -13,7 +13,7 @@
 use k8s_openapi::jiff::Timestamp;
 use rmcp::model::CallToolResult;
 
-use crate::contract::OutcomeStatus;
+use crate::contract::{Details as _, OutcomeStatus};
 use crate::core::{Any, Served};
 use crate::operator_presence::Presence;
 
@@ -30,6 +30,8 @@ pub enum Generation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskState {
     Working,
+    /// Waiting for the requestor's answers (`inputRequests`).
+    InputRequired,
     Completed,
     Failed,
     Cancelled,
@@ -39,6 +41,7 @@ impl TaskState {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Working => "working",
+            Self::InputRequired => "input_required",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
@@ -46,7 +49,7 @@ impl TaskState {
     }
 
     pub fn is_terminal(self) -> bool {
-        self != Self::Working
+        !matches!(self, Self::Working | Self::InputRequired)
     }
 }
 
@@ -68,6 +71,8 @@ pub struct TaskSnapshot {
     pub result_ready: bool,
     /// The tool result as the synchronous tool gives it.
     pub result: CallToolResult,
+    /// While `input_required`: what the work asks, key → request.
+    pub input_requests: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The work (of any kind) as a task of `generation`, with what is known
@@ -81,7 +86,8 @@ pub fn snapshot<K: Served>(
     operator: Presence,
 ) -> TaskSnapshot {
     let answer = work.outcome(now).with_operator(operator);
-    let result_ready = answer.status != OutcomeStatus::Running;
+    let result_ready = !matches!(answer.status, OutcomeStatus::Running | OutcomeStatus::InputRequired);
+    let input_requests = answer.details.input_requests().cloned();
     let state = match (generation, answer.status) {
         // The cancel's answer said `cancelled`; no later read may say
         // otherwise. A recorded cancel ends in Cancelled (the cancel and the
@@ -93,6 +99,7 @@ pub fn snapshot<K: Served>(
             OutcomeStatus::Running | OutcomeStatus::NotFound | OutcomeStatus::Cancelled,
         ) if work.cancel_requested() => TaskState::Cancelled,
         (_, OutcomeStatus::Running | OutcomeStatus::NotFound) => TaskState::Working,
+        (_, OutcomeStatus::InputRequired) => TaskState::InputRequired,
         (_, OutcomeStatus::Completed) => TaskState::Completed,
         (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
         (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Completed,
@@ -126,6 +133,7 @@ pub fn snapshot<K: Served>(
         poll_interval_ms,
         result_ready,
         result: answer.into_result(),
+        input_requests,
     }
 }
 

@@ -188,6 +188,8 @@ impl Core {
             // A task's requested ttl, else the tool's own retention.
             ttl_seconds_after_finished: retention_seconds.or(tool.spec.ttl_seconds_after_finished),
             cancel: false,
+            input_deadline_seconds: tool.spec.input_deadline_seconds,
+            input_responses: Default::default(),
         };
         let mut run = ToolRun::new(id.as_str(), spec);
         run.metadata.namespace = Some(self.namespace.clone());

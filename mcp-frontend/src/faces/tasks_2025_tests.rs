@@ -46,6 +46,7 @@ fn snapshot_of(state: TaskState, poll: Option<u64>) -> TaskSnapshot {
         poll_interval_ms: poll,
         result_ready: false,
         result: crate::contract::MiningOutcome::not_found("mw-x").into_result(),
+        input_requests: None,
     }
 }
 

@@ -21,6 +21,7 @@ use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
 fn base_task(task: &TaskSnapshot) -> Task {
     let status = match task.state {
         TaskState::Working => TaskStatus::Working,
+        TaskState::InputRequired => TaskStatus::InputRequired,
         TaskState::Completed => TaskStatus::Completed,
         TaskState::Failed => TaskStatus::Failed,
         TaskState::Cancelled => TaskStatus::Cancelled,
@@ -46,6 +47,12 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
     let base = base_task(&task);
     let payload = match task.state {
         TaskState::Working => TaskPayload::Working,
+        // Checked by the operator as the tool wrote them (`tool_input`); one
+        // rmcp would not carry is shown as still working rather than garbled.
+        TaskState::InputRequired => match input_requests(task.input_requests.clone()) {
+            Some(input_requests) => TaskPayload::InputRequired { input_requests },
+            None => TaskPayload::Working,
+        },
         TaskState::Cancelled => TaskPayload::Cancelled,
         TaskState::Completed => TaskPayload::Completed { result: json_object(&task.result) },
         TaskState::Failed => TaskPayload::Failed {
@@ -53,6 +60,11 @@ fn detailed(task: TaskSnapshot) -> DetailedTask {
         },
     };
     DetailedTask::new(base, payload)
+}
+
+/// The recorded requests as the protocol's `inputRequests`.
+fn input_requests(recorded: Option<JsonObject>) -> Option<rmcp::model::InputRequests> {
+    serde_json::from_value(serde_json::Value::Object(recorded?)).ok()
 }
 
 /// A task as `tasks/get` gives it (without the result's discriminator),

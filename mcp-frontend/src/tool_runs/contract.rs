@@ -15,8 +15,9 @@ use crate::tools::{input_schema, output_schema};
 pub const GET_TOOL_RESULT: &str = "get_tool_result";
 pub const CANCEL_TOOL_RUN: &str = "cancel_tool_run";
 pub const LIST_TOOL_RUNS: &str = "list_tool_runs";
+pub const RESPOND_TOOL_RUN: &str = "respond_tool_run";
 /// The companion tools every defined tool shares.
-pub const COMPANIONS: [&str; 3] = [GET_TOOL_RESULT, CANCEL_TOOL_RUN, LIST_TOOL_RUNS];
+pub const COMPANIONS: [&str; 4] = [GET_TOOL_RESULT, CANCEL_TOOL_RUN, LIST_TOOL_RUNS, RESPOND_TOOL_RUN];
 
 /// What a tool run adds to its [`Outcome`]: the tool, its parts, its output.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -33,6 +34,13 @@ pub struct ToolDetails {
     /// When the tool's container failed: its exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Present when `status` is `input_required`: what the tool asks, key →
+    /// an MCP request (`elicitation/create`: ask the user the `message` and
+    /// answer `{"action": "accept", "content": {…}}` matching
+    /// `requestedSchema`, or `decline`/`cancel`; `sampling/createMessage`:
+    /// answer as the model `{"role": "assistant", "content": {…}, "model": …}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_requests: Option<serde_json::Map<String, Value>>,
 }
 
 impl Details for ToolDetails {
@@ -42,6 +50,10 @@ impl Details for ToolDetails {
     fn progress(&self) -> Option<Progress> {
         let (done, total) = self.progress.as_deref()?.split_once('/')?;
         Some(Progress { blocks_done: done.parse().ok()?, blocks_total: total.parse().ok()? })
+    }
+
+    fn input_requests(&self) -> Option<&serde_json::Map<String, Value>> {
+        self.input_requests.as_ref()
     }
 
     fn result_text(&self) -> Option<String> {
@@ -89,6 +101,33 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                 next: Some(format!("Call get_tool_result with workflow_id {id} after {poll} seconds.")),
                 ..base
             }
+        }
+        ToolRunPhase::InputRequired => {
+            let requests = status.input_requests.clone().unwrap_or_default();
+            let questions: Vec<String> = requests
+                .iter()
+                .map(|(key, request)| {
+                    let said = request
+                        .pointer("/params/message")
+                        .and_then(Value::as_str)
+                        .map(|message| format!("{key}: {message}"));
+                    said.unwrap_or_else(|| {
+                        format!("{key}: asks the model ({})", request["method"].as_str().unwrap_or("?"))
+                    })
+                })
+                .collect();
+            let mut asking = ToolOutcome {
+                status: OutcomeStatus::InputRequired,
+                status_message: format!("The tool asks and waits: {}", questions.join("; ")),
+                next: Some(format!(
+                    "Answer each of input_requests (ask the user an elicitation's message; answer a sampling \
+                     request yourself), then call {RESPOND_TOOL_RUN} with workflow_id {id} and responses \
+                     {{key: answer}}; then get_tool_result."
+                )),
+                ..base
+            };
+            asking.details.input_requests = Some(requests);
+            asking
         }
         ToolRunPhase::Succeeded => {
             let mut done = ToolOutcome {

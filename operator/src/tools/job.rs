@@ -12,11 +12,13 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::Resource as _;
 use mining_api::tool::{ARGUMENTS_ENV, ARGUMENTS_KEY, RUN_ENV, arguments_secret_name};
+use mining_api::tool_input::{INPUT_ENV, INPUT_KEY, STATE_ENV, STATE_KEY, STEP_ENV, input_secret_name};
 use mining_api::{ToolRun, labels};
 
 use crate::job::MANAGER;
 
-/// The Job that runs `run`, named as the run.
+/// The Job that runs `run`'s current step, named as the run (the first
+/// step) or `{run}-s{step}` (each step after a round of answers).
 ///
 /// The template is the tool author's, with five things the operator
 /// decides: the owner (the run, so the Job goes with it), our labels (so
@@ -30,6 +32,8 @@ use crate::job::MANAGER;
 /// silent ([`secure_defaults`]).
 pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     let name = run.metadata.name.clone()?;
+    let job_name = run.job_name();
+    let step = run.step();
     let owner = run.controller_owner_ref(&())?;
     let mut template = run.spec.job_template.clone();
     let mut spec = template.spec.take()?;
@@ -43,24 +47,30 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
         pod.restart_policy = Some("Never".into());
     }
     secure_defaults(pod);
-    let handed_over = [
-        EnvVar {
-            name: ARGUMENTS_ENV.into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: arguments_secret_name(&name),
-                    key: ARGUMENTS_KEY.into(),
-                    optional: None,
-                }),
-                ..Default::default()
-            }),
-        },
+    let from_secret = |env: &str, secret: String, key: &str| EnvVar {
+        name: env.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector { name: secret, key: key.into(), optional: None }),
+            ..Default::default()
+        }),
+    };
+    let mut handed_over = vec![
+        from_secret(ARGUMENTS_ENV, arguments_secret_name(&name), ARGUMENTS_KEY),
         EnvVar { name: RUN_ENV.into(), value: Some(name.clone()), value_from: None },
+        EnvVar { name: STEP_ENV.into(), value: Some(step.to_string()), value_from: None },
     ];
+    // A step after a round of answers reads them, and the state the step
+    // before it left, from its own Secret; the first step gets neither
+    // (and no template can pose as having them: the names are ours).
+    if step > 0 {
+        handed_over.push(from_secret(INPUT_ENV, input_secret_name(&name, step), INPUT_KEY));
+        handed_over.push(from_secret(STATE_ENV, input_secret_name(&name, step), STATE_KEY));
+    }
+    let reserved = [ARGUMENTS_ENV, RUN_ENV, STEP_ENV, INPUT_ENV, STATE_ENV];
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
         let env = container.env.get_or_insert_with(Vec::new);
-        env.retain(|var| !handed_over.iter().any(|ours| var.name == ours.name));
+        env.retain(|var| !reserved.contains(&var.name.as_str()));
         env.extend(handed_over.iter().cloned());
     }
     if spec.completions.is_some_and(|parts| parts > 1) {
@@ -69,7 +79,7 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
     // A ttl on the Job would delete it, and its result, before the run read it.
     spec.ttl_seconds_after_finished = None;
     let mut metadata = template.metadata.take().unwrap_or_default();
-    metadata.name = Some(name);
+    metadata.name = Some(job_name);
     metadata.namespace = run.metadata.namespace.clone();
     metadata.generate_name = None;
     metadata.labels.get_or_insert_with(Default::default).extend(ours);
@@ -82,32 +92,64 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
 /// a replacement has another uid, which the run recorded).
 pub fn arguments_secret(run: &ToolRun) -> Option<Secret> {
     let name = run.metadata.name.clone()?;
+    run_secret(run, arguments_secret_name(&name), arguments_data(run))
+}
+
+/// The Secret of the answers and state step `step` of `run` reads, made
+/// the way [`arguments_secret`] is.
+pub fn input_secret(run: &ToolRun, step: u32, data: &StepData) -> Option<Secret> {
+    let name = run.metadata.name.clone()?;
+    run_secret(run, input_secret_name(&name, step), data.as_secret_data())
+}
+
+/// What a step after a round of answers is handed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepData {
+    /// The round's answers, key → the client's result (JSON).
+    pub input: String,
+    /// The state the step before it left.
+    pub state: String,
+}
+
+impl StepData {
+    fn as_secret_data(&self) -> BTreeMap<String, ByteString> {
+        [
+            (INPUT_KEY.to_string(), ByteString(self.input.clone().into_bytes())),
+            (STATE_KEY.to_string(), ByteString(self.state.clone().into_bytes())),
+        ]
+        .into()
+    }
+}
+
+fn arguments_data(run: &ToolRun) -> BTreeMap<String, ByteString> {
+    [(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into()
+}
+
+fn run_secret(run: &ToolRun, secret_name: String, data: BTreeMap<String, ByteString>) -> Option<Secret> {
+    let name = run.metadata.name.clone()?;
     let owner = run.controller_owner_ref(&())?;
     let labels: BTreeMap<String, String> =
-        [(labels::TOOL_RUN.to_string(), name.clone()), (labels::MANAGED_BY.to_string(), MANAGER.to_string())]
-            .into();
+        [(labels::TOOL_RUN.to_string(), name), (labels::MANAGED_BY.to_string(), MANAGER.to_string())].into();
     Some(Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some(arguments_secret_name(&name)),
+            name: Some(secret_name),
             namespace: run.metadata.namespace.clone(),
             labels: Some(labels),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
         immutable: Some(true),
-        data: Some([(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into()),
+        data: Some(data),
         type_: Some("Opaque".into()),
         ..Default::default()
     })
 }
 
-/// Whether `stored` is the Secret [`arguments_secret`] makes for `run`:
-/// controlled by the run and holding exactly its arguments.
-pub fn is_arguments_secret_of(stored: &Secret, run: &ToolRun) -> bool {
+/// Whether `stored` is the Secret `built` for `run`: controlled by the run
+/// and holding exactly the data it was to hold.
+pub fn is_secret_of(stored: &Secret, built: &Secret, run: &ToolRun) -> bool {
     let run_uid = run.metadata.uid.as_deref().unwrap_or_default();
-    crate::provenance::controlled_by(&stored.metadata, run_uid)
-        && stored.data.as_ref().and_then(|d| d.get(ARGUMENTS_KEY)).map(|b| b.0.as_slice())
-            == Some(run.spec.arguments.as_bytes())
+    crate::provenance::controlled_by(&stored.metadata, run_uid) && stored.data == built.data
 }
 
 /// Where the template says nothing: no ServiceAccount token (a tool that
@@ -180,16 +222,50 @@ pub(crate) mod tests {
 
         let secret = arguments_secret(&run).unwrap();
         assert_eq!(secret.immutable, Some(true));
-        assert!(is_arguments_secret_of(&secret, &run));
+        assert!(is_secret_of(&secret, &secret, &run));
         assert_eq!(secret.data.as_ref().unwrap()[ARGUMENTS_KEY].0, arguments.as_bytes());
         let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.uid.as_str(), owner.controller), ("run-uid", Some(true)));
         let mut planted = secret.clone();
         planted.data.as_mut().unwrap().insert(ARGUMENTS_KEY.into(), ByteString(b"{}".to_vec()));
-        assert!(!is_arguments_secret_of(&planted, &run), "other arguments");
-        planted = secret;
+        assert!(!is_secret_of(&planted, &secret, &run), "other arguments");
+        planted = secret.clone();
         planted.metadata.owner_references = None;
-        assert!(!is_arguments_secret_of(&planted, &run), "not the run's");
+        assert!(!is_secret_of(&planted, &secret, &run), "not the run's");
+    }
+
+    #[test]
+    fn a_step_after_answers_has_its_own_job_reading_its_own_secret_and_no_template_can_pose_as_it() {
+        let mut template = template();
+        template["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": INPUT_ENV, "value": "{\"approve\":true}"}, {"name": STATE_ENV, "value": "forged"}]);
+        let first = job_for_run(&run(template.clone(), "{}")).unwrap();
+        let env_of =
+            |job: &Job| job.spec.clone().unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+        let first_env = env_of(&first);
+        assert!(
+            !first_env.iter().any(|v| v.name == INPUT_ENV || v.name == STATE_ENV),
+            "the first step is asked nothing"
+        );
+        assert_eq!(first_env.iter().find(|v| v.name == STEP_ENV).unwrap().value.as_deref(), Some("0"));
+        let mut second = run(template, "{}");
+        second.status = Some(mining_api::ToolRunStatus { step: Some(2), ..Default::default() });
+        let job = job_for_run(&second).unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("mw-abc-s2"));
+        let env = env_of(&job);
+        for (name, key) in [(INPUT_ENV, INPUT_KEY), (STATE_ENV, STATE_KEY)] {
+            let vars: Vec<_> = env.iter().filter(|v| v.name == name).collect();
+            assert_eq!(vars.len(), 1, "{name} once, from the step's Secret");
+            let reference = vars[0].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+            assert_eq!((reference.name.as_str(), reference.key.as_str()), ("mw-abc-input-2", key));
+            assert_eq!(vars[0].value, None);
+        }
+        let data = StepData { input: "{}".into(), state: "s".into() };
+        let secret = input_secret(&second, 2, &data).unwrap();
+        assert_eq!(secret.metadata.name.as_deref(), Some("mw-abc-input-2"));
+        assert_eq!(secret.data.as_ref().unwrap()[STATE_KEY].0, b"s");
+        let other =
+            input_secret(&second, 2, &StepData { input: "{\"a\":1}".into(), state: "s".into() }).unwrap();
+        assert!(!is_secret_of(&other, &secret, &second), "other answers");
     }
 
     #[test]

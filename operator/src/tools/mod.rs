@@ -191,10 +191,12 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // watch may not have brought it yet (it was made a moment ago), and
     // "deleted before it finished" is said only of what the API server says.
     let recorded = !run.is_finished() && run.status.as_ref().is_some_and(|s| s.job_uid.is_some());
-    let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&namespace)) {
+    // Each step after a round of answers has its own Job.
+    let job_name = run.job_name();
+    let job = match ctx.jobs.get(&ObjectRef::new(&job_name).within(&namespace)) {
         Some(job) if !read_live && job.spec.is_some() => Some((*job).clone()),
         None if !read_live && !recorded => None,
-        _ => jobs.get_opt(&name).await.map_err(tool_error("read the Job of", &name))?,
+        _ => jobs.get_opt(&job_name).await.map_err(tool_error("read the Job of", &name))?,
     };
     let state = job_state(run, job.as_ref());
     // The run's own Pods, read while it is unfinished: what they wrote and
@@ -254,6 +256,13 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         _ => true,
     };
+    // Answers count only with the frontend's proof for this run and key.
+    let answers = match &ctx.keys {
+        Some(keys) if run.phase() == ToolRunPhase::InputRequired => {
+            mining_api::tool_input::proven_answers(run, keys)
+        }
+        _ => Default::default(),
+    };
     let observed = Observed {
         run,
         slots,
@@ -262,13 +271,14 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         proven,
         job: state,
         pods,
+        answers,
         now: Timestamp::now(),
         default_ttl_seconds: ctx.default_ttl_seconds,
     };
     let mut plan = plan::plan(&observed);
     if plan.delete_job {
         let background = DeleteParams::background();
-        match jobs.delete(&name, &background).await {
+        match jobs.delete(&job_name, &background).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(err) => return Err(tool_error("delete the Job of", &name)(err)),
@@ -285,6 +295,18 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         },
         false => None,
     };
+    if let Some((step, data)) = &plan.input_secret {
+        match arguments::ensure_input(&secrets, run, *step, data).await? {
+            Ok(uid) => {
+                if let Some(status) = plan.status.as_mut() {
+                    status.input_secret_uid = Some(uid);
+                }
+            }
+            Err(why) => {
+                plan.status = Some(failed(run, format!("the caller's answers cannot be handed over: {why}")))
+            }
+        }
+    }
     if plan.create_job {
         match job::job_for_run(run) {
             Some(built) => match jobs
@@ -292,7 +314,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
                 .await
             {
                 Ok(created) => {
-                    info!(run = %name, tool = %run.spec.tool, "tool run started");
+                    info!(run = %name, tool = %run.spec.tool, step = run.step(), "tool run started");
                     if let Some(status) = plan.status.as_mut() {
                         status.job_uid = created.metadata.uid;
                         status.arguments_secret_uid = secret_uid;
@@ -321,7 +343,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
             Recorded::Conflict => return Ok(Requeue::requeue(REPLAN_AFTER)),
             Recorded::Refused => {
                 if job.is_some() {
-                    let _ = jobs.delete(&name, &DeleteParams::background()).await;
+                    let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
                 }
                 return Ok(Requeue::await_change());
             }
@@ -430,6 +452,7 @@ fn event_for(before: Option<ToolRunPhase>, status: &ToolRunStatus) -> Option<Pla
         ToolRunPhase::Pending => (false, reasons::QUEUED),
         ToolRunPhase::Running if before.is_none() => return None,
         ToolRunPhase::Running => (false, reasons::RUN_STARTED),
+        ToolRunPhase::InputRequired => (false, reasons::INPUT_REQUIRED),
         ToolRunPhase::Succeeded => (false, reasons::RUN_SUCCEEDED),
         ToolRunPhase::Failed => (true, reasons::RUN_FAILED),
         ToolRunPhase::Cancelled => (false, reasons::CANCELLED),

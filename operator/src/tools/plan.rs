@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use mining_api::tool::{MAX_RESULT_BYTES, MAX_STORED_RESULT_BYTES};
+use mining_api::tool_input::{Ask, MAX_ROUNDS, input_document};
 use mining_api::tool_schema::Schema;
 use mining_api::tool_template::template_problem;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
@@ -64,6 +65,8 @@ pub struct Observed<'a> {
     pub job: JobState,
     /// The Pods of the run's own Job (read once it finished).
     pub pods: Vec<PodOutcome>,
+    /// The caller's answers the frontend proved for this run, by key.
+    pub answers: std::collections::BTreeMap<String, serde_json::Value>,
     pub now: Timestamp,
     pub default_ttl_seconds: u64,
 }
@@ -72,6 +75,9 @@ pub struct Observed<'a> {
 pub struct Plan {
     pub create_job: bool,
     pub delete_job: bool,
+    /// Every request of a round is answered: the Secret the next step
+    /// reads (its number and contents) is made before the status says so.
+    pub input_secret: Option<(u32, super::job::StepData)>,
     pub delete_run: bool,
     /// The status to write, when it changes.
     pub status: Option<ToolRunStatus>,
@@ -145,6 +151,11 @@ pub fn plan(observed: &Observed) -> Plan {
         // Kept stored by someone's finalizer: stop the work, hold nothing.
         plan.delete_job = matches!(observed.job, JobState::Ours { .. });
         finish(ToolRunPhase::Cancelled, "deleted before it finished; its Job was stopped".into())
+    } else if run.phase() == ToolRunPhase::InputRequired {
+        // The step that asked has ended: its Job and Pods go; nothing runs
+        // while the caller thinks.
+        plan.delete_job = matches!(observed.job, JobState::Ours { .. });
+        awaiting_input(observed, &current, &mut plan)
     } else {
         match &observed.job {
             JobState::Missing if current.job_uid.is_some() => {
@@ -213,6 +224,18 @@ pub fn plan(observed: &Observed) -> Plan {
                         };
                         ToolRunStatus { phase: Some(ToolRunPhase::Running), message: Some(message), ..seen }
                     }
+                    JobPhase::Complete if let Some(asked) = ask_of(run, &observed.pods) => {
+                        plan.delete_job = true;
+                        match asked {
+                            Ok(ask) => asked_status(observed, ask, seen, &mut plan),
+                            Err(why) => ToolRunStatus {
+                                phase: Some(ToolRunPhase::Failed),
+                                message: Some(why),
+                                finished_at: Some(now.clone()),
+                                ..seen
+                            },
+                        }
+                    }
                     JobPhase::Complete => {
                         seen.finished_at = Some(now.clone());
                         match result_of(run, &observed.pods) {
@@ -259,6 +282,89 @@ pub fn plan(observed: &Observed) -> Plan {
         plan.status = Some(status);
     }
     plan
+}
+
+/// The ask a finished step left instead of a result, if it left one (a run
+/// of one part only: parts answer, they do not converse).
+fn ask_of(run: &ToolRun, pods: &[PodOutcome]) -> Option<Result<Ask, String>> {
+    let pod = pods.iter().find(|pod| pod.succeeded && pod.index == 0)?;
+    let asked = run.status.as_ref().map_or(&[][..], |s| s.asked_keys.as_slice());
+    let ask = Ask::parse(&pod.message, asked)?;
+    if run.parts() > 1 {
+        return Some(Err(
+            "a tool run of several parts cannot ask for input (only a run of one part can)".into()
+        ));
+    }
+    if run.step() + 1 > MAX_ROUNDS {
+        return Some(Err(format!(
+            "the tool asked for input more than {MAX_ROUNDS} times; a run may ask at most {MAX_ROUNDS} rounds"
+        )));
+    }
+    Some(ask.map_err(|why| format!("the tool asked for input in a way that cannot be used: {why}")))
+}
+
+/// The status of a run whose step just asked: waiting, the requests and
+/// the state recorded, every key marked used.
+fn asked_status(observed: &Observed, ask: Ask, seen: ToolRunStatus, plan: &mut Plan) -> ToolRunStatus {
+    let keys: Vec<String> = ask.input_requests.keys().cloned().collect();
+    plan.requeue_after = Some(Duration::from_secs(observed.run.input_deadline_seconds().max(1) as u64));
+    let mut asked_keys = seen.asked_keys.clone();
+    asked_keys.extend(keys.iter().cloned());
+    ToolRunStatus {
+        phase: Some(ToolRunPhase::InputRequired),
+        message: Some(format!("waiting for the caller's answer to {}", keys.join(", "))),
+        input_requests: Some(ask.input_requests.into_iter().collect()),
+        input_state: Some(ask.state),
+        waiting_since: Some(Time(observed.now)),
+        asked_keys,
+        ..seen
+    }
+}
+
+/// What a run waiting for its caller's answers does now: keeps waiting,
+/// ends at its deadline, or (every request answered) queues its next step.
+fn awaiting_input(observed: &Observed, current: &ToolRunStatus, plan: &mut Plan) -> ToolRunStatus {
+    let run = observed.run;
+    let requests = current.input_requests.clone().unwrap_or_default();
+    let deadline = run.input_deadline_seconds();
+    let since = current.waiting_since.as_ref().map_or(observed.now, |t| t.0);
+    let waited = observed.now.duration_since(since).as_secs().max(0);
+    if requests.keys().all(|key| observed.answers.contains_key(key)) {
+        let next = run.step() + 1;
+        plan.input_secret = Some((
+            next,
+            super::job::StepData {
+                input: input_document(&requests, &observed.answers),
+                state: current.input_state.clone().unwrap_or_default(),
+            },
+        ));
+        plan.requeue_after = Some(Duration::from_millis(200));
+        return ToolRunStatus {
+            phase: Some(ToolRunPhase::Pending),
+            message: Some(format!("answered; step {next} is queued")),
+            progress: Some(format!("0/{}", run.parts())),
+            step: Some(next),
+            input_requests: None,
+            input_state: None,
+            waiting_since: None,
+            job_uid: None,
+            ..current.clone()
+        };
+    }
+    if waited >= deadline {
+        return ToolRunStatus {
+            phase: Some(ToolRunPhase::Failed),
+            message: Some(format!(
+                "the caller did not answer what the tool asked within {deadline} seconds (the tool's inputDeadlineSeconds)"
+            )),
+            finished_at: Some(Time(observed.now)),
+            input_requests: None,
+            input_state: None,
+            ..current.clone()
+        };
+    }
+    plan.requeue_after = Some(Duration::from_secs((deadline - waited).max(1) as u64));
+    current.clone()
 }
 
 /// The run's result from its own Pods' termination messages, checked
