@@ -108,6 +108,17 @@ pub async fn request_cancel<K: mining_api::Work>(
     bounded("patch", api.patch(name, &params, &Patch::Merge(patch))).await
 }
 
+/// Records a caller's answers to a tool run (see `core::respond`): a merge
+/// patch that carries the version it was decided on, so it lands only there.
+pub async fn record_answers(
+    api: &Api<mining_api::ToolRun>,
+    name: &str,
+    patch: serde_json::Value,
+) -> Result<mining_api::ToolRun> {
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    bounded("patch", api.patch(name, &params, &Patch::Merge(patch))).await
+}
+
 /// Writes the current proof over an older version's: the proof covers the
 /// work (a workflow or a tool run) as it was verified, so a change made
 /// meanwhile is not blessed.

@@ -94,7 +94,7 @@ impl Core {
     }
 
     /// The caller's work `name` as the API server has it now.
-    async fn read_fresh<K: Served>(
+    pub(super) async fn read_fresh<K: Served>(
         &self,
         caller: &Caller,
         api: &Api<K>,

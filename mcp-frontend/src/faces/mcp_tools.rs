@@ -292,11 +292,6 @@ impl ServerHandler for MiningServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let caller = caller_of(&ctx)?;
-        // Mining never asks for input: an existing task has nothing to update.
-        tasks_2026::get_task(&self.core, &caller, &request.task_id).await?;
-        Err(McpError::invalid_params(
-            format!("task {:?} never waits for input; there is nothing to update", request.task_id),
-            None,
-        ))
+        tasks_2026::update_task(&self.core, &caller, &request.task_id, &request.input_responses).await
     }
 }

@@ -13,7 +13,7 @@ use rmcp::model::{
 
 use super::JsonBody;
 use super::missing_task;
-use crate::core::{Answer, Any, Core, StartOptions, Starter, View};
+use crate::core::{Answer, Any, Core, RespondError, StartOptions, Starter, View};
 use crate::ids::Caller;
 use crate::tasks::{Generation, TaskSnapshot, TaskState, snapshot_any};
 
@@ -134,6 +134,32 @@ pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> 
         View::Found(work) => core.cancel_any(caller, *work).await.map(|_| ()).map_err(internal),
         View::Unreadable(_) => Ok(()),
         View::Missing => Err(missing_task(core, caller, task_id)),
+    }
+}
+
+/// `tasks/update`: records the answers to outstanding `inputRequests`
+/// (proof-bound, checked against what was asked). Keys that are not
+/// outstanding — unknown, answered before, or of a task that never asks —
+/// are ignored, as the extension says; an answer that does not fit its
+/// request is refused whole.
+pub(crate) async fn update_task(
+    core: &Core,
+    caller: &Caller,
+    task_id: &str,
+    responses: &rmcp::model::InputResponses,
+) -> Result<(), McpError> {
+    let responses: JsonObject = responses.iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    match core.respond(caller, task_id, &responses).await {
+        Ok(_) => Ok(()),
+        Err(RespondError::Invalid(why)) => Err(McpError::invalid_params(why, None)),
+        Err(RespondError::Unavailable(why)) => Err(McpError::internal_error(why, None)),
+        // Not a tool run of this caller's: a task of another kind is
+        // acknowledged (nothing of it is outstanding), anything else is not found.
+        Err(RespondError::NotFound) => match core.resolve(caller, task_id).await {
+            Ok(View::Found(_)) => Ok(()),
+            Ok(_) => Err(missing_task(core, caller, task_id)),
+            Err(problem) => Err(McpError::internal_error(problem, None)),
+        },
     }
 }
 

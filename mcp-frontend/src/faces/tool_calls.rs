@@ -9,11 +9,12 @@ use rmcp::model::JsonObject;
 use tokio::time::Instant;
 
 use crate::core::{Answer, Core, Served as _, StartOptions, WaitListener};
+use crate::core::{RespondError, Responded};
 use crate::ids::Caller;
 use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract::{
     CANCEL_TOOL_RUN, CancelToolRunArgs, GET_TOOL_RESULT, GetToolResultArgs, LIST_TOOL_RUNS, ListToolRunsArgs,
-    ListedRun, RunList,
+    ListedRun, RESPOND_TOOL_RUN, RespondToolRunArgs, RunList, ToolOutcome, responded_outcome,
 };
 use crate::tools::parse_args;
 
@@ -77,6 +78,23 @@ pub async fn call_companion(
             };
             let confirm = CANCEL_CONFIRM_WAIT.min(Duration::from_secs(u64::from(limits.wait_budget_seconds)));
             core.cancel_confirmed::<ToolRun>(caller, &args.workflow_id, confirm, listener).await
+        }
+        RESPOND_TOOL_RUN => {
+            let args = match parse_args::<RespondToolRunArgs>(limits, RESPOND_TOOL_RUN, arguments) {
+                Ok(args) => args,
+                Err(text) => return Answer::InvalidArguments(text),
+            };
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let operator = core.operator_presence();
+            match core.respond(caller, &args.workflow_id, &args.responses).await {
+                Ok(Responded::Recorded { run, recorded, ignored }) => {
+                    Answer::outcome(responded_outcome(&run, &recorded, &ignored, now).with_operator(operator))
+                }
+                Ok(Responded::NotWaiting(run)) => Answer::outcome(run.outcome(now).with_operator(operator)),
+                Err(RespondError::NotFound) => Answer::outcome(ToolOutcome::not_found(&args.workflow_id)),
+                Err(RespondError::Invalid(why)) => Answer::InvalidArguments(why),
+                Err(RespondError::Unavailable(why)) => Answer::Refused(why),
+            }
         }
         _ => {
             let args = match parse_args::<ListToolRunsArgs>(limits, LIST_TOOL_RUNS, arguments)

@@ -203,6 +203,61 @@ pub struct CancelToolRunArgs {
     pub workflow_id: String,
 }
 
+/// `respond_tool_run`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RespondToolRunArgs {
+    /// The workflow_id of the run whose status is `input_required`.
+    pub workflow_id: String,
+    /// One answer per key of the run's `input_requests`: for an elicitation
+    /// `{"action": "accept", "content": {…}}` (content matching its
+    /// requestedSchema) or `{"action": "decline"}`; for a sampling request
+    /// `{"role": "assistant", "content": {"type": "text", "text": …}, "model": …}`.
+    pub responses: serde_json::Map<String, Value>,
+}
+
+/// `respond_tool_run`'s answer: the run once `recorded` answers are in
+/// (pure). Requests answered now or before are no longer shown; when none
+/// is left the next step is queued, and the caller polls as for any run.
+pub fn responded_outcome(
+    run: &ToolRun,
+    recorded: &[String],
+    ignored: &[String],
+    now: Timestamp,
+) -> ToolOutcome {
+    let mut outcome = run_outcome(run, now);
+    if outcome.status != OutcomeStatus::InputRequired {
+        return outcome;
+    }
+    let id = outcome.workflow_id.clone();
+    let outstanding: serde_json::Map<String, Value> = outcome
+        .details
+        .input_requests
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(key, _)| !run.spec.input_responses.contains_key(key) && !recorded.contains(key))
+        .collect();
+    let ignored = match ignored {
+        [] => String::new(),
+        keys => format!(" (not asked or already answered, so ignored: {})", keys.join(", ")),
+    };
+    if outstanding.is_empty() {
+        return ToolOutcome {
+            status: OutcomeStatus::Running,
+            status_message: format!("Answers recorded{ignored}; the tool's next step is queued"),
+            poll_after_seconds: Some(2),
+            next: Some(format!("Call {GET_TOOL_RESULT} with workflow_id {id} after 2 seconds.")),
+            ..outcome
+        };
+    }
+    let keys: Vec<&str> = outstanding.keys().map(String::as_str).collect();
+    outcome.status_message =
+        format!("Recorded {}{ignored}; the tool still waits for {}", recorded.join(", "), keys.join(", "));
+    outcome.details.input_requests = Some(outstanding);
+    outcome
+}
+
 /// `list_tool_runs`'s arguments.
 #[derive(Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
@@ -256,8 +311,19 @@ pub fn companion_tools() -> Vec<Tool> {
             input_schema::<CancelToolRunArgs>(),
         )
         .with_title("Cancel tool run")
-        .with_raw_output_schema(outcome)
+        .with_raw_output_schema(outcome.clone())
         .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false)),
+        Tool::new(
+            RESPOND_TOOL_RUN,
+            "Answer what a tool run asks. When a tool's status is \"input_required\", its input_requests \
+             map keys to questions: for an elicitation, ask the user its message and pass their answer as \
+             {\"action\": \"accept\", \"content\": {...}} matching its requestedSchema (or \"decline\"); \
+             for a sampling request, answer it yourself. The tool continues once every key is answered.",
+            input_schema::<RespondToolRunArgs>(),
+        )
+        .with_title("Respond to a tool run")
+        .with_raw_output_schema(outcome.clone())
+        .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(true).open_world(false)),
         Tool::new(
             LIST_TOOL_RUNS,
             "List your tool runs, newest first, with their workflow_id, tool and status.",
