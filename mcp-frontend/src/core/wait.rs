@@ -23,6 +23,16 @@ pub trait WaitListener: Send {
 
     /// Resolves once the client has gone (never, if it cannot tell).
     fn gone(&self) -> impl Future<Output = ()> + Send;
+
+    /// The work asks its caller `requests` (key → request): whether the
+    /// wait goes on while they are answered (a listener that put them to
+    /// its client). By default the wait ends, and its answer says what is asked.
+    fn asks(
+        &mut self,
+        _requests: &serde_json::Map<String, serde_json::Value>,
+    ) -> impl Future<Output = bool> + Send {
+        std::future::ready(false)
+    }
 }
 
 /// A wait nobody watches: no progress to send, and no client to lose (a
@@ -198,7 +208,12 @@ impl Core {
             {
                 return View::Found(latest);
             }
-            if answer.status != OutcomeStatus::Running || Instant::now() >= deadline {
+            let goes_on = match (answer.status, answer.details.input_requests()) {
+                (OutcomeStatus::Running, _) => true,
+                (OutcomeStatus::InputRequired, Some(requests)) => listener.asks(requests).await,
+                _ => false,
+            };
+            if !goes_on || Instant::now() >= deadline {
                 return View::Found(latest);
             }
             tokio::select! {

@@ -55,9 +55,18 @@ pub async fn answer_core_tasks(State(core): State<Arc<Core>>, request: Request, 
     let header = request.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
     let id = message.get("id").cloned();
     let route = match id {
+        // A response (no method) to a request one of our streams put to the client.
+        Some(_)
+            if method.is_empty()
+                && header == Some(PROTOCOL_VERSION)
+                && input_response_of(&message).is_some() =>
+        {
+            Route::InputResponse
+        }
         Some(_) => route(method, header, &params),
         None => Route::PassThrough,
     };
+    let params = if route == Route::InputResponse { (*message).clone() } else { params };
     if route != Route::PassThrough
         && let (Some(id), Some(caller)) = (id, request.extensions().get::<Caller>().cloned())
     {
@@ -77,6 +86,10 @@ struct CoreTasks {
 struct ResultStreamListener {
     token: Option<Value>,
     sender: mpsc::Sender<Value>,
+    /// The task streamed, when the stream can carry requests to the client
+    /// (SSE): what it asks is put to the client here, each key once.
+    asking: Option<String>,
+    asked: std::collections::HashSet<String>,
 }
 
 impl WaitListener for ResultStreamListener {
@@ -98,6 +111,21 @@ impl WaitListener for ResultStreamListener {
     async fn gone(&self) {
         self.sender.closed().await;
     }
+
+    /// 2025-11-25: the requests go to the client on this stream, tied to
+    /// their task; its responses come back as POSTs to any replica
+    /// ([`CoreTasks::input_response`]), and the wait goes on.
+    async fn asks(&mut self, requests: &serde_json::Map<String, Value>) -> bool {
+        let Some(task_id) = self.asking.clone() else { return false };
+        for (key, request) in requests {
+            if self.asked.insert(key.clone())
+                && self.sender.send(input_request_json(&task_id, key, request)).await.is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 impl CoreTasks {
@@ -112,6 +140,7 @@ impl CoreTasks {
             Route::List => self.list(&params),
             Route::Cancel => self.cancel(&params).await,
             Route::Result => return self.result(id, &params, headers).await,
+            Route::InputResponse => return self.input_response(&params).await,
             Route::PassThrough => Err(McpError::internal_error("not a core-tasks request", None)),
         };
         json_response(response_json(&id, outcome))
@@ -284,7 +313,12 @@ impl CoreTasks {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|accept| accept.contains("text/event-stream"));
         let (sender, mut receiver) = mpsc::channel::<Value>(4);
-        let listener = ResultStreamListener { token: token.filter(|_| takes_sse), sender };
+        let listener = ResultStreamListener {
+            token: token.filter(|_| takes_sse),
+            sender,
+            asking: takes_sse.then(|| task_id.clone()),
+            asked: Default::default(),
+        };
         // On a stream, a status change seen during the wait is told as
         // `notifications/tasks/status` (the full task, as tasks/get gives it).
         let status_before = takes_sse.then(|| self.snapshot(&work).state.as_str());
@@ -340,6 +374,29 @@ impl CoreTasks {
             ))
         });
         let _ = listener.sender.send(response_json(&id, outcome)).await;
+    }
+}
+
+impl CoreTasks {
+    /// A client's response to a request a `tasks/result` stream put to it:
+    /// recorded as the caller's answer (proof-bound, checked against the
+    /// request), whichever replica streamed the request. Accepted with 202,
+    /// as every response a client sends is; a refused answer is logged and
+    /// the request stays asked (the next `tasks/result` asks it again).
+    async fn input_response(&self, message: &Value) -> Response {
+        if let Some((task_id, key, result)) = input_response_of(message) {
+            let answers: serde_json::Map<String, Value> = [(key.clone(), result)].into_iter().collect();
+            match self.core.respond(&self.caller, &task_id, &answers).await {
+                Ok(_) => {}
+                Err(
+                    crate::core::RespondError::Invalid(why) | crate::core::RespondError::Unavailable(why),
+                ) => {
+                    tracing::info!(task = %task_id, key = %key, caller = %self.caller.name, why = %why, "answer not taken");
+                }
+                Err(crate::core::RespondError::NotFound) => {}
+            }
+        }
+        axum::http::StatusCode::ACCEPTED.into_response()
     }
 }
 

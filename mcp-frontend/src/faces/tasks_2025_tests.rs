@@ -130,3 +130,20 @@ fn a_tasks_ttl_is_kept_within_the_servers_retention_and_rounded_up_to_seconds() 
         assert!(task_retention_seconds(Some(&bad), day).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_request_put_to_the_client_is_tied_to_its_task_and_its_response_routes_back_to_it() {
+    let request = json!({"method": "elicitation/create", "params": {"mode": "form", "message": "Deploy?",
+        "requestedSchema": {"type": "object", "properties": {"approve": {"type": "boolean"}}}}});
+    let sent = input_request_json("mw-abc.tag", "approve", &request);
+    assert_eq!(sent["method"], "elicitation/create");
+    assert_eq!(sent["params"]["message"], "Deploy?");
+    assert_eq!(sent["params"]["_meta"][RELATED_TASK]["taskId"], "mw-abc.tag");
+    let response = json!({"jsonrpc": "2.0", "id": sent["id"], "result": {"action": "accept", "content": {"approve": true}}});
+    let (task, key, result) = input_response_of(&response).unwrap();
+    assert_eq!((task.as_str(), key.as_str()), ("mw-abc.tag", "approve"));
+    assert_eq!(result["action"], "accept");
+    // Another id, an error, or a request is not an answer.
+    assert_eq!(input_response_of(&json!({"jsonrpc": "2.0", "id": 7, "result": {}})), None);
+    assert_eq!(input_response_of(&json!({"jsonrpc": "2.0", "id": sent["id"], "error": {"code": -1}})), None);
+}

@@ -31,6 +31,9 @@ pub enum Route {
     Result,
     List,
     Cancel,
+    /// A client's response to a request a `tasks/result` stream put to it
+    /// (see [`input_request_json`]).
+    InputResponse,
 }
 
 /// Picks the route from the method, the `MCP-Protocol-Version` header and
@@ -54,6 +57,39 @@ pub fn route(method: &str, protocol_header: Option<&str>, params: &Value) -> Rou
         "tasks/cancel" => Route::Cancel,
         _ => Route::PassThrough,
     }
+}
+
+/// What the id of a request put to a client on a `tasks/result` stream
+/// starts with; the rest names the task and the key, so the response is
+/// routed by any replica (the run holds the request).
+const INPUT_REQUEST_ID: &str = "mcp-input:";
+
+/// A tool run's request `key` (`{"method", "params"}` as the tool asked it)
+/// as a JSON-RPC request to the client, tied to its task.
+pub fn input_request_json(task_id: &str, key: &str, request: &Value) -> Value {
+    let mut params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+    if let Some(params) = params.as_object_mut() {
+        let meta = params.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(RELATED_TASK.into(), json!({ "taskId": task_id }));
+        }
+    }
+    json!({
+        "jsonrpc": "2.0",
+        "id": format!("{INPUT_REQUEST_ID}{task_id}:{key}"),
+        "method": request.get("method").cloned().unwrap_or(Value::Null),
+        "params": params,
+    })
+}
+
+/// The task, key and result of a client's response to [`input_request_json`]
+/// (the whole message: no method, our id, a result), if it is one (pure).
+/// An error response is none: the request stays asked.
+pub fn input_response_of(message: &Value) -> Option<(String, String, Value)> {
+    let id = message.get("id")?.as_str()?.strip_prefix(INPUT_REQUEST_ID)?;
+    let (task_id, key) = id.rsplit_once(':')?;
+    let result = message.get("result")?.clone();
+    Some((task_id.to_string(), key.to_string(), result))
 }
 
 /// The 2025-11-25 `Task` object.

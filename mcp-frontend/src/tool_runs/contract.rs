@@ -390,4 +390,42 @@ mod tests {
         let compiled = mining_api::tool_schema::Schema::compile(&Value::Object(schema)).unwrap();
         assert_eq!(compiled.check(&answer), Ok(()));
     }
+
+    fn asking() -> ToolRun {
+        let mut asking = run(ToolRunPhase::InputRequired, None, false);
+        let requests = json!({
+            "approve": {"method": "elicitation/create", "params": {"mode": "form", "message": "Deploy build 42?",
+                "requestedSchema": {"type": "object", "properties": {"approve": {"type": "boolean"}}}}},
+            "summary": {"method": "sampling/createMessage", "params": {"maxTokens": 50,
+                "messages": [{"role": "user", "content": {"type": "text", "text": "Summarise: 3 files changed"}}]}},
+        });
+        asking.status.as_mut().unwrap().input_requests = requests.as_object().cloned();
+        asking
+    }
+
+    #[test]
+    fn a_run_that_asks_shows_the_questions_and_how_to_answer() {
+        let outcome = run_outcome(&asking(), Timestamp::now());
+        assert_eq!(outcome.status, OutcomeStatus::InputRequired);
+        assert!(outcome.status_message.contains("approve: Deploy build 42?"), "{}", outcome.status_message);
+        assert!(outcome.next.unwrap().contains(RESPOND_TOOL_RUN));
+        assert_eq!(outcome.details.input_requests.unwrap().len(), 2);
+        // What it records is what rmcp carries as a task's `inputRequests`.
+        let recorded = asking().status.unwrap().input_requests.unwrap();
+        let typed: rmcp::model::InputRequests =
+            serde_json::from_value(Value::Object(recorded.clone())).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), Value::Object(recorded));
+    }
+
+    #[test]
+    fn an_answer_shows_what_is_still_asked_and_the_last_one_queues_the_next_step() {
+        let now = Timestamp::now();
+        let partial = responded_outcome(&asking(), &["approve".into()], &["nope".into()], now);
+        assert_eq!(partial.status, OutcomeStatus::InputRequired);
+        assert_eq!(partial.details.input_requests.as_ref().unwrap().keys().collect::<Vec<_>>(), ["summary"]);
+        assert!(partial.status_message.contains("ignored: nope"));
+        let all = responded_outcome(&asking(), &["approve".into(), "summary".into()], &[], now);
+        assert_eq!((all.status, all.details.input_requests), (OutcomeStatus::Running, None));
+        assert!(all.next.unwrap().contains(GET_TOOL_RESULT));
+    }
 }
