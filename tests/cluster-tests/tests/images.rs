@@ -1,4 +1,4 @@
-//! The four images users run (the example tool's among them), as `make images BINARIES=prebuilt` built them
+//! The five images users run (the example tools' among them), as `make images BINARIES=prebuilt` built them
 //! into podman's store (tests/run.sh does, before these tests): each runs as
 //! UID 65532 with a read-only root, no capabilities and no network, its config
 //! says what the chart relies on, and it holds nothing but its binary.
@@ -11,11 +11,12 @@ use serde_json::Value;
 const TAG: &str = "dev";
 
 /// (image, binary, a command that must exit 0 and what it prints, ports the chart's Pods declare)
-const IMAGES: [(&str, &str, &str, &[u16]); 4] = [
+const IMAGES: [(&str, &str, &str, &[u16]); 5] = [
     ("miner", "/miner", "--version", &[]),
     ("operator", "/operator", "--help", &[8081]),
     ("mcp-frontend", "/mcp-frontend", "--help", &[8080, 9090]),
     ("sum-numbers", "/sum-numbers", "--version", &[]),
+    ("deploy-gate", "/deploy-gate", "--version", &[]),
 ];
 
 /// Where an image's Containerfile is: its crate's directory.
@@ -134,9 +135,9 @@ fn each_image_config_is_what_the_chart_expects_and_holds_only_its_binary() {
             .unwrap_or_default();
         exposed.sort();
         assert_eq!(exposed, ports, "{image}: exposed ports are the chart's containerPorts");
-        // The example tool is no image of the chart: an McpTool names it.
+        // The example tools are no images of the chart: an McpTool names each.
         assert!(
-            image == "sum-numbers"
+            matches!(image, "sum-numbers" | "deploy-gate")
                 || values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
             "chart values use mining-operator/{image}:{TAG}"
         );
