@@ -12,14 +12,30 @@
 // passes a progress token and `run` collects the notifications. Prints one JSON
 // document: {task} | {messages} | {result, progress} | {tasks, nextCursor}
 // | {error: {code, message}}.
+// $MCP_ANSWERS ({"elicitation": RESULT, "sampling": RESULT}) declares the
+// elicitation and sampling capabilities and answers such requests the server
+// sends (on a tasks/result stream) with them; `stream` then prints `asked`.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CallToolResultSchema, CreateTaskResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, CreateMessageRequestSchema, CreateTaskResultSchema, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, command, arg] = process.argv.slice(2);
 const headers = process.env.MCP_TOKEN ? { Authorization: `Bearer ${process.env.MCP_TOKEN}` } : {};
 const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
-const client = new Client({ name: "mining-operator-tests-ts-tasks", version: "1.0.0" });
+const answers = process.env.MCP_ANSWERS ? JSON.parse(process.env.MCP_ANSWERS) : null;
+const capabilities = answers ? { elicitation: { form: {} }, sampling: {} } : {};
+const client = new Client({ name: "mining-operator-tests-ts-tasks", version: "1.0.0" }, { capabilities });
+const asked = [];
+if (answers) {
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    asked.push({ method: request.method, params: request.params });
+    return answers.elicitation;
+  });
+  client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
+    asked.push({ method: request.method, params: request.params });
+    return answers.sampling;
+  });
+}
 const timeout = 1000 * Number(process.env.MCP_TIMEOUT_SECONDS ?? 120);
 const progress = [];
 const options = { timeout };
@@ -48,7 +64,7 @@ try {
     for await (const message of stream) {
       messages.push(message.type === "error" ? { type: "error", error: { code: message.error.code, message: message.error.message } } : message);
     }
-    print({ messages });
+    print({ messages, asked });
   } else if (command === "get") {
     print({ task: await tasks.getTask(arg, options) });
   } else if (command === "result") {

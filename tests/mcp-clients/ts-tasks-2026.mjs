@@ -11,6 +11,9 @@
 //                                                    own listen() until it is told the end
 // $MCP_TOOL names the tool tasks are made of (default start_mining).
 // $MCP_TOKEN is the bearer token. Prints one JSON document on stdout.
+// $MCP_ANSWERS ({"elicitation": RESULT, "sampling": RESULT}) makes the
+// session answer a task's inputRequests (tasks/update) through ext-tasks'
+// own onInputRequest; `run` then prints what it was asked as `asked`.
 //
 // ext-tasks sends 2026-07-28 task traffic through a host-owned `rawDispatch`
 // (the SDK's own codecs predate it); ours is a plain Streamable HTTP POST
@@ -80,6 +83,12 @@ function errorOf(error) {
 const client = new Client(clientInfo, { capabilities: clientCapabilities, versionNegotiation: { mode: { pin: PROTOCOL } } });
 let session;
 let keepSession = false;
+const answers = process.env.MCP_ANSWERS ? JSON.parse(process.env.MCP_ANSWERS) : null;
+const asked = [];
+const onInputRequest = async (request, context) => {
+  asked.push({ kind: request.kind, params: request.params ?? null, delivery: context.delivery, taskId: context.taskId ?? null, inputId: context.inputId ?? null });
+  return answers[request.kind];
+};
 try {
   if (command === "raw") {
     // Bypasses the SDK: exactly one request, framed as 2026-07-28 asks.
@@ -98,6 +107,7 @@ try {
     endpointId: "mining-operator-tests",
     rawDispatch,
     v2RequestFraming: { protocolVersion: PROTOCOL, clientInfo, clientCapabilities },
+    ...(answers ? { onInputRequest } : {}),
   });
   const args = () => JSON.parse(arg ?? "{}");
   if (command === "init") {
@@ -118,7 +128,7 @@ try {
     const settled = { status: outcome.status, task: outcome.task ? { taskId: outcome.task.taskId, status: outcome.task.status } : null };
     if (outcome.status === "completed") settled.result = resultFromTaskOutcome(outcome);
     if (outcome.status === "failed") settled.error = errorOf(outcome.error);
-    print({ kind: execution.kind, taskId: execution.handle?.taskId ?? null, events, outcome: settled });
+    print({ kind: execution.kind, taskId: execution.handle?.taskId ?? null, events, outcome: settled, asked });
   } else if (command === "start") {
     const execution = await session.callTool(process.env.MCP_TOOL ?? "start_mining", args(), { task: { preference: "require" } });
     const taskId = execution.handle?.taskId ?? null;

@@ -50,6 +50,27 @@ impl TaskClient {
         collect(self, command.spawn().expect("start the task client")).await
     }
 
+    /// [`TaskClient::run_tool`] with the client answering what a task asks
+    /// from `answers` (`{"elicitation": RESULT, "sampling": RESULT}`), through
+    /// the SDK's own handlers (the TypeScript clients only).
+    pub async fn run_tool_answering(
+        self,
+        tool: &str,
+        url: &str,
+        token: Option<&str>,
+        answers: &Value,
+        args: &[&str],
+    ) -> Value {
+        let script = match self {
+            Self::TypeScript2025 => "ts-tasks-2025.mjs",
+            Self::Extension2026 => "ts-tasks-2026.mjs",
+            Self::Python2025 => panic!("the Python task client answers nothing"),
+        };
+        let mut command = client_script(script, url, token, false, args);
+        command.env("MCP_TOOL", tool).env("MCP_ANSWERS", answers.to_string());
+        collect(self, command.spawn().expect("start the task client")).await
+    }
+
     /// Creates a `start_mining` task and returns its id; panics with the document otherwise.
     pub async fn start(self, url: &str, token: Option<&str>, arguments: &Value) -> String {
         let document = self.run(url, token, false, &["start", &arguments.to_string()]).await;
