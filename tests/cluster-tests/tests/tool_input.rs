@@ -280,3 +280,40 @@ async fn a_question_outlives_its_frontend_and_operator_and_is_answered_through_a
     assert_eq!(done["result"]["deployed"], true, "{done:#}");
     assert_eq!(jobs_of(&jobs, &id), 2, "exactly one Job per step, whoever reconciled it");
 }
+
+/// The shell example of docs/TOOLS.md ("Asking the caller and waiting"), as printed.
+fn documented_shell_tool() -> String {
+    let docs = std::fs::read_to_string(cluster_tests::repo_root().join("docs/TOOLS.md")).unwrap();
+    let section = docs.split("## Asking the caller and waiting").nth(1).expect("the section");
+    let block = section.split("```sh\n").nth(1).and_then(|rest| rest.split("\n```").next());
+    block.expect("a sh block").to_string()
+}
+
+#[tokio::test]
+async fn the_documented_shell_tool_asks_and_reads_the_answer_and_its_state() {
+    let (ns, _operator, frontend) = setup("tools-asks-shell").await;
+    let url = frontend.url();
+    let mut defined = deploy_gate(20);
+    defined.metadata.name = Some("shell-gate".into());
+    let template = defined.spec.job_template.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    template.containers[0].image = Some("local/shell".into());
+    template.containers[0].command = Some(vec!["/bin/sh".into(), "-c".into(), documented_shell_tool()]);
+    define(&ns, &url, defined).await;
+    let asked =
+        call(Sdk::Python, &url, ALICE, "shell-gate", json!({"service": "api", "version": "1.2"})).await;
+    assert_eq!(asked["status"], "input_required", "{asked:#}");
+    assert_eq!(asked["input_requests"]["approve"]["params"]["message"], "Deploy api 1.2 to production?");
+    let id = asked["workflow_id"].as_str().unwrap().to_string();
+    let responded = call(
+        Sdk::Python,
+        &url,
+        ALICE,
+        "respond_tool_run",
+        json!({"workflow_id": id, "responses": {"approve": approve()}}),
+    )
+    .await;
+    assert_eq!(responded["status"], "running", "{responded:#}");
+    let done = settle(Sdk::Python, &url, ALICE, &id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"], json!({"deployed": true, "what": "api@1.2"}), "{done:#}");
+}
