@@ -2,12 +2,14 @@
 installed frontend, printing progress as it arrives and the chain at the end.
 
     python3 demo/client.py URL [--host HOST] [--difficulty D] [--blocks N]
-    python3 demo/client.py URL [--host HOST] --tool NAME --arguments JSON
+    python3 demo/client.py URL [--host HOST] --tool NAME --arguments JSON [--answer JSON]
 
 The bearer token comes from $MCP_TOKEN. --host is sent as the Host header:
 the Service's DNS name when URL names its ClusterIP, as a Pod would send it.
 Exit status 0 only when the chain completed and every hash checks out (or,
-with --tool, when the defined tool's run completed).
+with --tool, when the defined tool's run completed). When the tool asks
+(status input_required), each question is printed and answered with
+--answer (as a person at the keyboard would) through respond_tool_run.
 """
 import argparse
 import asyncio
@@ -90,11 +92,22 @@ async def call(args: argparse.Namespace) -> dict:
             arguments = json.loads(args.arguments)
             print(f"{args.tool} {json.dumps(arguments)}", flush=True)
             outcome = (await session.call_tool(args.tool, arguments)).structuredContent or {}
-            while outcome.get("status") == "running":
-                print(f"  still running ({outcome.get('workflow_id')}); get_tool_result waits again", flush=True)
-                result = await session.call_tool(
-                    "get_tool_result", {"workflow_id": outcome["workflow_id"], "wait_seconds": 20}
-                )
+            while outcome.get("status") in ("running", "input_required"):
+                run = outcome["workflow_id"]
+                if outcome["status"] == "input_required" and args.answer:
+                    requests = outcome.get("input_requests", {})
+                    for key, request in requests.items():
+                        print(f"  the tool asks ({key}): {request['params'].get('message', request['method'])}", flush=True)
+                    answer = json.loads(args.answer)
+                    print(f"  answering {json.dumps(answer)}", flush=True)
+                    result = await session.call_tool(
+                        "respond_tool_run", {"workflow_id": run, "responses": {key: answer for key in requests}}
+                    )
+                elif outcome["status"] == "input_required":
+                    return outcome
+                else:
+                    print(f"  still running ({run}); get_tool_result waits again", flush=True)
+                    result = await session.call_tool("get_tool_result", {"workflow_id": run, "wait_seconds": 20})
                 outcome = result.structuredContent or {}
             return outcome
 
@@ -107,6 +120,7 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--tool", help="call this defined tool instead of mining")
     parser.add_argument("--arguments", default="{}", help="the tool's arguments, as JSON")
+    parser.add_argument("--answer", help="the answer to each question the tool asks, as JSON")
     args = parser.parse_args()
     if args.tool:
         outcome = asyncio.run(call(args))

@@ -133,6 +133,15 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
         .find(|l| l.contains("sum-numbers"))
         .unwrap_or_default();
     assert!(run.contains("Succeeded") && run.contains("1/1"), "the kubectl get toolruns line: {stdout}");
+    // The tool that asks: the question shown, answered, and the deploy done in a second Job.
+    assert!(stdout.contains("the tool asks (approve): Deploy api 1.2 to production?"), "{stdout}");
+    assert!(stdout.contains("\"deployed\": true"), "the asking tool's result: {stdout}");
+    let gated = stdout
+        .lines()
+        .filter(|l| l.starts_with("mw-"))
+        .find(|l| l.contains("deploy-gate"))
+        .unwrap_or_default();
+    assert!(gated.contains("Succeeded"), "the kubectl get toolruns line of deploy-gate: {stdout}");
     assert!(uninstalled.contains("uninstalled"), "{uninstalled}");
     // The workflows lived apart from the release, in a namespace the chart made and kept.
     assert!(kept.is_some(), "the chart made {workflows_namespace} and kept it on uninstall");
