@@ -101,14 +101,16 @@ async fn make_demo_mines_a_chain_through_the_installed_frontend() {
         [
             "cancel_mining",
             "cancel_tool_run",
+            "deploy-gate",
             "get_mining_result",
             "get_tool_result",
             "list_mining_workflows",
             "list_tool_runs",
+            "respond_tool_run",
             "start_mining",
             "sum-numbers"
         ],
-        "the mining tools, the example tool and its companions"
+        "the mining tools, the example tools and their companions"
     );
     assert_eq!(logs.len(), 1, "one kubectl logs line: {look:?}");
     let log = String::from_utf8_lossy(&logged.stdout);
