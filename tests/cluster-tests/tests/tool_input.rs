@@ -66,6 +66,17 @@ fn record_jobs(jobs: Api<Job>) -> (Arc<Mutex<BTreeSet<(String, String)>>>, tokio
     (seen, watching)
 }
 
+/// Answers `approve` of alice's run `id` through `respond_tool_run` (the
+/// run then goes on) and polls it to its end, which must be `completed`.
+async fn answer_and_settle(sdk: Sdk, url: &str, id: &str, answer: Value) -> Value {
+    let responses = json!({"workflow_id": id, "responses": {"approve": answer}});
+    let responded = call(sdk, url, ALICE, "respond_tool_run", responses).await;
+    assert_eq!(responded["status"], "running", "{responded:#}");
+    let done = settle(Sdk::Python, url, ALICE, id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    done
+}
+
 fn jobs_of(seen: &Mutex<BTreeSet<(String, String)>>, run: &str) -> usize {
     seen.lock().unwrap().iter().filter(|(of, _)| of == run).count()
 }
@@ -145,17 +156,7 @@ async fn each_generation_and_the_two_tool_path_answer_what_the_tool_asks() {
     );
     assert!(asked["next"].as_str().unwrap().contains("respond_tool_run"), "{asked:#}");
     let id = asked["workflow_id"].as_str().unwrap().to_string();
-    let responded = call(
-        Sdk::Python,
-        &url,
-        ALICE,
-        "respond_tool_run",
-        json!({"workflow_id": id, "responses": {"approve": approve()}}),
-    )
-    .await;
-    assert_eq!(responded["status"], "running", "{responded:#}");
-    let done = settle(Sdk::Python, &url, ALICE, &id).await;
-    assert_eq!(done["status"], "completed", "{done:#}");
+    let done = answer_and_settle(Sdk::Python, &url, &id, approve()).await;
     assert_eq!(done["result"]["deployed"], true, "{done:#}");
 }
 
@@ -214,17 +215,7 @@ async fn only_its_caller_answers_and_bad_or_planted_answers_are_not_taken() {
     runs.patch(&id, &PatchParams::default(), &Patch::Merge(planted)).await.unwrap();
     // The caller's own answer (a decline) still counts: the planted one is
     // not an answer, so the key is still open to its caller.
-    let declined = call(
-        Sdk::Python,
-        &url,
-        ALICE,
-        "respond_tool_run",
-        json!({"workflow_id": id, "responses": {"approve": {"action": "decline"}}}),
-    )
-    .await;
-    assert_eq!(declined["status"], "running", "{declined:#}");
-    let done = settle(Sdk::Python, &url, ALICE, &id).await;
-    assert_eq!(done["status"], "completed", "{done:#}");
+    let done = answer_and_settle(Sdk::Python, &url, &id, json!({"action": "decline"})).await;
     assert_eq!(done["result"]["deployed"], false, "the planted approval was not taken: {done:#}");
 
     // Cancel works while it waits, and frees nothing it did not hold.
@@ -266,17 +257,7 @@ async fn a_question_outlives_its_frontend_and_operator_and_is_answered_through_a
     let seen =
         call(Sdk::TypeScript, &replica.url(), ALICE, "get_tool_result", json!({"workflow_id": id})).await;
     assert_eq!(seen["status"], "input_required", "the question outlived both: {seen:#}");
-    let responded = call(
-        Sdk::TypeScript,
-        &replica.url(),
-        ALICE,
-        "respond_tool_run",
-        json!({"workflow_id": id, "responses": {"approve": approve()}}),
-    )
-    .await;
-    assert_eq!(responded["status"], "running", "{responded:#}");
-    let done = settle(Sdk::Python, &replica.url(), ALICE, &id).await;
-    assert_eq!(done["status"], "completed", "{done:#}");
+    let done = answer_and_settle(Sdk::TypeScript, &replica.url(), &id, approve()).await;
     assert_eq!(done["result"]["deployed"], true, "{done:#}");
     assert_eq!(jobs_of(&jobs, &id), 2, "exactly one Job per step, whoever reconciled it");
 }
@@ -304,16 +285,6 @@ async fn the_documented_shell_tool_asks_and_reads_the_answer_and_its_state() {
     assert_eq!(asked["status"], "input_required", "{asked:#}");
     assert_eq!(asked["input_requests"]["approve"]["params"]["message"], "Deploy api 1.2 to production?");
     let id = asked["workflow_id"].as_str().unwrap().to_string();
-    let responded = call(
-        Sdk::Python,
-        &url,
-        ALICE,
-        "respond_tool_run",
-        json!({"workflow_id": id, "responses": {"approve": approve()}}),
-    )
-    .await;
-    assert_eq!(responded["status"], "running", "{responded:#}");
-    let done = settle(Sdk::Python, &url, ALICE, &id).await;
-    assert_eq!(done["status"], "completed", "{done:#}");
+    let done = answer_and_settle(Sdk::Python, &url, &id, approve()).await;
     assert_eq!(done["result"], json!({"deployed": true, "what": "api@1.2"}), "{done:#}");
 }
