@@ -212,9 +212,9 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
                 JobPhase::Complete => Some(Finished::Complete { parts: run.parts() }),
                 JobPhase::Failed { .. } => Some(Finished::Failed),
             };
-            let (outcomes, running) = match cached_own_pods(&ctx.pods, &name, job, finished) {
+            let (outcomes, running) = match cached_own_pods(&ctx.pods, job, finished) {
                 Some(cached) => cached,
-                None => own_pods(&pods, &name, job).await?,
+                None => own_pods(&pods, job).await?,
             };
             let line = match (phase, running) {
                 (JobPhase::Running, Some((pod, container))) => latest_progress(&pods, &pod, container).await,

@@ -30,13 +30,10 @@ pub(super) type OwnPods = (Vec<PodOutcome>, Option<(String, String)>);
 /// the spec provenance needs (too large to keep), or when the Job is done
 /// and the watch does not show what it finished with yet (a result or a
 /// failure is read from the API server then, never from a lagging copy).
-pub(super) fn cached_own_pods(
-    store: &Store<Pod>,
-    name: &str,
-    job: &Job,
-    finished: Option<Finished>,
-) -> Option<OwnPods> {
+pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Finished>) -> Option<OwnPods> {
     futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
+    // A Job's Pods carry its name (each step of a run has a Job of its own).
+    let name = job.metadata.name.as_deref().unwrap_or_default();
     let namespace = job.metadata.namespace.as_deref();
     let job_uid = job.metadata.uid.as_deref().unwrap_or_default();
     let of_job: Vec<_> = store
@@ -99,7 +96,8 @@ fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>) -> Option<(String, Str
 /// What the Pods the run's Job made ended with, and the newest running
 /// one (with its first container) for the status line. Read page by page,
 /// each projected before the next: Pods are what anyone can create.
-pub(super) async fn own_pods(pods: &Api<Pod>, name: &str, job: &Job) -> Result<OwnPods> {
+pub(super) async fn own_pods(pods: &Api<Pod>, job: &Job) -> Result<OwnPods> {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
     let mut own_outcomes = Vec::new();
     let mut running: Option<(Option<Timestamp>, String, String)> = None;
     let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);

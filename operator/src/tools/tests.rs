@@ -112,14 +112,30 @@ fn a_planted_pod_in_the_pod_watch_is_never_taken_for_the_runs() {
     // The adopted one is the Job's, yet not made from its template: the
     // watch cannot vouch for it, so the API server is asked.
     let store = watched(&[adopted, planted.clone()]);
-    assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
+    assert!(cached_own_pods(&store, &the_job(), finished).is_none());
     // One another Job controls is not the run's: with only it, no part
     // succeeded, so a finished run's result is not taken from the watch.
     let store = watched(std::slice::from_ref(&planted));
-    assert!(cached_own_pods(&store, "mw-abc", &the_job(), finished).is_none());
+    assert!(cached_own_pods(&store, &the_job(), finished).is_none());
     // The Job's own Pod beside it: its message, and only its.
     let store = watched(&[planted, pod("job-uid", Some("0"), "Succeeded", "{\"sum\":1}")]);
-    let (outcomes, _) = cached_own_pods(&store, "mw-abc", &the_job(), finished).expect("from the watch");
+    let (outcomes, _) = cached_own_pods(&store, &the_job(), finished).expect("from the watch");
     assert_eq!(outcomes.len(), 1);
     assert_eq!(outcomes[0].message, "{\"sum\":1}");
+}
+
+#[test]
+fn a_later_steps_pods_are_found_by_that_steps_job() {
+    // Step 1 of run mw-abc runs as Job mw-abc-s1: its Pods carry that name,
+    // and the first step's (another Job, gone) are not its.
+    let mut step = the_job();
+    step.metadata.name = Some("mw-abc-s1".into());
+    step.metadata.uid = Some("step-uid".into());
+    let mut own = pod("step-uid", Some("0"), "Succeeded", "{\"deployed\":true}");
+    own.metadata.labels = Some([("job-name".to_string(), "mw-abc-s1".to_string())].into());
+    let first = pod("job-uid", Some("0"), "Succeeded", "MCP_INPUT_REQUIRED {}");
+    let finished = Some(Finished::Complete { parts: 1 });
+    let (outcomes, _) = cached_own_pods(&watched(&[first, own]), &step, finished).expect("from the watch");
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].message, "{\"deployed\":true}");
 }
