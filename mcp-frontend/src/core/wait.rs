@@ -210,6 +210,8 @@ impl Core {
             }
             let goes_on = match (answer.status, answer.details.input_requests()) {
                 (OutcomeStatus::Running, _) => true,
+                // A cancel recorded on work that asks ends it in moments: wait for that.
+                (OutcomeStatus::InputRequired, _) if latest.cancel_requested() => true,
                 (OutcomeStatus::InputRequired, Some(requests)) => listener.asks(requests).await,
                 _ => false,
             };
