@@ -112,7 +112,8 @@ impl Core {
             Ok(CancelOutcome::AlreadyRequested(work) | CancelOutcome::Requested(work)) => work,
             Err(problem) => return Answer::Refused(problem),
         };
-        let view = self.wait(caller, work, Instant::now() + confirm, listener).await;
+        let mut until_cancelled = super::wait::UntilCancelled(listener);
+        let view = self.wait(caller, work, Instant::now() + confirm, &mut until_cancelled).await;
         Answer::of(id_text, view, self.operator_presence())
     }
 }

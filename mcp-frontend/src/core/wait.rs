@@ -35,6 +35,25 @@ pub trait WaitListener: Send {
     }
 }
 
+/// A cancel's confirmation: `inner` hears progress, and work that asks is
+/// waited on, not answered (the cancel, already recorded, ends it in moments;
+/// the watch's copy may not show the cancel yet).
+pub struct UntilCancelled<'a, L>(pub &'a mut L);
+
+impl<L: WaitListener> WaitListener for UntilCancelled<'_, L> {
+    fn progress(&mut self, progress: f64, total: u32, message: &str) -> impl Future<Output = bool> + Send {
+        self.0.progress(progress, total, message)
+    }
+
+    fn gone(&self) -> impl Future<Output = ()> + Send {
+        self.0.gone()
+    }
+
+    async fn asks(&mut self, _requests: &serde_json::Map<String, serde_json::Value>) -> bool {
+        true
+    }
+}
+
 /// A wait nobody watches: no progress to send, and no client to lose (a
 /// cancel's confirmation, a task's snapshot).
 pub struct Unattended;
@@ -210,8 +229,6 @@ impl Core {
             }
             let goes_on = match (answer.status, answer.details.input_requests()) {
                 (OutcomeStatus::Running, _) => true,
-                // A cancel recorded on work that asks ends it in moments: wait for that.
-                (OutcomeStatus::InputRequired, _) if latest.cancel_requested() => true,
                 (OutcomeStatus::InputRequired, Some(requests)) => listener.asks(requests).await,
                 _ => false,
             };
