@@ -50,7 +50,10 @@ fn approve() -> Value {
 /// Every Job a run of `ns` was given, by uid, for as long as it is kept:
 /// a step made twice (a restart between create and record) shows here even
 /// once the Jobs are gone.
-fn record_jobs(jobs: Api<Job>) -> (Arc<Mutex<BTreeSet<(String, String)>>>, tokio::task::JoinHandle<()>) {
+/// (run, Job uid) of every Job seen.
+type SeenJobs = Arc<Mutex<BTreeSet<(String, String)>>>;
+
+fn record_jobs(jobs: Api<Job>) -> (SeenJobs, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let into = seen.clone();
     let watching = tokio::spawn(async move {
