@@ -1,7 +1,7 @@
 # `make demo` runs the whole stack on this machine without a cluster or Docker.
-# The kind path: a kind cluster, the three images built and loaded, the chart
+# The kind path: a kind cluster, the images built and loaded, the chart
 # installed, the frontend port-forwarded. `make help` lists the targets.
-# Needs docker or podman, kind, kubectl and helm (3.14+ or 4). Tests: `make test`.
+# Needs docker or podman, kind, kubectl and helm (3.17+ or 4). Tests: `make test`.
 
 CLUSTER   ?= mining
 NAMESPACE ?= mining
