@@ -188,26 +188,16 @@ async fn only_its_caller_answers_and_bad_or_planted_answers_are_not_taken() {
     assert!(update["message"]["error"].is_object(), "{update:#}");
 
     // An answer that does not fit the request, and an oversized one: refused, nothing written.
-    let wrong = Sdk::Python
-        .call(
-            &url,
-            ALICE,
-            "respond_tool_run",
-            json!({"workflow_id": id, "responses":
-            {"approve": {"action": "accept", "content": {"approve": "yes"}}}}),
-        )
-        .await;
-    assert!(tool_error_text(&wrong).contains("requested schema"), "{wrong:#}");
-    let huge = Sdk::Python
-        .call(
-            &url,
-            ALICE,
-            "respond_tool_run",
-            json!({"workflow_id": id, "responses":
-            {"approve": {"action": "accept", "content": {"approve": true, "reason": "x".repeat(9000)}}}}),
-        )
-        .await;
-    assert!(tool_error_text(&huge).contains("bytes"), "{huge:#}");
+    let refused = [
+        (json!({"approve": "yes"}), "requested schema"),
+        (json!({"approve": true, "reason": "x".repeat(9000)}), "bytes"),
+    ];
+    for (content, why) in refused {
+        let answer = json!({"approve": {"action": "accept", "content": content}});
+        let arguments = json!({"workflow_id": id, "responses": answer});
+        let answered = Sdk::Python.call(&url, ALICE, "respond_tool_run", arguments).await;
+        assert!(tool_error_text(&answered).contains(why), "{answered:#}");
+    }
     let runs: Api<ToolRun> = ns.api();
     assert!(runs.get(&id).await.unwrap().spec.input_responses.is_empty(), "nothing was recorded");
 
