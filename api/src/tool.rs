@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 
 use crate::bounds::MAX_DURATION_SECONDS;
 use crate::tool_input::{
-    MAX_ANSWERS, MAX_INPUT_DEADLINE_SECONDS, MAX_RESPONSE_BYTES, MAX_ROUNDS, MAX_STATE_BYTES,
+    MAX_ANSWERS, MAX_INPUT_DEADLINE_SECONDS, MAX_KEY_BYTES, MAX_REQUESTS_PER_ROUND, MAX_RESPONSE_BYTES,
+    MAX_ROUNDS, MAX_STATE_BYTES,
 };
 
 /// The environment variable holding a run's arguments (one JSON document).
@@ -294,7 +295,7 @@ pub struct ToolRunStatus {
     pub step: Option<u32>,
     /// While `InputRequired`: what the tool asks, key → request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object_or_none")]
+    #[schemars(schema_with = "requests_or_none")]
     pub input_requests: Option<serde_json::Map<String, serde_json::Value>>,
     /// While `InputRequired`: the state the step left for the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +306,7 @@ pub struct ToolRunStatus {
     pub waiting_since: Option<Time>,
     /// Every request key asked so far (each is used once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_ANSWERS))]
+    #[schemars(length(max = MAX_ANSWERS), inner(length(max = MAX_KEY_BYTES)))]
     pub asked_keys: Vec<String>,
     /// The uid of the Secret of the current step's answers and state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,6 +316,12 @@ pub struct ToolRunStatus {
 
 fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// A round's requests: at most [`MAX_REQUESTS_PER_ROUND`] keys of any JSON.
+fn requests_or_none(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "nullable": true, "maxProperties": MAX_REQUESTS_PER_ROUND,
+        "x-kubernetes-preserve-unknown-fields": true})
 }
 
 fn any_object_or_none(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
