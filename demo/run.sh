@@ -37,17 +37,8 @@ STATE=$(tests/cluster/cluster.sh state)
 export KUBECONFIG
 
 if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
-  # The images hold static (musl) binaries: the Rust target and ring's C
-  # compiler for it, which a fresh machine lacks.
-  musl="$(uname -m)-unknown-linux-musl"
-  if ! rustup target list --installed | grep -qx "$musl"; then
-    log "adding the Rust target $musl"
-    rustup target add "$musl"
-  fi
-  if ! command -v musl-gcc >/dev/null; then
-    log "installing musl-tools (apt)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq musl-tools >/dev/null
-  fi
+  # The images hold static (musl) binaries: the target a fresh machine lacks.
+  tests/tools/install-musl.sh
   log "make images BINARIES=prebuilt ENGINE=podman: the miner, operator and frontend images (static binaries on scratch)"
   make --no-print-directory images BINARIES=prebuilt ENGINE=podman
 fi

@@ -51,6 +51,7 @@ fi
 # also checks. (With a cluster of your own, load the images into it yourself.)
 if [ "${MINING_CLUSTER_LOCAL:-0}" = 1 ] || command -v podman >/dev/null; then
   log "building the images: make images BINARIES=prebuilt ENGINE=podman"
+  tests/tools/install-musl.sh
   make --no-print-directory images BINARIES=prebuilt ENGINE=podman
 fi
 
