@@ -145,6 +145,9 @@ pub struct ProvenToolRequest<'a> {
     /// verifies) unless the tool set a deadline for answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_deadline_seconds: Option<i64>,
+    /// Appended likewise: absent unless the tool asked who called.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<&'a crate::tool_caller::ToolCaller>,
 }
 
 /// What version 1 of a tool run's proof bound, as one JSON document. Frozen:
@@ -177,6 +180,7 @@ impl Work for ToolRun {
             cancel: _,
             input_deadline_seconds,
             input_responses: _,
+            caller,
         } = &self.spec;
         ProvenToolRequest {
             tool,
@@ -185,6 +189,7 @@ impl Work for ToolRun {
             job_template,
             ttl_seconds_after_finished: *ttl_seconds_after_finished,
             input_deadline_seconds: *input_deadline_seconds,
+            caller: caller.as_ref(),
         }
     }
 

@@ -36,6 +36,9 @@ pub use ledger::{MAX_LEDGER_BYTES, MAX_LEDGER_PROOF_BYTES, MiningLedger, MiningL
 pub mod tool;
 #[cfg(feature = "kubernetes")]
 pub use tool::{McpTool, McpToolSpec, ToolRun, ToolRunPhase, ToolRunSpec, ToolRunStatus};
+/// Restricted tools and the caller's identity handed to tools.
+#[cfg(feature = "kubernetes")]
+pub mod tool_caller;
 #[cfg(feature = "kubernetes")]
 pub mod tool_input;
 #[cfg(feature = "schemas")]

@@ -118,6 +118,7 @@ pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
         cancel: false,
         input_deadline_seconds: None,
         input_responses: Default::default(),
+        caller: None,
     };
     let mut run = crate::ToolRun::new(name, spec);
     run.metadata.namespace = Some("ns".into());

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::bounds::MAX_DURATION_SECONDS;
+use crate::tool_caller::{CallerIdentity, ToolCaller};
 use crate::tool_input::{
     MAX_ANSWERS, MAX_INPUT_DEADLINE_SECONDS, MAX_KEY_BYTES, MAX_REQUESTS_PER_ROUND, MAX_RESPONSE_BYTES,
     MAX_ROUNDS, MAX_STATE_BYTES,
@@ -125,6 +126,15 @@ pub struct McpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = MAX_INPUT_DEADLINE_SECONDS))]
     pub input_deadline_seconds: Option<i64>,
+    /// Offer and run the tool only for callers granted it by name (RBAC
+    /// verb `call` on `mcptools/NAME`, or the frontend's tool grants); see
+    /// `tool_caller`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restricted: bool,
+    /// Tell each run who called it (`MCP_CALLER`, `MCP_CALLER_CLAIMS`); see
+    /// `tool_caller`. Absent: the tool learns nothing of its caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_identity: Option<CallerIdentity>,
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]
@@ -205,6 +215,9 @@ pub struct ToolRunSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = MAX_ANSWERS))]
     pub input_responses: BTreeMap<String, ProvenResponse>,
+    /// Who called, for a tool that asked to know (`callerIdentity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<ToolCaller>,
 }
 
 /// One answer to a tool's request, as the frontend wrote it.
@@ -382,6 +395,9 @@ impl McpToolSpec {
         }
         if self.output_schema.as_ref().is_some_and(|s| json_len(s) > MAX_SCHEMA_BYTES) {
             return Some(format!("outputSchema is larger than {MAX_SCHEMA_BYTES} bytes"));
+        }
+        if let Some(why) = self.caller_identity.as_ref().and_then(CallerIdentity::problem) {
+            return Some(why);
         }
         if let Some(why) = crate::tool_template::template_problem(&self.job_template)
             .filter(|_| self.job_template.spec.is_none())

@@ -26,6 +26,12 @@ use crate::metrics::Metrics;
 pub trait Kind: mining_api::Work {
     /// Why its stored status could not be read, when it could not.
     fn unreadable(&self) -> Option<String>;
+
+    /// The defined tool it is a run of, if it is one (whose grant every
+    /// call about it needs, when the tool is restricted).
+    fn defined_tool(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// What the cache knows of one name.

@@ -125,6 +125,18 @@ pub struct Config {
     #[arg(long, env = "TOKENS_FILE", required_if_eq("auth", "tokens"))]
     pub tokens_file: Option<PathBuf>,
 
+    /// Which defined tools need a grant of their own: `open`, only those
+    /// defined with `restricted: true`; `restricted`, every one (no
+    /// definition can lift it). See docs/SECURITY.md.
+    #[arg(long, env = "TOOL_ACCESS", value_enum, default_value_t = crate::tool_runs::access::AccessMode::Open)]
+    pub tool_access: crate::tool_runs::access::AccessMode,
+
+    /// With --auth oidc, tokens or none: who is granted each restricted tool, a
+    /// JSON file `{"TOOL": {"subjects": [...], "groups": [...]}}` (read at
+    /// start). In kubernetes mode RBAC grants them instead.
+    #[arg(long, env = "TOOL_GRANTS")]
+    pub tool_grants: Option<PathBuf>,
+
     /// With --auth kubernetes: the audiences a token must be minted for
     /// (`kubectl create token SA --audience mining-operator`), comma-separated.
     /// A token for the API server itself is refused, so none that reaches this

@@ -107,10 +107,38 @@ impl std::fmt::Display for WorkflowId {
 /// caller's ids and waits. A name never lands in the cluster; nor does the
 /// digest on new workflows, whose label is keyed
 /// (`OwnershipKeys::caller_label`), so nobody can compute it from a name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Caller {
     pub name: String,
     pub digest: String,
+    /// What the credential said besides the name: what restricted tools'
+    /// grants are checked against and what a tool that asks is told.
+    pub identity: std::sync::Arc<Identity>,
+}
+
+/// Two callers are the same caller when their names are: what else a
+/// credential says (groups, claims) may differ from one token to the next.
+impl PartialEq for Caller {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.digest == other.digest
+    }
+}
+
+impl Eq for Caller {}
+
+/// What a credential said of its holder besides the name (empty for the
+/// anonymous caller and `tokens` mode).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// The TokenReview's `uid` (`kubernetes` mode).
+    pub uid: Option<String>,
+    /// The TokenReview's groups, or the token's `groups` claim (`oidc`).
+    pub groups: Vec<String>,
+    /// The TokenReview's `extra` (`kubernetes` mode), for the RBAC review.
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+    /// The claims a tool may be handed (`callerIdentity.claims`): the
+    /// verified token's (`oidc`), or `uid` and `groups` (`kubernetes`).
+    pub claims: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Caller {
@@ -122,7 +150,13 @@ impl Caller {
             .finalize();
         // 40 hex digits (160 bits): the label value releases before keyed labels wrote.
         let digest_hex = digest[..20].iter().map(|b| format!("{b:02x}")).collect();
-        Self { name, digest: digest_hex }
+        Self { name, digest: digest_hex, identity: Default::default() }
+    }
+
+    /// The same caller, with what its credential said besides the name.
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.identity = std::sync::Arc::new(identity);
+        self
     }
 
     /// The one caller of a server that runs without authentication.

@@ -20,6 +20,7 @@ use mcp_frontend::operator_presence::OperatorWatch;
 use mcp_frontend::ownership::OwnershipKeys;
 use mcp_frontend::quota::Quotas;
 use mcp_frontend::serve::{ConnectionLimits, serve};
+use mcp_frontend::tool_runs::access::{Grantor, ToolAccess, ToolGrants};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -46,13 +47,13 @@ async fn main() -> anyhow::Result<()> {
             let path = config.tokens_file.clone().context("--auth tokens needs --tokens-file")?;
             Authenticator::Tokens(TokenFile::open(path).map_err(anyhow::Error::msg)?)
         }
-        AuthMode::Kubernetes => Authenticator::Kubernetes(KubernetesReviews::new(
+        AuthMode::Kubernetes => Authenticator::Kubernetes(Arc::new(KubernetesReviews::new(
             client.clone(),
             &namespace,
             config.previous_namespace.as_deref(),
             config.token_audiences.clone(),
             std::time::Duration::from_secs(u64::from(config.auth_cache_seconds)),
-        )),
+        ))),
         AuthMode::Oidc => {
             let policy = token_policy.context("--auth oidc needs --oidc-issuer and --oidc-audience")?;
             let source = if config.oidc_kubernetes_keys {
@@ -70,9 +71,25 @@ async fn main() -> anyhow::Result<()> {
                 caller_claim = %policy.caller_claim, "accepting JWT access tokens");
             let verifier = OidcVerifier::new(policy, KeyCache::new(source));
             verifier.prefetch().await;
-            Authenticator::Oidc(verifier)
+            Authenticator::Oidc(Box::new(verifier))
         }
     };
+
+    let grantor = match (&authenticator, &config.tool_grants) {
+        (Authenticator::Kubernetes(reviews), None) => Grantor::Rbac(reviews.clone()),
+        (Authenticator::Kubernetes(_), Some(_)) => {
+            anyhow::bail!(
+                "--tool-grants is for --auth oidc, tokens or none; with --auth kubernetes RBAC grants tools"
+            )
+        }
+        (_, Some(path)) => Grantor::Listed(ToolGrants::read(path).map_err(anyhow::Error::msg)?),
+        (_, None) => Grantor::Listed(ToolGrants::default()),
+    };
+    let access = Arc::new(ToolAccess::new(
+        config.tool_access,
+        grantor,
+        std::time::Duration::from_secs(u64::from(config.auth_cache_seconds)),
+    ));
 
     let previous_namespace = config.previous_namespace.as_deref();
     let (kinds, fills) = Kinds::start(&client, &namespace, previous_namespace, &metrics);
@@ -99,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(run_catalog);
     let core = Arc::new(Core {
         catalog,
+        access,
         kinds,
         operator,
         keys: Arc::new(keys),

@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
-use mining_api::mcp_permission;
+use mining_api::{mcp_permission, tool_caller};
 use tokio::sync::Semaphore;
 
 use super::{Refusal, digest};
-use crate::ids::Caller;
+use crate::ids::{Caller, Identity};
 use crate::serve::{Source, SourceShares};
 
 /// How long a refusal is remembered (a revoked token stays refused anyway).
@@ -123,6 +123,18 @@ pub struct KubernetesReviews {
     per_source: Arc<SourceShares>,
 }
 
+/// What a TokenReview said of a user besides the name: what RBAC reviews of
+/// its tool grants need, and the claims a tool may be handed (`uid`, `groups`).
+pub fn identity_of(user: &UserInfo) -> Identity {
+    let groups = user.groups.clone().unwrap_or_default();
+    let mut claims = serde_json::Map::new();
+    if let Some(uid) = &user.uid {
+        claims.insert("uid".into(), uid.clone().into());
+    }
+    claims.insert("groups".into(), groups.clone().into());
+    Identity { uid: user.uid.clone(), groups, extra: user.extra.clone().unwrap_or_default(), claims }
+}
+
 /// Whether a TokenReview's answer holds for one of `wanted`: the API server
 /// answers the audiences it found the token valid for, and an empty list
 /// means "for the API server itself", which is exactly what must not pass.
@@ -191,7 +203,7 @@ impl KubernetesReviews {
             self.verdicts().refuse(key, RememberedRefusal::Forbidden);
             return Err(self.forbidden());
         }
-        let caller = Caller::new(user.username.clone().unwrap_or_default());
+        let caller = Caller::new(user.username.clone().unwrap_or_default()).with_identity(identity_of(&user));
         self.verdicts().admit(key, caller.clone());
         Ok(caller)
     }
@@ -252,6 +264,41 @@ impl KubernetesReviews {
             }
             _ => Err(Refusal::InvalidToken),
         }
+    }
+
+    /// Whether RBAC grants `caller` the verb `call` on `mcptools/{tool}` in
+    /// the workflow namespace (a restricted tool; see `mining_api::tool_caller`).
+    /// Bounded like the token reviews: `Busy` when too many run at once.
+    pub async fn may_call_tool(&self, caller: &Caller, tool: &str) -> Result<bool, Refusal> {
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(Refusal::Busy);
+        };
+        let identity = &caller.identity;
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(caller.name.clone()),
+                groups: Some(identity.groups.clone()),
+                uid: identity.uid.clone(),
+                extra: Some(identity.extra.clone()).filter(|extra| !extra.is_empty()),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(mining_api::GROUP.into()),
+                    resource: Some(tool_caller::TOOLS_RESOURCE.into()),
+                    verb: Some(tool_caller::CALL_VERB.into()),
+                    name: Some(tool.to_string()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = self.submit("SubjectAccessReview", &review).await?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
+    /// The workflow namespace, where restricted tools are granted.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     async fn may_use_tools(&self, user: &UserInfo) -> Result<bool, Refusal> {

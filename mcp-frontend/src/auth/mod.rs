@@ -140,8 +140,8 @@ impl IntoResponse for Refusal {
 pub enum Authenticator {
     None,
     Tokens(TokenFile),
-    Kubernetes(KubernetesReviews),
-    Oidc(OidcVerifier),
+    Kubernetes(Arc<KubernetesReviews>),
+    Oidc(Box<OidcVerifier>),
 }
 
 impl Authenticator {

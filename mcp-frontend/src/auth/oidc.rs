@@ -203,7 +203,14 @@ pub fn caller_of(policy: &TokenPolicy, claims: &Map<String, Value>) -> Result<Ca
     }
     // The issuer first, and a separator no URL ends with: two issuers'
     // identical subjects are two callers.
-    Ok(Caller::new(format!("{}#{name}", policy.issuer)))
+    // Groups, for restricted tools' grants; every claim, for the tools that
+    // ask to be told some (`callerIdentity.claims`).
+    let groups = match claims.get("groups") {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        _ => Vec::new(),
+    };
+    let identity = crate::ids::Identity { groups, claims: claims.clone(), ..Default::default() };
+    Ok(Caller::new(format!("{}#{name}", policy.issuer)).with_identity(identity))
 }
 
 #[cfg(test)]

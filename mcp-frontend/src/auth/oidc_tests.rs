@@ -58,6 +58,8 @@ async fn a_valid_token_names_the_issuer_and_subject() {
     let verifier = verifier_for(policy());
     let caller = verifier.caller(&rsa_token("rsa", &claims())).await.unwrap();
     assert_eq!(caller, Caller::new(format!("{ISSUER}#alice")));
+    // Its claims are kept for the tools that ask to be told some.
+    assert_eq!(caller.identity.claims["sub"], "alice");
     // The same subject from another issuer is another caller.
     assert_ne!(caller, Caller::new("https://other.example.com#alice"));
     // ES256 with the EC key, `aud` as an array, another caller claim.

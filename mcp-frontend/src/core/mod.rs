@@ -72,6 +72,8 @@ pub struct Core {
     pub operator: Arc<OperatorWatch>,
     /// The tools defined as McpTools in the workflow namespace.
     pub catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
+    /// Who may call which defined tool.
+    pub access: Arc<crate::tool_runs::access::ToolAccess>,
 }
 
 /// What a caller may see of one piece of work.
@@ -112,10 +114,28 @@ impl Core {
     /// (their tag says so) are `Missing` without any lookup.
     pub async fn find<K: Served>(&self, caller: &Caller, id_text: &str) -> Result<View<K>, String> {
         let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
-        match self.cached::<K>(caller, id.as_str()) {
-            Some(view) => Ok(view),
-            None => self.fetched::<K>(caller, id.as_str()).await,
+        let view = match self.cached::<K>(caller, id.as_str()) {
+            Some(view) => view,
+            None => self.fetched::<K>(caller, id.as_str()).await?,
+        };
+        if let View::Found(work) = &view {
+            self.check_grant(caller, &**work).await?;
         }
+        Ok(view)
+    }
+
+    /// `Err` (the refusal, naming the missing grant) when `work` is a run
+    /// of a restricted tool its caller is not granted (any longer): every
+    /// call about a run needs what calling its tool needs. A tool deleted
+    /// since is restricted only when the install restricts every tool.
+    pub(crate) async fn check_grant<K: crate::cache::Kind>(
+        &self,
+        caller: &Caller,
+        work: &K,
+    ) -> Result<(), String> {
+        let Some(tool) = work.defined_tool() else { return Ok(()) };
+        let restricted = self.catalog.get(tool).is_some_and(|defined| defined.spec.restricted);
+        self.access.check(caller, tool, restricted).await
     }
 
     /// `name` as the caller may see it in the caches of kind `K`; `None`

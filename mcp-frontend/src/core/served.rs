@@ -49,6 +49,10 @@ impl Kind for ToolRun {
     fn unreadable(&self) -> Option<String> {
         None
     }
+
+    fn defined_tool(&self) -> Option<&str> {
+        Some(&self.spec.tool)
+    }
 }
 
 impl Served for ToolRun {
@@ -80,7 +84,7 @@ impl Core {
             KindId::ALL.map(|kind| with_kind!(kind, K => self.cached::<K>(caller, name).map(View::into_any)));
         let seen = cached.each_ref().map(Option::is_some);
         if let Some(view) = cached.into_iter().flatten().find(|view| !matches!(view, View::Missing)) {
-            return Ok(view);
+            return self.granted_any(caller, view).await;
         }
         for (kind, seen) in KindId::ALL.into_iter().zip(seen) {
             if seen {
@@ -88,10 +92,18 @@ impl Core {
             }
             let view = with_kind!(kind, K => self.fetched::<K>(caller, name).await?.into_any());
             if !matches!(view, View::Missing) {
-                return Ok(view);
+                return self.granted_any(caller, view).await;
             }
         }
         Ok(View::Missing)
+    }
+
+    /// [`Core::granted`] of work of whichever kind.
+    async fn granted_any(&self, caller: &Caller, view: View<Any>) -> Result<View<Any>, String> {
+        if let View::Found(work) = &view {
+            crate::each_kind!(&**work, work => self.check_grant(caller, &**work).await?);
+        }
+        Ok(view)
     }
 
     /// Waits for `work` of whichever kind (see [`Core::wait`]).

@@ -7,6 +7,7 @@
 use kube::ResourceExt as _;
 use mining_api::Work as _;
 use mining_api::tool::MAX_ARGUMENTS_BYTES;
+use mining_api::tool_caller::ToolCaller;
 use mining_api::{ToolRun, ToolRunSpec, annotations, labels};
 use rmcp::model::JsonObject;
 use serde_json::Value;
@@ -26,11 +27,19 @@ use crate::workflows::{Created, MANAGER};
 type Kept<'a> = (&'a [(&'a str, String)], Option<i64>);
 
 impl Core {
-    /// Every tool as `tools/list` answers: the mining tools, then the
-    /// defined tools and, while any is defined, their companions.
-    pub fn listed_tools(&self) -> Vec<rmcp::model::Tool> {
+    /// Every tool as `tools/list` answers `caller`: the mining tools, then
+    /// the defined tools it may call and, while any is, their companions.
+    /// A restricted tool is checked one at a time (reviews are bounded, and
+    /// each verdict is remembered), so a caller without it never sees it.
+    pub async fn listed_tools(&self, caller: &Caller) -> Vec<rmcp::model::Tool> {
         let mut tools = self.tools.clone();
-        let defined = self.catalog.listed();
+        let mut defined = Vec::new();
+        for tool in self.catalog.defined() {
+            let name = tool.listed.name.as_ref();
+            if self.access.check(caller, name, tool.spec.restricted).await.is_ok() {
+                defined.push(tool.listed.clone());
+            }
+        }
         if !defined.is_empty() {
             tools.extend(defined);
             tools.extend(contract::companion_tools());
@@ -82,6 +91,7 @@ impl Core {
         idempotency_key: Option<&str>,
         kept: Kept<'_>,
     ) -> Result<Box<ToolRun>, Answer> {
+        self.access.check(caller, name, tool.spec.restricted).await.map_err(Answer::Refused)?;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
         if text.len() > MAX_ARGUMENTS_BYTES {
@@ -150,7 +160,7 @@ impl Core {
         }
         let limit = tool.spec.max_running_per_caller.map(|limit| quota::ToolLimit { tool: name, limit });
         self.reserve_place(caller, &id, limit).await?;
-        let run = self.build_run(caller, &id, name, tool, text.to_string(), kept);
+        let run = self.build_run(caller, &id, name, tool, text.to_string(), kept).map_err(Answer::Refused)?;
         match self
             .api_call("create", crate::workflows::create(self.homes::<ToolRun>().current.api, &run))
             .await
@@ -169,8 +179,10 @@ impl Core {
     }
 
     /// The run a call makes: the tool's definition as it is now, the
-    /// arguments as validated, the caller's label, `annotations` (a trace,
-    /// a task's progress token), and the proof of it all.
+    /// arguments as validated, the caller's label (and, for a tool that
+    /// asked, who called), `annotations` (a trace, a task's progress
+    /// token), and the proof of it all. `Err` when who called exceeds what
+    /// a run may record.
     fn build_run(
         &self,
         caller: &Caller,
@@ -179,7 +191,11 @@ impl Core {
         tool: &DefinedTool,
         arguments: String,
         (annotations, retention_seconds): Kept<'_>,
-    ) -> ToolRun {
+    ) -> Result<ToolRun, String> {
+        let who_called = match &tool.spec.caller_identity {
+            Some(wanted) => Some(ToolCaller::of(&caller.name, &caller.identity.claims, wanted)?),
+            None => None,
+        };
         let spec = ToolRunSpec {
             tool: name.to_string(),
             arguments,
@@ -190,6 +206,7 @@ impl Core {
             cancel: false,
             input_deadline_seconds: tool.spec.input_deadline_seconds,
             input_responses: Default::default(),
+            caller: who_called,
         };
         let mut run = ToolRun::new(id.as_str(), spec);
         run.metadata.namespace = Some(self.namespace.clone());
@@ -205,6 +222,6 @@ impl Core {
         // Last: the proof binds the annotations it covers (the progress token).
         let proof = self.keys.proof(&run);
         run.annotations_mut().insert(annotations::OWNER_PROOF.to_string(), proof);
-        run
+        Ok(run)
     }
 }

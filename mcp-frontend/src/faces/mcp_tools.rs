@@ -201,9 +201,10 @@ impl ServerHandler for MiningServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.core.listed_tools()))
+        let caller = caller_of(&ctx)?;
+        Ok(ListToolsResult::with_all_items(self.core.listed_tools(&caller).await))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

@@ -133,7 +133,8 @@ impl CoreTasks {
         let outcome = match route {
             Route::Initialize => Ok(self.initialize()),
             Route::ListTools => {
-                Ok(tools_json(&self.core.listed_tools(), |name| self.core.catalog.get(name).is_some()))
+                let listed = self.core.listed_tools(&self.caller).await;
+                Ok(tools_json(&listed, |name| self.core.catalog.get(name).is_some()))
             }
             Route::CreateTask => self.create(params, headers).await,
             Route::Get => self.get(&params).await,

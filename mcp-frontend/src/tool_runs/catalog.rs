@@ -168,6 +168,11 @@ impl ToolCatalog {
         self.read().values().map(|tool| tool.listed.clone()).collect()
     }
 
+    /// Every tool offered, by name.
+    pub fn defined(&self) -> Vec<Arc<DefinedTool>> {
+        self.read().values().cloned().collect()
+    }
+
     pub fn len(&self) -> usize {
         self.read().len()
     }

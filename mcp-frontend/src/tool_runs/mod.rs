@@ -3,5 +3,6 @@
 //! (`contract`). A call's run is started by the core (`core::start_run`) and
 //! found, waited for, cancelled and listed as any other work.
 
+pub mod access;
 pub mod catalog;
 pub mod contract;

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::Resource as _;
 use mining_api::tool::{ARGUMENTS_ENV, ARGUMENTS_KEY, RUN_ENV, arguments_secret_name};
+use mining_api::tool_caller::{CALLER_CLAIMS_ENV, CALLER_CLAIMS_KEY, CALLER_ENV, CALLER_KEY};
 use mining_api::tool_input::{INPUT_ENV, INPUT_KEY, STATE_ENV, STATE_KEY, STEP_ENV, input_secret_name};
 use mining_api::{ToolRun, labels};
 
@@ -67,7 +68,15 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
         handed_over.push(from_secret(INPUT_ENV, input_secret_name(&name, step), INPUT_KEY));
         handed_over.push(from_secret(STATE_ENV, input_secret_name(&name, step), STATE_KEY));
     }
-    let reserved = [ARGUMENTS_ENV, RUN_ENV, STEP_ENV, INPUT_ENV, STATE_ENV];
+    // Who called, for a tool that asked (the frontend recorded it under the
+    // run's proof), from the same Secret as the arguments.
+    if let Some(caller) = &run.spec.caller {
+        handed_over.push(from_secret(CALLER_ENV, arguments_secret_name(&name), CALLER_KEY));
+        if caller.claims.is_some() {
+            handed_over.push(from_secret(CALLER_CLAIMS_ENV, arguments_secret_name(&name), CALLER_CLAIMS_KEY));
+        }
+    }
+    let reserved = [ARGUMENTS_ENV, RUN_ENV, STEP_ENV, INPUT_ENV, STATE_ENV, CALLER_ENV, CALLER_CLAIMS_ENV];
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
         let env = container.env.get_or_insert_with(Vec::new);
         env.retain(|var| !reserved.contains(&var.name.as_str()));
@@ -122,7 +131,15 @@ impl StepData {
 }
 
 fn arguments_data(run: &ToolRun) -> BTreeMap<String, ByteString> {
-    [(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into()
+    let mut data: BTreeMap<String, ByteString> =
+        [(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into();
+    if let Some(caller) = &run.spec.caller {
+        data.insert(CALLER_KEY.into(), ByteString(caller.subject.clone().into_bytes()));
+        if let Some(claims) = &caller.claims {
+            data.insert(CALLER_CLAIMS_KEY.into(), ByteString(claims.clone().into_bytes()));
+        }
+    }
+    data
 }
 
 fn run_secret(run: &ToolRun, secret_name: String, data: BTreeMap<String, ByteString>) -> Option<Secret> {
@@ -232,6 +249,39 @@ pub(crate) mod tests {
         planted = secret.clone();
         planted.metadata.owner_references = None;
         assert!(!is_secret_of(&planted, &secret, &run), "not the run's");
+    }
+
+    #[test]
+    fn only_a_tool_that_asked_learns_who_called_and_no_template_can_pose_as_it() {
+        let mut template = template();
+        template["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": CALLER_ENV, "value": "admin"}, {"name": CALLER_CLAIMS_ENV, "value": "{}"}]);
+        let env_of =
+            |job: &Job| job.spec.clone().unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+        let silent = run(template.clone(), "{}");
+        let env = env_of(&job_for_run(&silent).unwrap());
+        assert!(
+            !env.iter().any(|v| v.name == CALLER_ENV || v.name == CALLER_CLAIMS_ENV),
+            "a tool that did not ask gets neither, whatever its template says: {env:?}"
+        );
+        assert_eq!(arguments_secret(&silent).unwrap().data.unwrap().len(), 1);
+
+        let mut told = run(template, "{}");
+        told.spec.caller = Some(mining_api::tool_caller::ToolCaller {
+            subject: "system:serviceaccount:callers:alice".into(),
+            claims: Some(r#"{"groups":["ops"]}"#.into()),
+        });
+        let env = env_of(&job_for_run(&told).unwrap());
+        for (variable, key) in [(CALLER_ENV, CALLER_KEY), (CALLER_CLAIMS_ENV, CALLER_CLAIMS_KEY)] {
+            let found: Vec<_> = env.iter().filter(|v| v.name == variable).collect();
+            assert_eq!(found.len(), 1, "{variable}: the template's value is replaced");
+            assert_eq!(found[0].value, None, "{variable}: the Job holds only a reference");
+            let reference = found[0].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+            assert_eq!((reference.name.as_str(), reference.key.as_str()), ("mw-abc-arguments", key));
+        }
+        let data = arguments_secret(&told).unwrap().data.unwrap();
+        assert_eq!(data[CALLER_KEY].0, b"system:serviceaccount:callers:alice");
+        assert_eq!(data[CALLER_CLAIMS_KEY].0, br#"{"groups":["ops"]}"#);
     }
 
     #[test]
