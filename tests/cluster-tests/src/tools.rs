@@ -62,6 +62,20 @@ pub async fn setup_with(
     (ns, operator, frontend)
 }
 
+/// [`setup`] with a frontend of `frontend_args` (e.g. another auth mode)
+/// instead of the tokens-mode one.
+pub async fn setup_with_frontend_args(
+    name: &str,
+    frontend_args: &[&str],
+) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    let ns = TestNamespace::new(name).await;
+    install_crd(&ns.client).await;
+    let key = ownership_key_file(&ns.name);
+    let operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let frontend = FrontendProcess::start(&ns.name, frontend_args).await;
+    (ns, operator, frontend)
+}
+
 pub async fn listed_names(url: &str) -> Vec<String> {
     let listed = Sdk::TypeScript.run(url, ALICE, false, &["tools"]).await;
     listed["tools"]

@@ -209,6 +209,56 @@ fn tools_get_their_crds_a_tool_author_role_and_no_caller_reads_runs() {
 }
 
 #[test]
+fn restricted_tools_are_granted_by_rbac_or_by_the_grants_values_never_by_the_chart() {
+    let helm = helm();
+    // Kubernetes mode: no role of the chart grants a restricted tool (verb
+    // `call` on mcptools); admins grant each by name.
+    let manifests = render(&helm, "default", &[]);
+    assert!(manifests.contains("- --tool-access=open\n"), "the default");
+    let roles = manifests
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: Role\n") || d.contains("kind: ClusterRole\n"));
+    for role in roles {
+        assert!(
+            !role.contains("\"call\"") && !role.contains("\"*\""),
+            "no chart role may call restricted tools: {role}"
+        );
+    }
+    assert!(!manifests.contains("tool-grants"));
+    let strict = render(&helm, "default", &["--set", "frontend.toolAccess=restricted"]);
+    assert!(strict.contains("- --tool-access=restricted\n"));
+    // The other modes: the grants become a ConfigMap the frontend reads,
+    // and a change rolls its Pods.
+    let grants = r#"frontend.toolGrants={"deploy":{"subjects":["alice"],"groups":["ops"]}}"#;
+    let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=t alice"];
+    let listed = render(&helm, "default", &[&tokens[..], &["--set-json", grants]].concat());
+    assert!(
+        listed.contains(r#"grants.json: "{\"deploy\":{\"groups\":[\"ops\"],\"subjects\":[\"alice\"]}}""#),
+        "{listed}"
+    );
+    assert!(listed.contains("- --tool-grants=/etc/mcp-frontend-tool-grants/grants.json\n"));
+    assert!(listed.contains("mining-operator.dev/tool-grants: "));
+    // With RBAC in charge, grants in values are a mistake, said at once.
+    let output = Command::new(&helm)
+        .args(["template", "release", &chart()])
+        .args(THROWAWAY_KEY)
+        .args(["--set-json", grants])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("grant restricted tools with RBAC"));
+    // The values schema refuses a grant it cannot read.
+    let output = Command::new(&helm)
+        .args(["template", "release", &chart()])
+        .args(THROWAWAY_KEY)
+        .args(tokens)
+        .args(["--set-json", r#"frontend.toolGrants={"deploy":{"subject":["alice"]}}"#])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "a misspelt field is refused");
+}
+
+#[test]
 fn the_control_plane_is_scheduled_before_its_miners_without_evicting_them() {
     let helm = helm();
     let class_lines = |manifests: &str| -> Vec<String> {

@@ -1,0 +1,184 @@
+//! Restricted tools and the caller's identity, on the real control plane
+//! with Kubernetes tokens: RBAC (verb `call` on `mcptools/NAME`) decides who
+//! sees, calls and follows a restricted tool — through the official SDKs'
+//! tool calls, both task generations and the companion tools — and a tool
+//! that asked learns who called (from a TokenReview, not from anything a
+//! caller or the namespace could write), while one that did not learns
+//! nothing.
+
+use std::time::Duration;
+
+use cluster_tests::mcp::{Sdk, structured, tool_error_text};
+use cluster_tests::tasks::TaskClient;
+use cluster_tests::tools::{call, setup_with_frontend_args};
+use cluster_tests::{TOKEN_AUDIENCE, TestNamespace, account_token, eventually};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, PostParams};
+use mining_api::tool_caller::{CALL_VERB, TOOLS_RESOURCE};
+use mining_api::{McpTool, ToolRun, mcp_permission};
+use serde_json::{Value, json};
+
+/// A tool whose result is who called it, as its environment says.
+fn whoami(name: &str, spec: Value) -> McpTool {
+    let script = r#"printf '{"caller":"%s","claims":%s}' "${MCP_CALLER:-none}" "${MCP_CALLER_CLAIMS:-null}" > /dev/termination-log"#;
+    let mut value = json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
+        "metadata": {"name": name},
+        "spec": {
+            "description": "Says who called it.",
+            "inputSchema": {"type": "object", "properties": {}},
+            "outputSchema": {"type": "object", "properties": {"caller": {"type": "string"}}, "required": ["caller"]},
+            "waitBudgetSeconds": 60,
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "tool", "image": "local/shell", "command": ["sh", "-c", script]}]}}}},
+        },
+    });
+    value["spec"].as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+    serde_json::from_value(value).unwrap()
+}
+
+fn subject(name: &str, namespace: &str) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: name.into(),
+        namespace: Some(namespace.into()),
+        ..Default::default()
+    }
+}
+
+async fn role(ns: &TestNamespace, name: &str, rule: PolicyRule, subjects: Vec<Subject>) {
+    let roles: Api<Role> = ns.api();
+    let mut role = Role::default();
+    role.metadata.name = Some(name.into());
+    role.rules = Some(vec![rule]);
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let bindings: Api<RoleBinding> = ns.api();
+    let mut binding = RoleBinding::default();
+    binding.metadata.name = Some(name.into());
+    binding.role_ref =
+        RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: name.into() };
+    binding.subjects = Some(subjects);
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+}
+
+async fn account(ns: &TestNamespace, name: &str) -> String {
+    let accounts: Api<ServiceAccount> = ns.api();
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some(name.into());
+    accounts.create(&PostParams::default(), &account).await.unwrap();
+    account_token(&ns.client, &ns.name, name, Some(TOKEN_AUDIENCE)).await
+}
+
+async fn listed(url: &str, token: &str) -> Vec<String> {
+    let listed = Sdk::TypeScript.run(url, Some(token), false, &["tools"]).await;
+    listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_tool_that_asked_learns_who_called()
+ {
+    // --auth-cache-seconds 1: a revoked grant shows within seconds.
+    let (ns, _operator, frontend) =
+        setup_with_frontend_args("tool-access", &["--auth", "kubernetes", "--auth-cache-seconds", "1"]).await;
+    let url = frontend.url();
+    let callers = TestNamespace::new("tool-access-callers").await;
+    let granted = account(&callers, "granted").await;
+    let plain = account(&callers, "plain").await;
+    // Both may use the MCP tools (the chart's -mcp-caller rule) ...
+    let mcp = PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
+        verbs: vec![mcp_permission::VERB.into()],
+        ..Default::default()
+    };
+    role(&ns, "callers", mcp, vec![subject("granted", &callers.name), subject("plain", &callers.name)]).await;
+    // ... and only `granted` may call the restricted tool, by name.
+    let call_whoami = PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![TOOLS_RESOURCE.into()]),
+        resource_names: Some(vec!["whoami".into()]),
+        verbs: vec![CALL_VERB.into()],
+        ..Default::default()
+    };
+    role(&ns, "deployers", call_whoami, vec![subject("granted", &callers.name)]).await;
+
+    let tools: Api<McpTool> = ns.api();
+    let restricted =
+        whoami("whoami", json!({"restricted": true, "callerIdentity": {"claims": ["groups", "uid"]}}));
+    tools.create(&PostParams::default(), &restricted).await.unwrap();
+    tools.create(&PostParams::default(), &whoami("open-whoami", json!({}))).await.unwrap();
+    eventually("both tools listed to the granted caller", Duration::from_secs(30), || async {
+        let names = listed(&url, &granted).await;
+        (names.contains(&"whoami".to_string()) && names.contains(&"open-whoami".to_string())).then_some(())
+    })
+    .await;
+    let plains = listed(&url, &plain).await;
+    assert!(plains.contains(&"open-whoami".to_string()), "{plains:?}");
+    assert!(
+        !plains.contains(&"whoami".to_string()),
+        "a restricted tool is not listed to the ungranted: {plains:?}"
+    );
+
+    // The ungranted caller's call is refused, naming the permission and nobody.
+    let refused = Sdk::Python.call(&url, Some(&plain), "whoami", json!({})).await;
+    let text = tool_error_text(&refused);
+    assert!(text.contains(&format!("{CALL_VERB:?} on {TOOLS_RESOURCE}/whoami")), "{refused:#}");
+    assert!(!text.contains("plain") && !text.contains("granted"), "names nobody: {text}");
+    // The same as a task, in both generations: no task, no run.
+    for client in [TaskClient::TypeScript2025, TaskClient::Extension2026] {
+        let document = client.run_tool("whoami", &url, Some(&plain), &["start", "{}"]).await;
+        assert!(document.to_string().contains("mcptools/whoami"), "{client:?}: {document:#}");
+    }
+    let runs: Api<ToolRun> = ns.api();
+    assert!(runs.list(&Default::default()).await.unwrap().items.is_empty(), "a refused call made no run");
+
+    // The granted caller's call runs, and the tool learns who called (the
+    // TokenReview's username and groups) from the run's Secret.
+    let done = call(Sdk::TypeScript, &url, Some(&granted), "whoami", json!({})).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    let result = &done["result"];
+    assert_eq!(result["caller"], format!("system:serviceaccount:{}:granted", callers.name), "{done:#}");
+    let groups = result["claims"]["groups"].as_array().unwrap_or_else(|| panic!("{done:#}"));
+    assert!(groups.iter().any(|g| g == "system:serviceaccounts"), "{done:#}");
+    assert!(result["claims"]["uid"].is_string(), "{done:#}");
+    // A tool that did not ask learns nothing, whoever calls it.
+    let open = call(Sdk::Python, &url, Some(&granted), "open-whoami", json!({})).await;
+    assert_eq!(open["status"], "completed", "{open:#}");
+    assert_eq!(open["result"], json!({"caller": "none", "claims": null}), "{open:#}");
+    // Nobody who may write runs changes who called: the record is bound by
+    // the run's proof (a run whose caller was edited is no longer the caller's).
+    let id = done["workflow_id"].as_str().unwrap().to_string();
+    let stored = runs.get(&id).await.unwrap();
+    assert_eq!(
+        stored.spec.caller.as_ref().map(|c| c.subject.clone()),
+        Some(format!("system:serviceaccount:{}:granted", callers.name))
+    );
+
+    // The grant revoked: the run is no longer followed by its own caller,
+    // through the companion tool or a task, and the tool is no longer listed.
+    let bindings: Api<RoleBinding> = ns.api();
+    bindings.delete("deployers", &DeleteParams::default()).await.unwrap();
+    eventually("the revoked grant to refuse get_tool_result", Duration::from_secs(30), || async {
+        let seen =
+            Sdk::Python.call(&url, Some(&granted), "get_tool_result", json!({"workflow_id": id})).await;
+        let refused = seen["result"]["isError"] == true;
+        (refused && seen["result"]["content"][0]["text"].as_str()?.contains("mcptools/whoami")).then_some(())
+    })
+    .await;
+    let got = TaskClient::TypeScript2025.run_tool("whoami", &url, Some(&granted), &["get", &id]).await;
+    assert!(got["error"].is_object(), "{got:#}");
+    assert!(!listed(&url, &granted).await.contains(&"whoami".to_string()));
+    let listed_open = structured(
+        &Sdk::Python
+            .call(&url, Some(&plain), "get_tool_result", json!({"workflow_id": open["workflow_id"]}))
+            .await,
+    )
+    .clone();
+    assert_eq!(listed_open["status"], "not_found", "another caller's run stays unseen: {listed_open:#}");
+}
