@@ -147,10 +147,17 @@ fn quantity_micros(text: &str) -> Option<u128> {
     Some(micros.saturating_mul(multiplier) / divisor)
 }
 
-/// How a Pod differs from what its Job's template runs (`None`: it runs the template).
+/// How a Pod differs from what its Job's template runs (`None`: it runs the
+/// template). What admission added beside the template's own containers is
+/// set aside when it cannot reach them ([`crate::admitted`]).
 pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
     match (pod.spec.as_ref(), template_spec(job)) {
-        (Some(pod_spec), Some(template)) => pod_spec_mismatch(pod_spec, template),
+        (Some(pod_spec), Some(template)) => {
+            match crate::admitted::strip(pod_spec, template, crate::admitted::Reads::Nothing) {
+                Ok(own) => pod_spec_mismatch(&own, template),
+                Err(why) => Some(why),
+            }
+        }
         _ => Some("it has no spec".into()),
     }
 }
@@ -293,7 +300,7 @@ mod tests {
     fn a_forged_pod_that_runs_anything_else_is_never_the_jobs() {
         let job = built();
         type Forgery = fn(&mut PodSpec);
-        let cases: [(&str, Forgery); 7] = [
+        let cases: [(&str, Forgery); 8] = [
             ("image", |s| s.containers[0].image = Some("evil:1".into())),
             ("command", |s| s.containers[0].command = Some(vec!["/bin/sh".into(), "-c".into()])),
             ("arguments", |s| s.containers[0].args = Some(vec!["echo".into(), "{}".into()])),
@@ -301,7 +308,16 @@ mod tests {
                 s.containers[0].env = Some(vec![EnvVar { name: "X".into(), ..Default::default() }])
             }),
             ("containers", |s| s.containers.push(s.containers[0].clone())),
-            ("init containers", |s| s.init_containers = Some(vec![s.containers[0].clone()])),
+            ("privileged init container", |s| {
+                let mut init = s.containers[0].clone();
+                init.name = "setup".into();
+                init.security_context.get_or_insert_default().privileged = Some(true);
+                s.init_containers = Some(vec![init]);
+            }),
+            ("shared process namespace", |s| {
+                s.containers.push(Container { name: "sidecar".into(), ..Default::default() });
+                s.share_process_namespace = Some(true);
+            }),
             ("ServiceAccount", |s| s.service_account_name = Some("admin".into())),
         ];
         for (what, forge) in cases {
@@ -314,6 +330,24 @@ mod tests {
             forge(foreign.spec.as_mut().unwrap().template.spec.as_mut().unwrap());
             assert!(job_mismatch(&foreign, &built()).is_some(), "a Job with a forged {what} passed");
         }
+    }
+
+    #[test]
+    fn a_mesh_s_sidecar_and_init_container_leave_a_pod_the_jobs_but_not_a_job_template() {
+        let job = built();
+        let mut pod = pod_of(&job, "job-uid");
+        crate::admitted::tests::inject_mesh(pod.spec.as_mut().unwrap());
+        pod.metadata.labels = Some([("security.istio.io/tlsMode".into(), "istio".into())].into());
+        assert_eq!(pod_mismatch(&pod, &job), None, "admission's additions reach nothing of the miner's");
+        // The miner itself changed by admission is still not the Job's.
+        let mut changed = pod.clone();
+        changed.spec.as_mut().unwrap().containers[0].args = Some(vec!["--forged".into()]);
+        assert!(pod_mismatch(&changed, &job).is_some());
+        // A Job is built by the operator alone: one whose template carries
+        // more than it builds is not the operator's.
+        let mut planted = built();
+        crate::admitted::tests::inject_mesh(planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap());
+        assert!(job_mismatch(&planted, &built()).is_some());
     }
 
     #[test]

@@ -60,12 +60,15 @@ fn defaulted_env(container: &Container) -> Vec<EnvVar> {
 /// same API server, so fields are compared as stored; the token volume the
 /// ServiceAccount admission adds is the one addition allowed.
 pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
-    let (Some(got), Some(want)) = (pod.spec.as_ref(), template(job)) else {
+    let (Some(stored), Some(want)) = (pod.spec.as_ref(), template(job)) else {
         return Some("it has no spec".into());
     };
-    if !got.ephemeral_containers.as_ref().is_none_or(Vec::is_empty) {
-        return Some("it has ephemeral containers".into());
-    }
+    // What admission added beside the template's containers, when it cannot reach them.
+    let own = match crate::admitted::strip(stored, want, crate::admitted::Reads::Network) {
+        Ok(own) => own,
+        Err(why) => return Some(why),
+    };
+    let got = &own;
     if got.service_account_name.as_deref().unwrap_or("default")
         != want.service_account_name.as_deref().unwrap_or("default")
     {
@@ -201,7 +204,7 @@ mod tests {
     fn a_planted_pod_posing_as_the_jobs_is_not_read() {
         let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
         type Edit = fn(&mut PodSpec);
-        let attacks: [(&str, Edit); 6] = [
+        let attacks: [(&str, Edit); 8] = [
             ("another image", |p| p.containers[0].image = Some("attacker/echo".into())),
             ("a command that prints a forged result", |p| {
                 p.containers[0].command = Some(vec!["sh".into(), "-c".into(), "echo '{\"sum\":1337}'".into()])
@@ -209,15 +212,32 @@ mod tests {
             ("other arguments", |p| {
                 p.containers[0].env.as_mut().unwrap().last_mut().unwrap().value = Some("{}".into())
             }),
-            ("a second container", |p| {
+            ("a second container that could redirect the tool's calls", |p| {
                 let extra = p.containers[0].clone();
-                p.containers.push(Container { name: "x".into(), ..extra })
+                let mut extra = Container { name: "x".into(), ..extra };
+                extra.security_context.get_or_insert_default().capabilities.get_or_insert_default().add =
+                    Some(vec!["NET_ADMIN".into()]);
+                p.containers.push(extra)
+            }),
+            ("a privileged companion", |p| {
+                let mut extra = Container { name: "x".into(), ..Default::default() };
+                extra.security_context.get_or_insert_default().privileged = Some(true);
+                p.containers.push(extra)
             }),
             ("a volume over the tool's files", |p| {
                 p.volumes
                     .as_mut()
                     .unwrap()
-                    .push(serde_json::from_value(json!({"name": "v", "emptyDir": {}})).unwrap())
+                    .push(serde_json::from_value(json!({"name": "v", "emptyDir": {}})).unwrap());
+                p.containers[0]
+                    .volume_mounts
+                    .as_mut()
+                    .unwrap()
+                    .push(serde_json::from_value(json!({"name": "v", "mountPath": "/app"})).unwrap())
+            }),
+            ("the process namespace shared with a companion", |p| {
+                p.containers.push(Container { name: "x".into(), ..Default::default() });
+                p.share_process_namespace = Some(true)
             }),
             ("the node's namespaces", |p| p.host_pid = Some(true)),
         ];
@@ -226,6 +246,21 @@ mod tests {
             edit(pod.spec.as_mut().unwrap());
             assert!(pod_mismatch(&pod, &job).is_some(), "{attack}");
         }
+    }
+
+    #[test]
+    fn a_mesh_in_cni_mode_leaves_the_pod_the_jobs() {
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let mut pod = made_from(&job);
+        crate::admitted::tests::inject_mesh(pod.spec.as_mut().unwrap());
+        let why = pod_mismatch(&pod, &job).unwrap();
+        assert!(why.contains("NET_ADMIN"), "an init container that can redirect traffic: {why}");
+        pod.spec.as_mut().unwrap().init_containers = None;
+        assert_eq!(
+            pod_mismatch(&pod, &job),
+            None,
+            "a proxy and Pod-local volumes reach nothing of the tool's"
+        );
     }
 
     #[test]
