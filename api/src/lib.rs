@@ -70,6 +70,9 @@ pub mod labels {
     pub const CALLER: &str = "mining-operator.dev/caller";
     /// Names the `ToolRun` a Job belongs to.
     pub const TOOL_RUN: &str = "mining-operator.dev/tool-run";
+    /// Kueue's: the LocalQueue a Job waits in (set on every Job of ours when
+    /// the operator runs with `--job-queue-name`). Never read back.
+    pub const KUEUE_QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
 
     /// Every label any component reads; caches keep no other.
     pub const ALL: [&str; 5] = [WORKFLOW, BLOCK, MANAGED_BY, CALLER, TOOL_RUN];

@@ -96,6 +96,28 @@ pub struct JobSettings {
     pub memory_request: Option<String>,
     #[arg(long = "job-memory-limit", env = "JOB_MEMORY_LIMIT", default_value = "64Mi")]
     pub memory_limit: Option<String>,
+    /// Put every Job of both kinds (blocks and tool runs) in this Kueue
+    /// LocalQueue (label `kueue.x-k8s.io/queue-name`). A queue controller then
+    /// decides when each starts: a block's Job it holds suspended waits
+    /// instead of failing, and the node selector, affinity and tolerations it
+    /// sets at admission are its to set.
+    #[arg(long = "job-queue-name", env = "JOB_QUEUE_NAME", value_parser = label_value)]
+    pub queue_name: Option<String>,
+}
+
+/// A Kubernetes label value: at most 63 characters, alphanumerics and
+/// `-_.`, beginning and ending with an alphanumeric.
+fn label_value(text: &str) -> Result<String, String> {
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid = text.len() <= 63
+        && ends_ok(text.chars().next())
+        && ends_ok(text.chars().last())
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if valid {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not a label value (1-63 of [A-Za-z0-9-_.])"))
+    }
 }
 
 impl Limits {

@@ -228,6 +228,7 @@ pub async fn run(
         namespace: config.namespace.clone(),
         default_ttl_seconds: config.limits.default_ttl_seconds,
         pods: pod_store.clone(),
+        queue_name: config.job.queue_name.clone(),
     };
     let other_controllers: Vec<_> =
         others.into_iter().map(|start| tokio::spawn(start(shared.clone()))).collect();

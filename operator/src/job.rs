@@ -49,6 +49,26 @@ pub const OTLP_PROTOCOL_ENV: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 /// Every environment variable a block Job may carry.
 pub const MINER_ENV_NAMES: [&str; 3] = [TRACEPARENT_ENV, OTLP_ENDPOINT_ENV, OTLP_PROTOCOL_ENV];
 
+/// Asks service meshes not to inject a proxy into a Pod (Istio's label and
+/// annotation, Linkerd's annotation): the first line; provenance tolerates
+/// a mesh that injects anyway ([`crate::admitted`]).
+pub const MESH_OPT_OUT_LABELS: [(&str, &str); 1] = [("sidecar.istio.io/inject", "false")];
+pub const MESH_OPT_OUT_ANNOTATIONS: [(&str, &str); 2] =
+    [("sidecar.istio.io/inject", "false"), ("linkerd.io/inject", "disabled")];
+
+/// Puts `job` in the queue controller's LocalQueue `queue`, when there is one.
+pub fn queue_job(job: &mut Job, queue: Option<&str>) {
+    if let Some(queue) = queue {
+        job.metadata.labels.get_or_insert_default().insert(labels::KUEUE_QUEUE_NAME.into(), queue.into());
+    }
+}
+
+/// Whether `built` (a Job the operator built) was put in a queue
+/// controller's queue: then suspension and scheduling are that controller's.
+pub fn is_queued(built: &Job) -> bool {
+    built.metadata.labels.as_ref().is_some_and(|l| l.contains_key(labels::KUEUE_QUEUE_NAME))
+}
+
 /// Labels on a block's Job and its Pods.
 pub fn block_labels(workflow: &str, block: u32) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -136,6 +156,10 @@ fn build_job(
         .collect();
     all_args.append(&mut args);
     let labels = block_labels(&name, block);
+    let mut pod_labels = labels.clone();
+    pod_labels.extend(MESH_OPT_OUT_LABELS.map(|(k, v)| (k.to_string(), v.to_string())));
+    let pod_annotations: BTreeMap<String, String> =
+        MESH_OPT_OUT_ANNOTATIONS.map(|(k, v)| (k.to_string(), v.to_string())).into();
     let env: Vec<_> = miner_env(workflow, settings)
         .into_iter()
         .map(|(name, value)| json!({"name": name, "value": value}))
@@ -167,7 +191,7 @@ fn build_job(
             "backoffLimit": settings.job.backoff_limit,
             "activeDeadlineSeconds": settings.job.active_deadline_seconds,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": false,
@@ -198,7 +222,9 @@ fn build_job(
             },
         },
     });
-    serde_json::from_value(job).expect("the block Job is a valid Job")
+    let mut job: Job = serde_json::from_value(job).expect("the block Job is a valid Job");
+    queue_job(&mut job, settings.job.queue_name.as_deref());
+    job
 }
 
 #[cfg(test)]
@@ -218,6 +244,7 @@ mod tests {
             cpu_limit: None,
             memory_request: None,
             memory_limit: Some("64Mi".into()),
+            queue_name: None,
         }
     }
 
@@ -239,8 +266,19 @@ mod tests {
         let labels = job.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[labels::WORKFLOW], "demo");
         assert_eq!(labels[labels::BLOCK], "3");
-        let template_labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.as_ref();
-        assert_eq!(template_labels, Some(labels));
+        let template = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap();
+        let template_labels = template.labels.as_ref().unwrap();
+        for (key, value) in labels {
+            assert_eq!(template_labels.get(key), Some(value), "{key}");
+        }
+        // Meshes are asked not to inject into miner Pods.
+        assert_eq!(template_labels["sidecar.istio.io/inject"], "false");
+        assert_eq!(template.annotations.as_ref().unwrap()["linkerd.io/inject"], "disabled");
+        assert!(!labels.contains_key(labels::KUEUE_QUEUE_NAME), "no queue unless configured");
+        let queued_settings = JobSettings { queue_name: Some("team-a".into()), ..job_settings() };
+        let queued = build_block_job(&workflow("demo", 12, 4), 3, "ABC", 12, &settings(&queued_settings));
+        assert_eq!(queued.metadata.labels.as_ref().unwrap()[labels::KUEUE_QUEUE_NAME], "team-a");
+        assert!(is_queued(&queued));
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Shared {
     /// Every Pod with our label, projected ([`crate::projection::project_pod`]):
     /// what a kind's Pods said is read here before asking the API server.
     pub pods: Store<Pod>,
+    /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
+    pub queue_name: Option<String>,
 }
 
 /// A kind registered with the queue, to be started once the queue exists.
@@ -67,6 +69,7 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                 instance: shared.instance,
                 jobs,
                 pods: shared.pods,
+                queue_name: shared.queue_name,
                 read_live: Default::default(),
             };
             crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;

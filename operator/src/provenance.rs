@@ -35,16 +35,20 @@ pub fn job_mismatch(job: &Job, built: &Job) -> Option<String> {
     let (Some(stored_job), Some(expected_job)) = (job.spec.as_ref(), built.spec.as_ref()) else {
         return Some("it has no spec".into());
     };
-    job_spec_mismatch(stored_job, expected_job)
-        .or_else(|| scheduling_mismatch(stored, expected))
+    // Put in a queue controller's queue (Kueue): it suspends the Job until
+    // admitted and sets the admitted flavor's node selector, affinity and
+    // tolerations; neither changes what the miner computes.
+    let queued = crate::job::is_queued(built);
+    job_spec_mismatch(stored_job, expected_job, queued)
+        .or_else(|| scheduling_mismatch(stored, expected, queued))
         .or_else(|| pod_spec_mismatch(stored, expected))
 }
 
 /// The Job-level fields that decide whether, how often and how long its Pods
 /// run, with the API server's defaults for the ones the operator leaves unset.
-fn job_spec_mismatch(stored: &JobSpec, expected: &JobSpec) -> Option<String> {
+fn job_spec_mismatch(stored: &JobSpec, expected: &JobSpec, queued: bool) -> Option<String> {
     let differs = |what: &str| Some(format!("its {what} differs"));
-    if stored.suspend.unwrap_or(false) != expected.suspend.unwrap_or(false) {
+    if !queued && stored.suspend.unwrap_or(false) != expected.suspend.unwrap_or(false) {
         return Some("it is suspended".into());
     }
     // The API server's defaults (batch/v1): backoffLimit 6, completions and parallelism 1.
@@ -72,21 +76,23 @@ fn job_spec_mismatch(stored: &JobSpec, expected: &JobSpec) -> Option<String> {
 
 /// What decides where and whether a Job's Pods are scheduled: compared for
 /// Job templates only (a scheduled Pod has a node name the template has not).
-fn scheduling_mismatch(stored: &PodSpec, expected: &PodSpec) -> Option<String> {
+fn scheduling_mismatch(stored: &PodSpec, expected: &PodSpec, queued: bool) -> Option<String> {
     let differs = |what: &str| Some(format!("its Pod {what} differs"));
     let empty_as_none = |m: &Option<BTreeMap<String, String>>| m.clone().filter(|m| !m.is_empty());
     if stored.node_name != expected.node_name {
         return differs("node name");
     }
-    if empty_as_none(&stored.node_selector) != empty_as_none(&expected.node_selector) {
-        return differs("node selector");
-    }
-    if stored.affinity != expected.affinity {
-        return differs("affinity");
-    }
     let tolerations = |s: &PodSpec| s.tolerations.clone().unwrap_or_default();
-    if tolerations(stored) != tolerations(expected) {
-        return differs("tolerations");
+    if !queued {
+        if empty_as_none(&stored.node_selector) != empty_as_none(&expected.node_selector) {
+            return differs("node selector");
+        }
+        if stored.affinity != expected.affinity {
+            return differs("affinity");
+        }
+        if tolerations(stored) != tolerations(expected) {
+            return differs("tolerations");
+        }
     }
     if stored.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
         return Some("its Pods are gated from scheduling".into());
@@ -418,6 +424,28 @@ mod tests {
             plant(planted.spec.as_mut().unwrap());
             assert!(job_mismatch(&planted, &built()).is_some(), "a Job with another {what} was adopted");
         }
+    }
+
+    #[test]
+    fn a_job_in_a_queue_controllers_queue_may_wait_suspended_and_be_placed_but_runs_nothing_else() {
+        let mut queued = built();
+        crate::job::queue_job(&mut queued, Some("team-a"));
+        let mut held = queued.clone();
+        held.spec.as_mut().unwrap().suspend = Some(true);
+        assert_eq!(job_mismatch(&held, &queued), None, "suspended until the queue admits it");
+        let mut placed = queued.clone();
+        let pod = placed.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        pod.node_selector = Some([("cloud.example.com/flavor".into(), "spot".into())].into());
+        pod.tolerations = Some(vec![
+            serde_json::from_value(serde_json::json!({"key": "spot", "operator": "Exists"})).unwrap(),
+        ]);
+        assert_eq!(job_mismatch(&placed, &queued), None, "placed on the flavor it was admitted to");
+        let mut forged = held.clone();
+        forged.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image =
+            Some("evil:1".into());
+        assert!(job_mismatch(&forged, &queued).is_some(), "a queued Job still runs only the miner");
+        // Without the operator's queue, a suspended Job is still not its own.
+        assert!(job_mismatch(&held, &built()).is_some());
     }
 
     #[test]

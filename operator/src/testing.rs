@@ -17,6 +17,7 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
         cpu_limit: None,
         memory_request: None,
         memory_limit: None,
+        queue_name: None,
     };
     let settings = crate::job::MinerSettings {
         image: "miner:1",

@@ -69,6 +69,8 @@ pub struct ToolContext {
     pub jobs: Store<Job>,
     /// Every Pod with our label, projected: a run's Pods are read here first.
     pub pods: Store<Pod>,
+    /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
+    pub queue_name: Option<String>,
     /// Runs (by uid) whose next reconcile reads their Job from the API
     /// server: a create met a Job the watch does not hold. Each is removed
     /// when read, so it holds at most the runs being created.
@@ -308,7 +310,10 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
     }
     if plan.create_job {
-        match job::job_for_run(run) {
+        match job::job_for_run(run).map(|mut built| {
+            crate::job::queue_job(&mut built, ctx.queue_name.as_deref());
+            built
+        }) {
             Some(built) => match jobs
                 .create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &built)
                 .await

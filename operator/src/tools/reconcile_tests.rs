@@ -180,6 +180,7 @@ impl Scenario {
                 }
                 pods
             },
+            queue_name: None,
             read_live: Default::default(),
         });
         Self { log, ctx }
