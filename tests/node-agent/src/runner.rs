@@ -23,6 +23,8 @@ use crate::image::{Image, ImageError, ImageStore};
 use crate::probe::{ProbeState, Verdict};
 use crate::services::ServiceDirectory;
 
+mod init;
+
 /// How a container starts: a mapped test double, or its image.
 enum Launch {
     Binary(PathBuf),
@@ -62,15 +64,6 @@ impl PodRunner {
                 &self.pod,
                 "StartError",
                 &format!("creating {}: {err}", self.dir.display()),
-            )
-            .await;
-        }
-        if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
-            return fail_pod(
-                &self.client,
-                &self.pod,
-                "InitContainersUnsupported",
-                "node-agent runs no init containers",
             )
             .await;
         }
@@ -115,6 +108,9 @@ impl PodRunner {
                     }
                 }
             }
+        }
+        if let Err((reason, message)) = self.run_init_containers(&sandbox).await {
+            return fail_pod(&self.client, &self.pod, &reason, &message).await;
         }
         let Some(launches) = self.wait_for_images(&mut stop_rx).await else {
             return finalize_deletion(&self.client, &self.pod).await;
