@@ -55,7 +55,8 @@ pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Fi
     if !unsure.is_empty() {
         return None;
     }
-    let outcomes = number_without_indexes(outcomes_of(&own));
+    let tool = tool_container(job)?;
+    let outcomes = number_without_indexes(outcomes_of(&own, &tool));
     match finished {
         Some(Finished::Complete { parts }) => {
             let succeeded = outcomes.iter().filter(|o| o.succeeded).count();
@@ -64,7 +65,7 @@ pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Fi
         Some(Finished::Failed) => return None,
         None => {}
     }
-    let running = newest_running(own.iter().copied());
+    let running = newest_running(own.iter().copied(), &tool);
     Some((outcomes, running))
 }
 
@@ -78,19 +79,23 @@ pub(super) enum Finished {
     Failed,
 }
 
-/// The newest running Pod of `own` and its first container.
-fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>) -> Option<(String, String)> {
-    let mut running: Option<(Option<Timestamp>, String, String)> = None;
+/// The container whose termination message is a part's result and whose
+/// log carries its status lines: the first of the Job's template (the
+/// tool author's), wherever admission put others in the Pod.
+pub(super) fn tool_container(job: &Job) -> Option<String> {
+    job.spec.as_ref()?.template.spec.as_ref()?.containers.first().map(|c| c.name.clone())
+}
+
+/// The newest running Pod of `own`, with `tool` (its container to read).
+fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>, tool: &str) -> Option<(String, String)> {
+    let mut running: Option<(Option<Timestamp>, String)> = None;
     for pod in own.filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")) {
         let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
-        let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone());
-        if let Some(container) = container
-            && running.as_ref().is_none_or(|(at, _, _)| started > *at)
-        {
-            running = Some((started, pod.name_any(), container));
+        if running.as_ref().is_none_or(|(at, _)| started > *at) {
+            running = Some((started, pod.name_any()));
         }
     }
-    running.map(|(_, pod, container)| (pod, container))
+    running.map(|(_, pod)| (pod, tool.to_string()))
 }
 
 /// What the Pods the run's Job made ended with, and the newest running
@@ -98,22 +103,20 @@ fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>) -> Option<(String, Str
 /// each projected before the next: Pods are what anyone can create.
 pub(super) async fn own_pods(pods: &Api<Pod>, job: &Job) -> Result<OwnPods> {
     let name = job.metadata.name.as_deref().unwrap_or_default();
+    let tool = tool_container(job).unwrap_or_default();
     let mut own_outcomes = Vec::new();
-    let mut running: Option<(Option<Timestamp>, String, String)> = None;
+    let mut running: Option<(Option<Timestamp>, String)> = None;
     let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);
     for _ in 0..MAX_POD_PAGES {
         let page = pods.list(&params).await.map_err(tool_error("list the Pods of", name))?;
         let own: Vec<&Pod> = page.items.iter().filter(|pod| made_by(pod, job)).collect();
-        own_outcomes.extend(outcomes_of(&own));
+        own_outcomes.extend(outcomes_of(&own, &tool));
         for pod in
             own.iter().filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         {
             let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
-            let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone());
-            if let Some(container) = container
-                && running.as_ref().is_none_or(|(at, _, _)| started > *at)
-            {
-                running = Some((started, pod.name_any(), container));
+            if running.as_ref().is_none_or(|(at, _)| started > *at) {
+                running = Some((started, pod.name_any()));
             }
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
@@ -121,7 +124,7 @@ pub(super) async fn own_pods(pods: &Api<Pod>, job: &Job) -> Result<OwnPods> {
             None => break,
         }
     }
-    Ok((number_without_indexes(own_outcomes), running.map(|(_, pod, container)| (pod, container))))
+    Ok((number_without_indexes(own_outcomes), running.map(|(_, pod)| (pod, tool))))
 }
 
 /// The latest status line of the run's running Pod `pod`, from the tail of
@@ -154,11 +157,11 @@ pub(super) fn made_by(pod: &Pod, job: &Job) -> bool {
 /// party made with the same labels is not among them: results come only
 /// from the run's own Job. Without completion indexes (API servers before
 /// Indexed Jobs) succeeded Pods are numbered in the order they finished.
-pub(super) fn outcomes_of(own: &[&Pod]) -> Vec<PodOutcome> {
+pub(super) fn outcomes_of(own: &[&Pod], tool: &str) -> Vec<PodOutcome> {
     own.iter()
         .filter_map(|pod| {
             let phase = pod.status.as_ref()?.phase.as_deref()?;
-            let first = pod.spec.as_ref()?.containers.first()?.name.as_str();
+            let first = tool;
             let terminated = pod
                 .status
                 .as_ref()?

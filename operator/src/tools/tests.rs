@@ -32,7 +32,7 @@ fn the_job() -> Job {
 fn read(pods: &[Pod]) -> Vec<PodOutcome> {
     let job = the_job();
     let own: Vec<&Pod> = pods.iter().filter(|pod| made_by(pod, &job)).collect();
-    number_without_indexes(outcomes_of(&own))
+    number_without_indexes(outcomes_of(&own, "tool"))
 }
 
 #[test]
@@ -49,6 +49,26 @@ fn a_planted_pod_with_the_jobs_labels_is_never_read() {
     let read = read(&pods);
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].message, "{\"sum\":1}", "the first container's message, from the Job's own Pod");
+}
+
+#[test]
+fn a_proxy_admission_put_first_is_not_read_as_the_tool() {
+    // A mesh that injects its proxy ahead of the template's containers (as
+    // Istio's holdApplicationUntilProxyStarts does): the result is still the
+    // tool's, the template's first container, not the Pod's.
+    let mut injected = pod("job-uid", Some("0"), "Succeeded", "{\"sum\":3}");
+    let proxy = serde_json::from_value(json!({"name": "mesh-proxy", "image": "mesh"})).unwrap();
+    injected.spec.as_mut().unwrap().containers.insert(0, proxy);
+    let statuses = injected.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    statuses.insert(
+        0,
+        serde_json::from_value(json!({"name": "mesh-proxy", "ready": false, "restartCount": 0,
+        "image": "mesh", "imageID": "", "state": {"terminated": {"exitCode": 0, "message": "proxy"}}}))
+        .unwrap(),
+    );
+    let read = read(&[injected]);
+    assert_eq!(read.len(), 1, "admission's proxy leaves the Pod the Job's");
+    assert_eq!(read[0].message, "{\"sum\":3}");
 }
 
 #[test]

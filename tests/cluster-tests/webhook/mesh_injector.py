@@ -1,0 +1,94 @@
+"""A mutating admission webhook that does to Pods and Jobs what real
+clusters' admission does, for tests/cluster-tests/tests/admission.rs:
+
+- every Pod gets, like a service mesh in its CNI mode, an init container
+  (`mesh-init`), a proxy sidecar (`mesh-proxy`, which exits after a moment:
+  the local node has no native sidecars) with resources and a Pod-local
+  volume, and a label; the mesh opt-out label is deliberately ignored, as a
+  misconfigured mesh would;
+- every Job labelled for a Kueue LocalQueue is created suspended, as Kueue's
+  webhook does until the queue admits it (the test then admits it).
+
+Usage: python3 mesh_injector.py PORT CERT KEY  (HTTPS, AdmissionReview v1).
+"""
+
+import base64
+import http.server
+import json
+import ssl
+import sys
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def pod_patch(pod):
+    spec = pod.get("spec", {})
+    ops = []
+    init = {"name": "mesh-init", "image": "local/shell", "command": ["sh", "-c", "exit 0"]}
+    proxy = {
+        "name": "mesh-proxy",
+        "image": "local/shell",
+        "command": ["sh", "-c", "sleep 1"],
+        "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}},
+        "volumeMounts": [{"name": "mesh-data", "mountPath": "/var/run/mesh"}],
+    }
+    if spec.get("initContainers"):
+        ops.append({"op": "add", "path": "/spec/initContainers/-", "value": init})
+    else:
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": [init]})
+    ops.append({"op": "add", "path": "/spec/containers/-", "value": proxy})
+    volume = {"name": "mesh-data", "emptyDir": {}}
+    if spec.get("volumes"):
+        ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume})
+    else:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": [volume]})
+    if pod.get("metadata", {}).get("labels"):
+        ops.append({"op": "add", "path": "/metadata/labels/mesh.example.com~1injected", "value": "true"})
+    else:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": {"mesh.example.com/injected": "true"}})
+    return ops
+
+
+def job_patch(job):
+    labels = job.get("metadata", {}).get("labels") or {}
+    if QUEUE_LABEL not in labels:
+        return []
+    return [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        review = json.loads(self.rfile.read(length))
+        request = review["request"]
+        kind = request["kind"]["kind"]
+        obj = request["object"]
+        ops = pod_patch(obj) if kind == "Pod" else job_patch(obj) if kind == "Job" else []
+        response = {"uid": request["uid"], "allowed": True}
+        if ops:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": response}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    port, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    print("listening", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
