@@ -1,0 +1,222 @@
+//! Work under the admission real clusters run, on the real control plane: a
+//! mutating webhook (tests/cluster-tests/webhook/mesh_injector.py, served
+//! over TLS to the API server) gives every Pod of the namespace a mesh's
+//! init container, proxy sidecar, Pod-local volume and label — ignoring the
+//! miner Pods' opt-out, as a misconfigured mesh would — and creates every
+//! Job labelled for a Kueue LocalQueue suspended, as Kueue does, which this
+//! test then admits (unsuspends) as Kueue would. A mining workflow and a
+//! tool run complete with their verified results regardless.
+//!
+//! `spec.suspend` exists from Kubernetes 1.21: on an older API server the
+//! webhook's suspension is dropped by the server itself, and the test says
+//! so (the waiting is covered by `provenance::tests` there).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cluster_tests::mcp::Sdk;
+use cluster_tests::tools::{ALICE, call, define, setup_with, tool};
+use cluster_tests::{
+    TestNamespace, assert_chain_verifies, create_workflow, eventually, free_port, phase, repo_root,
+};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use mining_api::{MiningWorkflow, WorkflowPhase, labels};
+use serde_json::json;
+
+/// The webhook process and its configuration; both go when dropped.
+struct MeshWebhook {
+    process: Child,
+    name: String,
+    api: Api<MutatingWebhookConfiguration>,
+}
+
+impl Drop for MeshWebhook {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let (api, name) = (self.api.clone(), self.name.clone());
+        // Dropped inside the test's runtime: delete on a thread of its own.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async move {
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            })
+        })
+        .join();
+    }
+}
+
+/// Starts the webhook for the Pods and Jobs of `ns` (labelled to select it).
+async fn mesh_webhook(ns: &TestNamespace) -> MeshWebhook {
+    let dir = std::env::temp_dir().join(format!("mesh-webhook-{}", ns.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(made.success(), "a self-signed certificate");
+    let port = free_port().port();
+    let process = Command::new("python3")
+        .arg(repo_root().join("tests/cluster-tests/webhook/mesh_injector.py"))
+        .arg(port.to_string())
+        .arg(&cert)
+        .arg(&key)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the webhook");
+    eventually("the webhook to listen", Duration::from_secs(20), || async {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ())
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(ns.client.clone());
+    let label = json!({"metadata": {"labels": {"mesh-test": ns.name}}});
+    namespaces.patch(&ns.name, &PatchParams::default(), &Patch::Merge(label)).await.unwrap();
+    let name = format!("mesh-{}", ns.name);
+    let ca = base64_of(&std::fs::read(&cert).unwrap());
+    let rule = |group: &str, resource: &str| json!({"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]});
+    let configuration: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "mesh.example.com",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": ca},
+            "rules": [rule("", "pods"), rule("batch", "jobs")],
+            "namespaceSelector": {"matchLabels": {"mesh-test": ns.name}},
+            // Fail, not Ignore: a webhook that does not answer must not let
+            // this test pass on Pods nobody mutated.
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10,
+        }],
+    }))
+    .unwrap();
+    let api: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
+    api.create(&PostParams::default(), &configuration).await.unwrap();
+    MeshWebhook { process, name, api }
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// What Kueue does once a queue admits a Job: unsuspend it. Counts the Jobs admitted.
+fn admit_suspended_jobs(jobs: Api<Job>) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let counter = admitted.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            for job in jobs.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+                if job.spec.as_ref().and_then(|s| s.suspend) == Some(true) {
+                    // A moment held, as a queue would: the operator must wait, not fail.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let admit = Patch::Merge(json!({"spec": {"suspend": false}}));
+                    let name = job.metadata.name.clone().unwrap_or_default();
+                    if jobs.patch(&name, &PatchParams::default(), &admit).await.is_ok() {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    (admitted, task)
+}
+
+/// Whether `pod` carries what the webhook injects.
+fn meshed(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let init = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.name == "mesh-init"));
+    let proxy = spec.is_some_and(|s| s.containers.iter().any(|c| c.name == "mesh-proxy"));
+    init && proxy && pod.metadata.labels.as_ref().is_some_and(|l| l.contains_key("mesh.example.com/injected"))
+}
+
+#[tokio::test]
+async fn a_workflow_and_a_tool_run_complete_with_a_mesh_injected_and_their_jobs_held_by_a_queue() {
+    let (ns, _operator, frontend) = setup_with("admission", &["--job-queue-name", "team-a"]).await;
+    let _webhook = mesh_webhook(&ns).await;
+    let jobs: Api<Job> = ns.api();
+    let (admitted, admitting) = admit_suspended_jobs(jobs.clone());
+    let pods: Api<Pod> = ns.api();
+
+    // A workflow of 3 blocks: every block's Job queued, held, admitted; every
+    // block's Pod injected; the chain verified.
+    let workflows: Api<MiningWorkflow> =
+        create_workflow(&ns, "meshed", json!({"difficulty": 8, "blocks": 3})).await;
+    let mut meshed_miners = std::collections::BTreeSet::new();
+    let mut queued_jobs = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    let done = loop {
+        let workflow = workflows.get("meshed").await.unwrap();
+        if phase(Some(&workflow)) == Some(WorkflowPhase::Failed) {
+            panic!("the workflow failed under admission: {:?}", workflow.status);
+        }
+        for pod in pods.list(&ListParams::default().labels(labels::WORKFLOW)).await.unwrap().items {
+            if meshed(&pod) {
+                meshed_miners.insert(pod.metadata.name.clone().unwrap_or_default());
+            }
+        }
+        for job in jobs.list(&ListParams::default().labels(labels::WORKFLOW)).await.unwrap().items {
+            let queue = job.metadata.labels.as_ref().and_then(|l| l.get(labels::KUEUE_QUEUE_NAME).cloned());
+            if queue.as_deref() == Some("team-a") {
+                queued_jobs.insert(job.metadata.name.clone().unwrap_or_default());
+            }
+        }
+        if phase(Some(&workflow)) == Some(WorkflowPhase::Succeeded) {
+            break workflow;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workflow did not succeed: {:?}",
+            workflow.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_chain_verifies(&done, 8);
+    assert_eq!(done.mined_blocks().len(), 3);
+    assert!(!meshed_miners.is_empty(), "the miners' Pods were injected (else this proves nothing)");
+    assert!(!queued_jobs.is_empty(), "the block Jobs were put in the queue");
+
+    // A tool run, its Pod injected the same way (a mesh in CNI mode: no
+    // init container with NET_ADMIN), its Job queued and held as well.
+    let url = frontend.url();
+    define(&ns, &url, tool("sum-numbers", 60, json!({}))).await;
+    let outcome = call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2, 3]})).await;
+    assert_eq!(outcome["status"], "completed", "{outcome:#}");
+    assert_eq!(outcome["result"]["sum"], 6.0, "{outcome:#}");
+    let run = outcome["workflow_id"].as_str().unwrap();
+    let tool_pods =
+        pods.list(&ListParams::default().labels(&format!("{}={run}", labels::TOOL_RUN))).await.unwrap();
+    assert!(tool_pods.items.iter().any(meshed), "the tool's Pod was injected");
+
+    // Kueue's suspension: held and admitted, on servers that keep it.
+    let version = ns.client.apiserver_version().await.unwrap();
+    let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
+    if minor >= 21 {
+        assert!(admitted.load(Ordering::Relaxed) >= 4, "every Job (3 blocks, 1 run) was held, then admitted");
+    } else {
+        assert_eq!(admitted.load(Ordering::Relaxed), 0, "Kubernetes 1.{minor} drops spec.suspend");
+    }
+    admitting.abort();
+}
