@@ -493,6 +493,15 @@ pub async fn account_token(
     issued.status.expect("a token").token
 }
 
+/// A new ServiceAccount `name` of `ns` and its token for the frontend's audience.
+pub async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = ns.api();
+    let mut account = k8s_openapi::api::core::v1::ServiceAccount::default();
+    account.metadata.name = Some(name.into());
+    accounts.create(&Default::default(), &account).await.unwrap();
+    account_token(&ns.client, &ns.name, name, Some(TOKEN_AUDIENCE)).await
+}
+
 /// A process's resident memory (`VmRSS`), in MiB.
 pub fn resident_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

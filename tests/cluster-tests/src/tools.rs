@@ -46,12 +46,7 @@ pub async fn setup_with(
     name: &str,
     operator_args: &[&str],
 ) -> (TestNamespace, OperatorProcess, FrontendProcess) {
-    let ns = TestNamespace::new(name).await;
-    install_crd(&ns.client).await;
-    let key = ownership_key_file(&ns.name);
-    let mut args = vec!["--ownership-key-file", key.to_str().unwrap()];
-    args.extend_from_slice(operator_args);
-    let operator = OperatorProcess::start(&ns.name, &args);
+    let (ns, operator) = namespace_and_operator(name, operator_args).await;
     let frontend =
         FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
     let tools: Api<McpTool> = ns.api();
@@ -68,16 +63,30 @@ pub async fn setup_with_frontend_args(
     name: &str,
     frontend_args: &[&str],
 ) -> (TestNamespace, OperatorProcess, FrontendProcess) {
-    let ns = TestNamespace::new(name).await;
-    install_crd(&ns.client).await;
-    let key = ownership_key_file(&ns.name);
-    let operator = OperatorProcess::start(&ns.name, &["--ownership-key-file", key.to_str().unwrap()]);
+    let (ns, operator) = namespace_and_operator(name, &[]).await;
     let frontend = FrontendProcess::start(&ns.name, frontend_args).await;
     (ns, operator, frontend)
 }
 
+/// A namespace with the CRDs and an operator (with the frontends' key and
+/// `operator_args`) watching it.
+async fn namespace_and_operator(name: &str, operator_args: &[&str]) -> (TestNamespace, OperatorProcess) {
+    let ns = TestNamespace::new(name).await;
+    install_crd(&ns.client).await;
+    let key = ownership_key_file(&ns.name);
+    let mut args = vec!["--ownership-key-file", key.to_str().unwrap()];
+    args.extend_from_slice(operator_args);
+    let operator = OperatorProcess::start(&ns.name, &args);
+    (ns, operator)
+}
+
 pub async fn listed_names(url: &str) -> Vec<String> {
-    let listed = Sdk::TypeScript.run(url, ALICE, false, &["tools"]).await;
+    listed_names_for(url, ALICE).await
+}
+
+/// The tool names `tools/list` answers the caller of `token`.
+pub async fn listed_names_for(url: &str, token: Option<&str>) -> Vec<String> {
+    let listed = Sdk::TypeScript.run(url, token, false, &["tools"]).await;
     listed["tools"]
         .as_array()
         .into_iter()

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
-use cluster_tests::{OperatorProcess, TOKEN_AUDIENCE, TestNamespace, account_token, eventually, install_crd};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use cluster_tests::{
+    OperatorProcess, TestNamespace, account_token, eventually, install_crd, service_account_token,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
 use mining_api::{MiningWorkflow, mcp_permission};
@@ -137,15 +138,6 @@ async fn client_with_token(token: &str) -> kube::Client {
     let mut config = kube::Config::infer().await.expect("a kubeconfig");
     config.auth_info = kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() };
     kube::Client::try_from(config).expect("a client")
-}
-
-/// A new ServiceAccount's token for the frontend's audience.
-async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
-    let accounts: Api<ServiceAccount> = ns.api();
-    let mut account = ServiceAccount::default();
-    account.metadata.name = Some(name.into());
-    accounts.create(&PostParams::default(), &account).await.unwrap();
-    account_token(&ns.client, &ns.name, name, Some(TOKEN_AUDIENCE)).await
 }
 
 #[tokio::test]

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{Sdk, structured, tool_error_text};
 use cluster_tests::tasks::TaskClient;
-use cluster_tests::tools::{call, setup_with_frontend_args};
-use cluster_tests::{TOKEN_AUDIENCE, TestNamespace, account_token, eventually};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use cluster_tests::tools::{call, listed_names_for, setup_with_frontend_args};
+use cluster_tests::{TestNamespace, eventually, service_account_token};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, PostParams};
 use mining_api::tool_caller::{CALL_VERB, TOOLS_RESOURCE};
@@ -62,22 +61,21 @@ async fn role(ns: &TestNamespace, name: &str, rule: PolicyRule, subjects: Vec<Su
     bindings.create(&PostParams::default(), &binding).await.unwrap();
 }
 
-async fn account(ns: &TestNamespace, name: &str) -> String {
-    let accounts: Api<ServiceAccount> = ns.api();
-    let mut account = ServiceAccount::default();
-    account.metadata.name = Some(name.into());
-    accounts.create(&PostParams::default(), &account).await.unwrap();
-    account_token(&ns.client, &ns.name, name, Some(TOKEN_AUDIENCE)).await
-}
-
-async fn listed(url: &str, token: &str) -> Vec<String> {
-    let listed = Sdk::TypeScript.run(url, Some(token), false, &["tools"]).await;
-    listed["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str().map(str::to_string))
-        .collect()
+/// Runs docs/TOOLS.md's commands that grant the restricted tool `deploy` to
+/// the ServiceAccount `mining-callers:agent`, with this test's names.
+fn grant_as_documented(workflows: &str, callers: &str, account: &str, tool: &str) {
+    let docs = std::fs::read_to_string(cluster_tests::repo_root().join("docs/TOOLS.md")).unwrap();
+    let start = docs
+        .find("  ```console\n  kubectl -n mining-workflows create role call-deploy")
+        .expect("the grant in TOOLS.md");
+    let block = &docs[start + "  ```console\n".len()..];
+    let block = &block[..block.find("  ```").unwrap()];
+    let script = block
+        .replace("mining-workflows", workflows)
+        .replace("mining-callers:agent", &format!("{callers}:{account}"))
+        .replace("--resource-name=deploy", &format!("--resource-name={tool}"));
+    let status = std::process::Command::new("sh").arg("-ec").arg(&script).status().unwrap();
+    assert!(status.success(), "TOOLS.md's grant failed:\n{script}");
 }
 
 #[tokio::test]
@@ -88,8 +86,8 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
         setup_with_frontend_args("tool-access", &["--auth", "kubernetes", "--auth-cache-seconds", "1"]).await;
     let url = frontend.url();
     let callers = TestNamespace::new("tool-access-callers").await;
-    let granted = account(&callers, "granted").await;
-    let plain = account(&callers, "plain").await;
+    let granted = service_account_token(&callers, "granted").await;
+    let plain = service_account_token(&callers, "plain").await;
     // Both may use the MCP tools (the chart's -mcp-caller rule) ...
     let mcp = PolicyRule {
         api_groups: Some(vec![mining_api::GROUP.into()]),
@@ -98,15 +96,9 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
         ..Default::default()
     };
     role(&ns, "callers", mcp, vec![subject("granted", &callers.name), subject("plain", &callers.name)]).await;
-    // ... and only `granted` may call the restricted tool, by name.
-    let call_whoami = PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec![TOOLS_RESOURCE.into()]),
-        resource_names: Some(vec!["whoami".into()]),
-        verbs: vec![CALL_VERB.into()],
-        ..Default::default()
-    };
-    role(&ns, "deployers", call_whoami, vec![subject("granted", &callers.name)]).await;
+    // ... and only `granted` may call the restricted tool, by name: the
+    // commands of docs/TOOLS.md, as printed (its names put in).
+    grant_as_documented(&ns.name, &callers.name, "granted", "whoami");
 
     let tools: Api<McpTool> = ns.api();
     let restricted =
@@ -114,11 +106,11 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
     tools.create(&PostParams::default(), &restricted).await.unwrap();
     tools.create(&PostParams::default(), &whoami("open-whoami", json!({}))).await.unwrap();
     eventually("both tools listed to the granted caller", Duration::from_secs(30), || async {
-        let names = listed(&url, &granted).await;
+        let names = listed_names_for(&url, Some(&granted)).await;
         (names.contains(&"whoami".to_string()) && names.contains(&"open-whoami".to_string())).then_some(())
     })
     .await;
-    let plains = listed(&url, &plain).await;
+    let plains = listed_names_for(&url, Some(&plain)).await;
     assert!(plains.contains(&"open-whoami".to_string()), "{plains:?}");
     assert!(
         !plains.contains(&"whoami".to_string()),
@@ -165,7 +157,7 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
     // The grant revoked: the run is no longer followed by its own caller,
     // through the companion tool or a task, and the tool is no longer listed.
     let bindings: Api<RoleBinding> = ns.api();
-    bindings.delete("deployers", &DeleteParams::default()).await.unwrap();
+    bindings.delete("agent-calls-deploy", &DeleteParams::default()).await.unwrap();
     eventually("the revoked grant to refuse get_tool_result", Duration::from_secs(30), || async {
         let seen =
             Sdk::Python.call(&url, Some(&granted), "get_tool_result", json!({"workflow_id": id})).await;
@@ -175,7 +167,7 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
     .await;
     let got = TaskClient::TypeScript2025.run_tool("whoami", &url, Some(&granted), &["get", &id]).await;
     assert!(got["error"].is_object(), "{got:#}");
-    assert!(!listed(&url, &granted).await.contains(&"whoami".to_string()));
+    assert!(!listed_names_for(&url, Some(&granted)).await.contains(&"whoami".to_string()));
     let listed_open = structured(
         &Sdk::Python
             .call(&url, Some(&plain), "get_tool_result", json!({"workflow_id": open["workflow_id"]}))
