@@ -119,6 +119,26 @@ fn readme_has_the_three_blocks_this_test_runs() {
     assert!(blocks[2].contains("demo/client.py"), "{}", blocks[2]);
 }
 
+/// Every host configuration README prints (VS Code, Claude Code, Cursor,
+/// Claude Desktop) is JSON a host can load, keeps no token in the file, and
+/// runs `npx` without a prompt.
+#[test]
+fn readme_host_configurations_are_json_without_a_token() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let blocks: Vec<&str> =
+        readme.split("```json\n").skip(1).map(|rest| &rest[..rest.find("```").unwrap()]).collect();
+    assert!(blocks.len() >= 4, "the host snippets: {blocks:#?}");
+    for block in blocks {
+        let parsed: serde_json::Value =
+            serde_json::from_str(block).unwrap_or_else(|e| panic!("not JSON ({e}):\n{block}"));
+        let text = parsed.to_string();
+        assert!(!text.contains("\"env\""), "no token written into a config file:\n{block}");
+        if text.contains("\"npx\"") {
+            assert!(text.contains("\"-y\""), "npx must not stop to ask:\n{block}");
+        }
+    }
+}
+
 #[ignore = "runs README's commands on the local cluster; tests/run.sh runs it there"]
 #[test]
 fn readme_run_the_components_yourself_works_as_printed() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{Sdk, structured, tool_error_text};
 use cluster_tests::tasks::TaskClient;
-use cluster_tests::tools::{call, listed_names_for, setup_with_frontend_args};
+use cluster_tests::tools::{ALICE, BOB, call, listed_names_for, setup_with_frontend_args};
 use cluster_tests::{TestNamespace, eventually, service_account_token};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -175,4 +175,39 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
     )
     .clone();
     assert_eq!(listed_open["status"], "not_found", "another caller's run stays unseen: {listed_open:#}");
+}
+
+#[tokio::test]
+async fn without_rbac_the_grants_file_decides_and_a_grant_of_one_tool_is_no_grant_of_another() {
+    let grants = cluster_tests::mcp::tokens_file(r#"{"whoami": {"subjects": ["alice"]}}"#);
+    let grants = grants.to_str().unwrap();
+    let tokens = cluster_tests::mcp::tokens_file("alice-secret alice\nbob-secret bob\n");
+    let (ns, _operator, frontend) = setup_with_frontend_args(
+        "tool-grants",
+        &["--auth", "tokens", "--tokens-file", tokens.to_str().unwrap(), "--tool-grants", grants],
+    )
+    .await;
+    let url = frontend.url();
+    let tools: Api<McpTool> = ns.api();
+    let restricted = json!({"restricted": true, "callerIdentity": {}});
+    for (name, spec) in [("whoami", restricted.clone()), ("other", restricted)] {
+        tools.create(&PostParams::default(), &whoami(name, spec)).await.unwrap();
+    }
+    eventually("the granted tool listed to alice", Duration::from_secs(30), || async {
+        listed_names_for(&url, ALICE).await.contains(&"whoami".to_string()).then_some(())
+    })
+    .await;
+    let alices = listed_names_for(&url, ALICE).await;
+    assert!(!alices.contains(&"other".to_string()), "granted whoami only: {alices:?}");
+    let bobs = listed_names_for(&url, BOB).await;
+    assert!(!bobs.iter().any(|t| t == "whoami" || t == "other"), "{bobs:?}");
+    let refused = Sdk::TypeScript.call(&url, BOB, "whoami", json!({})).await;
+    assert!(tool_error_text(&refused).contains("--tool-grants"), "{refused:#}");
+    let done = call(Sdk::Python, &url, ALICE, "whoami", json!({})).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["result"],
+        json!({"caller": "alice", "claims": null}),
+        "tokens mode names only the subject"
+    );
 }
