@@ -11,9 +11,10 @@
 //! webhook's suspension is dropped by the server itself, and the test says
 //! so (the waiting is covered by `provenance::tests` there).
 
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster_tests::mcp::Sdk;
@@ -21,32 +22,36 @@ use cluster_tests::tools::{ALICE, call, define, setup_with, tool};
 use cluster_tests::{
     TestNamespace, assert_chain_verifies, create_workflow, eventually, free_port, phase, repo_root,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
 
-/// The webhook process and its configuration; both go when dropped.
+/// The webhook process and its configuration; both go when dropped (the
+/// configuration by kubectl: a drop may run while the test's runtime unwinds).
 struct MeshWebhook {
     process: Child,
     name: String,
-    api: Api<MutatingWebhookConfiguration>,
 }
 
 impl Drop for MeshWebhook {
     fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .args([
+                "delete",
+                "mutatingwebhookconfiguration",
+                &self.name,
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .stdout(Stdio::null())
+            .status();
         let _ = self.process.kill();
         let _ = self.process.wait();
-        let (api, name) = (self.api.clone(), self.name.clone());
-        // Dropped inside the test's runtime: delete on a thread of its own.
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Runtime::new().unwrap().block_on(async move {
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            })
-        })
-        .join();
     }
 }
 
@@ -100,7 +105,7 @@ async fn mesh_webhook(ns: &TestNamespace) -> MeshWebhook {
     .unwrap();
     let api: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
     api.create(&PostParams::default(), &configuration).await.unwrap();
-    MeshWebhook { process, name, api }
+    MeshWebhook { process, name }
 }
 
 fn base64_of(bytes: &[u8]) -> String {
@@ -142,6 +147,27 @@ fn admit_suspended_jobs(jobs: Api<Job>) -> (Arc<AtomicUsize>, tokio::task::JoinH
     (admitted, task)
 }
 
+/// The labels of each Pod seen.
+type SeenLabels = Arc<Mutex<Vec<BTreeMap<String, String>>>>;
+
+/// The labels of every Pod of `pods` seen carrying what the webhook
+/// injects, from a watch (a tool's Pod may be gone by the time it answers).
+fn record_meshed(pods: Api<Pod>) -> (SeenLabels, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()).applied_objects());
+        while let Some(event) = events.next().await {
+            if let Ok(pod) = event
+                && meshed(&pod)
+            {
+                into.lock().unwrap().push(pod.metadata.labels.clone().unwrap_or_default());
+            }
+        }
+    });
+    (seen, task)
+}
+
 /// Whether `pod` carries what the webhook injects.
 fn meshed(pod: &Pod) -> bool {
     let spec = pod.spec.as_ref();
@@ -159,6 +185,7 @@ async fn a_workflow_and_a_tool_run_complete_with_a_mesh_injected_and_their_jobs_
     let jobs: Api<Job> = ns.api();
     let (admitted, admitting) = admit_suspended_jobs(jobs.clone());
     let pods: Api<Pod> = ns.api();
+    let (meshed_pods, watching) = record_meshed(pods.clone());
 
     // A workflow of 3 blocks: every block's Job queued, held, admitted; every
     // block's Pod injected; the chain verified.
@@ -206,9 +233,13 @@ async fn a_workflow_and_a_tool_run_complete_with_a_mesh_injected_and_their_jobs_
     assert_eq!(outcome["status"], "completed", "{outcome:#}");
     assert_eq!(outcome["result"]["sum"], 6.0, "{outcome:#}");
     let run = outcome["workflow_id"].as_str().unwrap();
-    let tool_pods =
-        pods.list(&ListParams::default().labels(&format!("{}={run}", labels::TOOL_RUN))).await.unwrap();
-    assert!(tool_pods.items.iter().any(meshed), "the tool's Pod was injected");
+    let tool_pod_meshed = meshed_pods
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|labels| labels.get(labels::TOOL_RUN).map(String::as_str) == Some(run));
+    assert!(tool_pod_meshed, "the tool's Pod was injected");
+    watching.abort();
 
     // Kueue's suspension: held and admitted, on servers that keep it.
     let version = ns.client.apiserver_version().await.unwrap();
