@@ -60,6 +60,10 @@ async fn a_valid_token_names_the_issuer_and_subject() {
     assert_eq!(caller, Caller::new(format!("{ISSUER}#alice")));
     // Its claims are kept for the tools that ask to be told some.
     assert_eq!(caller.identity.claims["sub"], "alice");
+    let mut grouped = claims();
+    grouped["groups"] = json!(["ops", 7, "dev"]);
+    let caller = verifier.caller(&rsa_token("rsa", &grouped)).await.unwrap();
+    assert_eq!(caller.identity.groups, ["ops", "dev"], "string groups, for restricted tools' grants");
     // The same subject from another issuer is another caller.
     assert_ne!(caller, Caller::new("https://other.example.com#alice"));
     // ES256 with the EC key, `aud` as an array, another caller claim.

@@ -5,7 +5,8 @@ clusters' admission does, for tests/cluster-tests/tests/admission.rs:
   (`mesh-init`), a proxy sidecar (`mesh-proxy`, which exits after a moment:
   the local node has no native sidecars) with resources and a Pod-local
   volume, and a label; the mesh opt-out label is deliberately ignored, as a
-  misconfigured mesh would;
+  misconfigured mesh would; containers without resources get some, as a
+  LimitRange or a policy engine gives them;
 - every Job labelled for a Kueue LocalQueue is created suspended, as Kueue's
   webhook does until the queue admits it (the test then admits it).
 
@@ -36,6 +37,11 @@ def pod_patch(pod):
         ops.append({"op": "add", "path": "/spec/initContainers/-", "value": init})
     else:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": [init]})
+    # Like a LimitRange or a policy engine: resources for containers without any.
+    for index, container in enumerate(spec.get("containers", [])):
+        if not container.get("resources"):
+            limits = {"limits": {"cpu": "2", "memory": "256Mi"}, "requests": {"cpu": "10m", "memory": "16Mi"}}
+            ops.append({"op": "add", "path": f"/spec/containers/{index}/resources", "value": limits})
     ops.append({"op": "add", "path": "/spec/containers/-", "value": proxy})
     volume = {"name": "mesh-data", "emptyDir": {}}
     if spec.get("volumes"):
