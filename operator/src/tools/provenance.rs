@@ -79,7 +79,7 @@ pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
     {
         return Some("it shares other namespaces".into());
     }
-    if got.security_context != want.security_context {
+    if !keeps_what_is_set(&got.security_context, &want.security_context) {
         return Some("its Pod security context differs".into());
     }
     if own_volumes(got) != want.volumes.iter().flatten().collect::<Vec<_>>() {
@@ -103,11 +103,29 @@ pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
         {
             return Some("termination message");
         }
-        if got.security_context != want.security_context {
+        if !keeps_what_is_set(&got.security_context, &want.security_context) {
             return Some("security context");
         }
         None
     })
+}
+
+/// Whether `got` has every field `want` sets, with the same value: what
+/// admission adds where the template is silent (a policy engine's default
+/// `seccompProfile` or `fsGroup`) is accepted, what it changes is not.
+fn keeps_what_is_set<T: serde::Serialize>(got: &T, want: &T) -> bool {
+    fn within(got: &serde_json::Value, want: &serde_json::Value) -> bool {
+        match (got, want) {
+            (serde_json::Value::Object(got), serde_json::Value::Object(want)) => want
+                .iter()
+                .all(|(key, value)| value.is_null() || got.get(key).is_some_and(|g| within(g, value))),
+            _ => got == want,
+        }
+    }
+    match (serde_json::to_value(got), serde_json::to_value(want)) {
+        (Ok(got), Ok(want)) => within(&got, &want),
+        _ => false,
+    }
 }
 
 fn template(job: &Job) -> Option<&PodSpec> {
@@ -246,6 +264,20 @@ mod tests {
             edit(pod.spec.as_mut().unwrap());
             assert!(pod_mismatch(&pod, &job).is_some(), "{attack}");
         }
+    }
+
+    #[test]
+    fn a_security_context_admission_completes_is_kept_and_one_it_changes_is_not() {
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let mut defaulted = made_from(&job);
+        let spec = defaulted.spec.as_mut().unwrap();
+        spec.security_context.get_or_insert_default().fs_group = Some(2000);
+        spec.containers[0].security_context.get_or_insert_default().read_only_root_filesystem = Some(true);
+        assert_eq!(pod_mismatch(&defaulted, &job), None, "fields the template left unset, filled in");
+        let mut changed = made_from(&job);
+        let context = changed.spec.as_mut().unwrap().containers[0].security_context.get_or_insert_default();
+        context.allow_privilege_escalation = Some(true);
+        assert!(pod_mismatch(&changed, &job).is_some(), "a field the operator set, changed");
     }
 
     #[test]
