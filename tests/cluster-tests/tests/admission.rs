@@ -20,7 +20,8 @@ use std::time::Duration;
 use cluster_tests::mcp::Sdk;
 use cluster_tests::tools::{ALICE, call, define, setup_with, tool};
 use cluster_tests::{
-    TestNamespace, assert_chain_verifies, create_workflow, eventually, free_port, phase, repo_root,
+    TestNamespace, assert_chain_verifies, create_workflow, eventually, free_port, phase, reference_chain,
+    repo_root,
 };
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -221,7 +222,15 @@ async fn a_workflow_and_a_tool_run_complete_with_a_mesh_injected_and_their_jobs_
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert_chain_verifies(&done, 8);
-    assert_eq!(done.mined_blocks().len(), 3);
+    // The very chain of the independent reference miner: nothing admission
+    // added changed a nonce.
+    let reference = reference_chain(3, 8);
+    let mined: Vec<(u64, String)> = done.mined_blocks().iter().map(|b| (b.nonce, b.hash.clone())).collect();
+    let expected: Vec<(u64, String)> = reference
+        .iter()
+        .map(|b| (b["nonce"].as_u64().unwrap(), b["hash"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(mined, expected);
     assert!(!meshed_miners.is_empty(), "the miners' Pods were injected (else this proves nothing)");
     assert!(!queued_jobs.is_empty(), "the block Jobs were put in the queue");
 
