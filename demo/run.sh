@@ -68,11 +68,11 @@ log "kubectl get miningworkflows --namespace $WORKFLOWS"
 kubectl --namespace "$WORKFLOWS" get miningworkflows
 
 log "any container as a tool: McpTool sum-numbers (demo/sum-numbers.yaml, image mining-operator/sum-numbers), called through the same frontend"
-sed "s/namespace: mining-demo-workflows/namespace: $WORKFLOWS/" demo/sum-numbers.yaml | kubectl apply -f -
+kubectl apply --namespace "$WORKFLOWS" -f demo/sum-numbers.yaml
 PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/mcp" \
   --host "$FULLNAME-frontend.$NAMESPACE.svc" --tool sum-numbers --arguments '{"numbers": [1, 2, 3.5]}'
 log "a tool that asks and waits: McpTool deploy-gate (demo/deploy-gate.yaml) asks for approval; no Pod runs until the answer"
-sed "s/namespace: mining-demo-workflows/namespace: $WORKFLOWS/" demo/deploy-gate.yaml | kubectl apply -f -
+kubectl apply --namespace "$WORKFLOWS" -f demo/deploy-gate.yaml
 PYTHONPATH=tests/mcp-clients/.pydeps python3 demo/client.py "http://$service_ip/mcp" \
   --host "$FULLNAME-frontend.$NAMESPACE.svc" --tool deploy-gate --arguments '{"service": "api", "version": "1.2"}' \
   --answer '{"action": "accept", "content": {"approve": true}}'
