@@ -525,6 +525,12 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
             "frontend.auth.tokens=secret alice",
             "--set",
             "networkPolicy.enabled=true",
+            "--set",
+            "frontend.toolAccess=restricted",
+            "--set-json",
+            r#"frontend.toolGrants={"deploy":{"subjects":["alice"]}}"#,
+            "--set",
+            "operator.jobQueueName=team-a",
         ],
         &["--set", "crds.install=false", "--set", "frontend.enabled=false"],
         &[
