@@ -39,6 +39,9 @@ pub use tool::{McpTool, McpToolSpec, ToolRun, ToolRunPhase, ToolRunSpec, ToolRun
 /// Restricted tools and the caller's identity handed to tools.
 #[cfg(feature = "kubernetes")]
 pub mod tool_caller;
+/// What a tool says it does (MCP tool annotations).
+#[cfg(feature = "kubernetes")]
+pub mod tool_hints;
 #[cfg(feature = "kubernetes")]
 pub mod tool_input;
 #[cfg(feature = "schemas")]

@@ -135,6 +135,9 @@ pub struct McpToolSpec {
     /// `tool_caller`. Absent: the tool learns nothing of its caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller_identity: Option<CallerIdentity>,
+    /// What the tool says it does, for hosts (MCP tool annotations); see `tool_hints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<crate::tool_hints::ToolHints>,
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]

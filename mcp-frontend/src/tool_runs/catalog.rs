@@ -303,7 +303,7 @@ pub fn define(name: &str, spec: &McpToolSpec, reserved: &[String]) -> Result<Def
     let mut listed =
         Tool::new(name.to_string(), spec.description.clone(), Arc::new(spec.input_schema.clone()))
             .with_raw_output_schema(Arc::new(outcome_schema(output.as_ref())))
-            .with_annotations(ToolAnnotations::new().open_world(true));
+            .with_annotations(annotations_of(spec.hints.as_ref()));
     if let Some(title) = &spec.title {
         listed = listed.with_title(title.clone());
     }
@@ -313,6 +313,24 @@ pub fn define(name: &str, spec: &McpToolSpec, reserved: &[String]) -> Result<Def
         spec: spec.clone(),
         output_schema: output.map(|schema| Value::Object(schema).to_string()),
     })
+}
+
+/// The MCP annotations of a tool whose definition gives `hints`: what it
+/// says, and open-world unless it says otherwise (a container may call
+/// anything).
+fn annotations_of(hints: Option<&mining_api::tool_hints::ToolHints>) -> ToolAnnotations {
+    let hints = hints.cloned().unwrap_or_default();
+    let mut annotations = ToolAnnotations::new().open_world(hints.open_world.unwrap_or(true));
+    if let Some(read_only) = hints.read_only {
+        annotations = annotations.read_only(read_only);
+    }
+    if let Some(destructive) = hints.destructive {
+        annotations = annotations.destructive(destructive);
+    }
+    if let Some(idempotent) = hints.idempotent {
+        annotations = annotations.idempotent(idempotent);
+    }
+    annotations
 }
 
 #[cfg(test)]
@@ -350,5 +368,20 @@ mod tests {
         tool.metadata.generation = Some(4);
         let again = accepted_condition(&tool, &Ok(()), at(12)).expect("a new generation is told again");
         assert_eq!(again.last_transition_time.0, at(0), "no flip keeps the time");
+    }
+
+    #[test]
+    fn a_tools_hints_reach_its_listing_and_it_is_open_world_unless_it_says_otherwise() {
+        let silent = annotations_of(None);
+        assert_eq!((silent.open_world_hint, silent.destructive_hint), (Some(true), None));
+        let hints: mining_api::tool_hints::ToolHints = serde_json::from_value(
+            serde_json::json!({"readOnly": false, "destructive": true, "openWorld": false}),
+        )
+        .unwrap();
+        let told = annotations_of(Some(&hints));
+        assert_eq!(told.read_only_hint, Some(false));
+        assert_eq!(told.destructive_hint, Some(true));
+        assert_eq!(told.open_world_hint, Some(false));
+        assert_eq!(told.idempotent_hint, None);
     }
 }

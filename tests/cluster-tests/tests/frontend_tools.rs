@@ -21,7 +21,8 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
     let (ns, _operator, frontend) = setup("tools-call").await;
     let url = frontend.url();
     let tools: Api<McpTool> = ns.api();
-    for defined in [tool("sum-numbers", 20, json!({})), tool("slow-sum", 1, json!({}))] {
+    let read_only = json!({"hints": {"readOnly": true, "idempotent": true, "openWorld": false}});
+    for defined in [tool("sum-numbers", 20, read_only), tool("slow-sum", 1, json!({}))] {
         tools.create(&PostParams::default(), &defined).await.unwrap();
     }
     eventually("both tools to be listed", Duration::from_secs(30), || async {
@@ -32,6 +33,18 @@ async fn a_defined_tool_is_listed_answers_inline_polls_to_its_result_and_stays_i
         .then_some(())
     })
     .await;
+    // What each says it does reaches hosts as MCP tool annotations.
+    let listed = Sdk::TypeScript.run(&url, ALICE, false, &["tools"]).await;
+    let annotations = |name: &str| {
+        let tools = listed["tools"].as_array().unwrap();
+        tools.iter().find(|t| t["name"] == name).unwrap()["annotations"].clone()
+    };
+    assert_eq!(
+        annotations("sum-numbers"),
+        json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false}),
+        "{listed:#}"
+    );
+    assert_eq!(annotations("slow-sum"), json!({"openWorldHint": true}), "{listed:#}");
 
     // Inline within the budget; shell in the arguments reaches the tool as data.
     let shell = "\"; rm -rf / $(reboot)\n`id` && echo pwned";
