@@ -32,6 +32,7 @@ impl Answer {
             View::Missing => Outcome::<K::Details>::not_found(id_text),
             View::Found(work) => work.outcome(Timestamp::now()).with_operator(operator),
             View::Unreadable(problem) => Outcome::unreadable(id_text, problem),
+            View::NotGranted(why) => return Self::Refused(why),
         })
     }
 

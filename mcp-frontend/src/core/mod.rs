@@ -31,6 +31,7 @@ use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::operator_presence::{OperatorWatch, Presence};
 use crate::ownership::OwnershipKeys;
 use crate::quota::Quotas;
+use crate::tool_runs::access::Denied;
 use crate::tools::Limits;
 use crate::workflows;
 
@@ -82,6 +83,9 @@ pub enum View<K = MiningWorkflow> {
     Missing,
     /// The caller's, but its stored state cannot be read; the text says why.
     Unreadable(String),
+    /// The caller's, but a run of a restricted tool it is not granted (any
+    /// longer); the text names the grant.
+    NotGranted(String),
     Found(Box<K>),
 }
 
@@ -94,6 +98,7 @@ impl<K> View<K> {
         match self {
             Self::Missing => View::Missing,
             Self::Unreadable(problem) => View::Unreadable(problem),
+            Self::NotGranted(why) => View::NotGranted(why),
             Self::Found(work) => View::Found(Box::new(work.into())),
         }
     }
@@ -118,24 +123,27 @@ impl Core {
             Some(view) => view,
             None => self.fetched::<K>(caller, id.as_str()).await?,
         };
-        if let View::Found(work) = &view {
-            self.check_grant(caller, &**work).await?;
-        }
-        Ok(view)
+        self.granted(caller, view).await
     }
 
-    /// `Err` (the refusal, naming the missing grant) when `work` is a run
-    /// of a restricted tool its caller is not granted (any longer): every
-    /// call about a run needs what calling its tool needs. A tool deleted
-    /// since is restricted only when the install restricts every tool.
-    pub(crate) async fn check_grant<K: crate::cache::Kind>(
+    /// `view`, or `NotGranted` when it is a run of a restricted tool its
+    /// caller is not granted (any longer): every call about a run needs what
+    /// calling its tool needs. A tool deleted since is restricted only when
+    /// the install restricts every tool. `Err` when the grant cannot be
+    /// checked now (the text says when to retry).
+    pub(crate) async fn granted<K: crate::cache::Kind>(
         &self,
         caller: &Caller,
-        work: &K,
-    ) -> Result<(), String> {
-        let Some(tool) = work.defined_tool() else { return Ok(()) };
+        view: View<K>,
+    ) -> Result<View<K>, String> {
+        let View::Found(work) = &view else { return Ok(view) };
+        let Some(tool) = work.defined_tool() else { return Ok(view) };
         let restricted = self.catalog.get(tool).is_some_and(|defined| defined.spec.restricted);
-        self.access.check(caller, tool, restricted).await
+        match self.access.check(caller, tool, restricted).await {
+            Ok(()) => Ok(view),
+            Err(Denied::NotGranted(why)) => Ok(View::NotGranted(why)),
+            Err(Denied::CannotCheck(why)) => Err(why),
+        }
     }
 
     /// `name` as the caller may see it in the caches of kind `K`; `None`

@@ -27,6 +27,8 @@ pub enum RespondError {
     Invalid(String),
     /// The API server could not be asked.
     Unavailable(String),
+    /// A run of a restricted tool the caller is not granted (any longer).
+    NotGranted(String),
 }
 
 impl Core {
@@ -52,6 +54,7 @@ impl Core {
         for fresh_read in [false, true] {
             let run = match view {
                 View::Found(run) => run,
+                View::NotGranted(why) => return Err(RespondError::NotGranted(why)),
                 _ => return Err(RespondError::NotFound),
             };
             if run.phase() != ToolRunPhase::InputRequired {

@@ -100,10 +100,12 @@ impl Core {
 
     /// [`Core::granted`] of work of whichever kind.
     async fn granted_any(&self, caller: &Caller, view: View<Any>) -> Result<View<Any>, String> {
-        if let View::Found(work) = &view {
-            crate::each_kind!(&**work, work => self.check_grant(caller, &**work).await?);
+        match view {
+            View::Found(work) => {
+                crate::each_kind!(*work, work => Ok(self.granted(caller, View::Found(work)).await?.into_any()))
+            }
+            other => Ok(other),
         }
-        Ok(view)
     }
 
     /// Waits for `work` of whichever kind (see [`Core::wait`]).

@@ -91,7 +91,10 @@ impl Core {
         idempotency_key: Option<&str>,
         kept: Kept<'_>,
     ) -> Result<Box<ToolRun>, Answer> {
-        self.access.check(caller, name, tool.spec.restricted).await.map_err(Answer::Refused)?;
+        self.access
+            .check(caller, name, tool.spec.restricted)
+            .await
+            .map_err(|denied| Answer::Refused(denied.text()))?;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
         if text.len() > MAX_ARGUMENTS_BYTES {

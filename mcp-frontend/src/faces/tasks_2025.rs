@@ -390,7 +390,9 @@ impl CoreTasks {
             match self.core.respond(&self.caller, &task_id, &answers).await {
                 Ok(_) => {}
                 Err(
-                    crate::core::RespondError::Invalid(why) | crate::core::RespondError::Unavailable(why),
+                    crate::core::RespondError::Invalid(why)
+                    | crate::core::RespondError::Unavailable(why)
+                    | crate::core::RespondError::NotGranted(why),
                 ) => {
                     tracing::info!(task = %task_id, key = %key, caller = %self.caller.name, why = %why, "answer not taken");
                 }
@@ -424,6 +426,7 @@ fn found<K>(
             format!("task {task_id}'s stored state cannot be read: {problem}"),
             None,
         )),
+        Ok(View::NotGranted(why)) => Err(McpError::invalid_request(why, None)),
         Err(problem) => Err(McpError::internal_error(problem, None)),
     }
 }

@@ -123,6 +123,7 @@ pub(crate) async fn get_task(core: &Core, caller: &Caller, task_id: &str) -> Res
             let error = json_object(&McpError::internal_error(problem, None));
             Ok(GetTaskResult::new(DetailedTask::new(base, TaskPayload::Failed { error })))
         }
+        View::NotGranted(why) => Err(McpError::invalid_request(why, None)),
         View::Missing => Err(missing_task(core, caller, task_id)),
     }
 }
@@ -133,6 +134,7 @@ pub(crate) async fn cancel_task(core: &Core, caller: &Caller, task_id: &str) -> 
     match core.resolve(caller, task_id).await.map_err(internal)? {
         View::Found(work) => core.cancel_any(caller, *work).await.map(|_| ()).map_err(internal),
         View::Unreadable(_) => Ok(()),
+        View::NotGranted(why) => Err(McpError::invalid_request(why, None)),
         View::Missing => Err(missing_task(core, caller, task_id)),
     }
 }
@@ -153,6 +155,7 @@ pub(crate) async fn update_task(
         Ok(_) => Ok(()),
         Err(RespondError::Invalid(why)) => Err(McpError::invalid_params(why, None)),
         Err(RespondError::Unavailable(why)) => Err(McpError::internal_error(why, None)),
+        Err(RespondError::NotGranted(why)) => Err(McpError::invalid_request(why, None)),
         // Not a tool run of this caller's: a task of another kind is
         // acknowledged (nothing of it is outstanding), anything else is not found.
         Err(RespondError::NotFound) => match core.resolve(caller, task_id).await {

@@ -84,6 +84,23 @@ pub enum Grantor {
     Listed(ToolGrants),
 }
 
+/// Why a caller may not call (or follow) a tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// It is restricted and the caller is not granted it; the text names the grant.
+    NotGranted(String),
+    /// The grant could not be checked now; the text says when to retry.
+    CannotCheck(String),
+}
+
+impl Denied {
+    pub fn text(self) -> String {
+        match self {
+            Self::NotGranted(text) | Self::CannotCheck(text) => text,
+        }
+    }
+}
+
 pub struct ToolAccess {
     mode: AccessMode,
     grantor: Grantor,
@@ -109,33 +126,33 @@ impl ToolAccess {
     /// `Ok` when `caller` may call `tool` (restricted or not, as
     /// [`Self::is_restricted`] said); else the refusal, which names the
     /// missing grant and nobody else.
-    pub async fn check(&self, caller: &Caller, tool: &str, restricted: bool) -> Result<(), String> {
+    pub async fn check(&self, caller: &Caller, tool: &str, restricted: bool) -> Result<(), Denied> {
         if !self.is_restricted(restricted) {
             return Ok(());
         }
         let key = (caller.digest.clone(), tool.to_string());
         if let Some(granted) = self.remembered(&key) {
-            return if granted { Ok(()) } else { Err(self.denied(tool)) };
+            return if granted { Ok(()) } else { Err(Denied::NotGranted(self.denied(tool))) };
         }
         let granted = match &self.grantor {
             Grantor::Listed(grants) => grants.grants(caller, tool),
             Grantor::Rbac(reviews) => match reviews.may_call_tool(caller, tool).await {
                 Ok(granted) => granted,
                 Err(Refusal::Busy) => {
-                    return Err(format!(
+                    return Err(Denied::CannotCheck(format!(
                         "cannot check the grant for tool {tool} now: too many reviews are running; retry in 1 \
                          second"
-                    ));
+                    )));
                 }
                 Err(refusal) => {
-                    return Err(format!(
+                    return Err(Denied::CannotCheck(format!(
                         "cannot check the grant for tool {tool} now ({refusal:?}); retry in 5 seconds"
-                    ));
+                    )));
                 }
             },
         };
         self.remember(key, granted);
-        if granted { Ok(()) } else { Err(self.denied(tool)) }
+        if granted { Ok(()) } else { Err(Denied::NotGranted(self.denied(tool))) }
     }
 
     fn denied(&self, tool: &str) -> String {
@@ -195,7 +212,7 @@ mod tests {
         let access = ToolAccess::new(AccessMode::Open, Grantor::Listed(grants()), Duration::from_secs(30));
         assert_eq!(access.check(&caller("alice", &[]), "deploy", true).await, Ok(()));
         assert_eq!(access.check(&caller("carol", &["dev", "ops"]), "deploy", true).await, Ok(()));
-        let refused = access.check(&caller("bob", &["dev"]), "deploy", true).await.unwrap_err();
+        let refused = access.check(&caller("bob", &["dev"]), "deploy", true).await.unwrap_err().text();
         assert!(refused.contains("--tool-grants") && refused.contains("deploy"), "{refused}");
         assert!(!refused.contains("bob") && !refused.contains("alice"), "names nobody: {refused}");
         // Not restricted: anyone who may use the frontend.
