@@ -383,5 +383,11 @@ mod tests {
         assert_eq!(told.destructive_hint, Some(true));
         assert_eq!(told.open_world_hint, Some(false));
         assert_eq!(told.idempotent_hint, None);
+        // On the wire: only what is said.
+        assert_eq!(
+            serde_json::to_value(&told).unwrap(),
+            serde_json::json!({"readOnlyHint": false, "destructiveHint": true, "openWorldHint": false})
+        );
+        assert_eq!(serde_json::to_value(&silent).unwrap(), serde_json::json!({"openWorldHint": true}));
     }
 }
