@@ -493,6 +493,20 @@ pub async fn account_token(
     issued.status.expect("a token").token
 }
 
+/// `kubectl ARGS` with `input` on its standard input; its output.
+pub fn kubectl_with_input(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A new ServiceAccount `name` of `ns` and its token for the frontend's audience.
 pub async fn service_account_token(ns: &TestNamespace, name: &str) -> String {
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = ns.api();

@@ -25,16 +25,7 @@ fn render(helm: &str, namespace: &str, args: &[&str]) -> String {
 
 /// `kubectl apply --dry-run=server` of `manifests`: (success, output).
 fn dry_run(manifests: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .args(["apply", "--dry-run=server", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(manifests.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = cluster_tests::kubectl_with_input(&["apply", "--dry-run=server", "-f", "-"], manifests);
     (
         output.status.success(),
         format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),

@@ -84,15 +84,12 @@ async fn the_first_tools_definition_is_accepted_and_offered_as_printed() {
 /// The YAML as `kubectl` reads it, through kubectl itself (the workspace has
 /// no YAML crate): `kubectl create --dry-run=client -o json`.
 fn serde_yaml_like(yaml: &str) -> McpTool {
-    use std::io::Write;
-    let mut child = std::process::Command::new("kubectl")
-        .args(["create", "--dry-run=client", "-o", "json", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "kubectl reads the documented YAML");
+    let output =
+        cluster_tests::kubectl_with_input(&["create", "--dry-run=client", "-o", "json", "-f", "-"], yaml);
+    assert!(
+        output.status.success(),
+        "kubectl reads the documented YAML: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
