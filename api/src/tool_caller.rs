@@ -8,9 +8,9 @@
 //! --resource-name=deploy`); in `oidc` and `tokens` mode a subject or group
 //! listed for the tool in the frontend's `--tool-grants` file. The same grant
 //! is checked again on every later call about one of its runs (a task's
-//! `get`/`result`/`update`, `get_tool_result`, `respond_tool_run`), so a
-//! revoked grant stops a caller from steering the work; a cancel is always
-//! allowed (stopping one's own work harms nobody).
+//! `get`/`result`/`update`/`cancel`, `get_tool_result`, `respond_tool_run`,
+//! `cancel_tool_run`), so a revoked grant stops a caller from steering or
+//! reading the work (an admin can still cancel it).
 //!
 //! **The caller's identity.** A tool that sets `callerIdentity` is told who
 //! called each run: [`CALLER_ENV`] holds the authenticated subject and
