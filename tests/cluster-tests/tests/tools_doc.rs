@@ -56,7 +56,9 @@ fn the_first_tool_runs_locally_as_printed() {
 async fn the_first_tools_definition_is_accepted_and_offered_as_printed() {
     let (ns, _operator, frontend) = setup_with_frontend_args("first-tool", &[]).await;
     let yaml = &blocks("yaml")[0];
-    let tool: McpTool = serde_yaml_like(yaml);
+    let mut tool: McpTool = serde_yaml_like(yaml);
+    // kubectl may fill in its context's namespace; the document names none.
+    tool.metadata.namespace = None;
     let tools: Api<McpTool> = ns.api();
     tools.create(&PostParams::default(), &tool).await.unwrap();
     let url = frontend.url();
