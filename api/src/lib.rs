@@ -44,6 +44,9 @@ pub mod tool_caller;
 pub mod tool_hints;
 #[cfg(feature = "kubernetes")]
 pub mod tool_input;
+/// A tool's files beyond its result: names, bounds, keys and URIs.
+#[cfg(feature = "kubernetes")]
+pub mod tool_outputs;
 #[cfg(feature = "schemas")]
 pub mod tool_schema;
 #[cfg(feature = "kubernetes")]

@@ -144,6 +144,36 @@ impl OwnershipKeys {
         self.keys().any(|secret| mac_of(secret, "tool-input/v1", &parts).verify_slice(&claimed).is_ok())
     }
 
+    /// The token a run's Pods upload its files with: bound to the run
+    /// (namespace, name, uid), so it opens no other run's outputs, nor one
+    /// made again under the name. Reaches the tool through the run's
+    /// arguments Secret.
+    pub fn outputs_upload_token(&self, run: [&str; 3]) -> String {
+        hex(&mac(&self.current, "tool-outputs-upload/v1", &run))
+    }
+
+    /// Whether `token` uploads the files of `run` (either key).
+    pub fn proves_outputs_upload(&self, run: [&str; 3], token: &str) -> bool {
+        let Some(claimed) = unhex(token) else { return false };
+        self.keys().any(|key| mac_of(key, "tool-outputs-upload/v1", &run).verify_slice(&claimed).is_ok())
+    }
+
+    /// The token the frontend reads one stored file of `run` with, until
+    /// `expires` (Unix seconds): only the frontend and the operator hold the key.
+    pub fn outputs_read_token(&self, run: [&str; 3], name: &str, expires: u64) -> String {
+        let expires = expires.to_string();
+        hex(&mac(&self.current, "tool-outputs-read/v1", &[run[0], run[1], run[2], name, &expires]))
+    }
+
+    /// Whether `token` reads `name` of `run` until `expires` (either key);
+    /// the caller checks that `expires` has not passed.
+    pub fn proves_outputs_read(&self, run: [&str; 3], name: &str, expires: u64, token: &str) -> bool {
+        let Some(claimed) = unhex(token) else { return false };
+        let expires = expires.to_string();
+        let parts = [run[0], run[1], run[2], name, &expires];
+        self.keys().any(|key| mac_of(key, "tool-outputs-read/v1", &parts).verify_slice(&claimed).is_ok())
+    }
+
     /// The caller label a new workflow of the caller with `digest` carries:
     /// keyed, so nobody without the key can turn a caller's name into the
     /// label that finds their workflows (40 hex digits, a label value).

@@ -324,6 +324,11 @@ pub struct ToolRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_ANSWERS), inner(length(max = MAX_KEY_BYTES)))]
     pub asked_keys: Vec<String>,
+    /// The files the run handed over, as the operator stored them; set
+    /// when the run succeeds (no run completes before its files are stored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::tool_outputs::MAX_OUTPUTS))]
+    pub outputs: Vec<crate::tool_outputs::ToolOutput>,
     /// The uid of the Secret of the current step's answers and state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
