@@ -83,9 +83,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub fn media_type(content_type: Option<&str>) -> Option<String> {
     let Some(value) = content_type else { return Some(DEFAULT_MEDIA_TYPE.into()) };
     let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    let token = |t: &str| {
-        !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || "!#$&^_.+-".contains(c))
-    };
+    let token =
+        |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || "!#$&^_.+-".contains(c));
     let (kind, subtype) = essence.split_once('/')?;
     (token(kind) && token(subtype) && essence.len() <= MAX_MEDIA_TYPE_BYTES).then_some(essence)
 }
@@ -160,8 +159,21 @@ mod tests {
             assert_eq!(check_name(good), Ok(()), "{good}");
         }
         for bad in [
-            "", "../x", "a/b", "/etc/passwd", "..", ".meta", ".hidden", "-rf", "a b", "ré.csv", "a\\b",
-            "a\u{202e}b", "a\0b", "x%2F..", &"x".repeat(129),
+            "",
+            "../x",
+            "a/b",
+            "/etc/passwd",
+            "..",
+            ".meta",
+            ".hidden",
+            "-rf",
+            "a b",
+            "ré.csv",
+            "a\\b",
+            "a\u{202e}b",
+            "a\0b",
+            "x%2F..",
+            &"x".repeat(129),
         ] {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
         }

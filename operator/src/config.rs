@@ -47,6 +47,55 @@ pub struct Config {
     /// The previous key during a rotation (`previous`), if any.
     #[arg(long, env = "PREVIOUS_OWNERSHIP_KEY_FILE")]
     pub previous_ownership_key_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub outputs: OutputSettings,
+}
+
+/// Where tool runs' files go (see `crate::outputs`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct OutputSettings {
+    /// The store of tool runs' files: `file:///DIR` (the embedded store: a
+    /// directory of the operator, on a volume) or `s3://BUCKET[/PREFIX]`
+    /// (any S3-compatible service; credentials, region and endpoint from
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`,
+    /// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`). Unset: tools hand over no files.
+    /// Needs the ownership key (tokens are derived from it).
+    #[arg(long = "outputs-store", env = "OUTPUTS_STORE", requires = "url")]
+    pub store: Option<String>,
+    /// The base URL tool Pods upload to (this operator's outputs server as
+    /// Pods reach it, e.g. the chart's Service `http://NAME.NS.svc:8082`).
+    #[arg(long = "outputs-url", env = "OUTPUTS_URL", requires = "store")]
+    pub url: Option<String>,
+    /// Address of the outputs server (uploads from tool Pods, reads by the frontend).
+    #[arg(long = "outputs-addr", env = "OUTPUTS_ADDR", default_value = "0.0.0.0:8082")]
+    pub addr: SocketAddr,
+    /// Largest file a run may hand over.
+    #[arg(long = "outputs-max-file-bytes", env = "OUTPUTS_MAX_FILE_BYTES",
+          default_value_t = mining_api::tool_outputs::DEFAULT_MAX_FILE_BYTES)]
+    pub max_file_bytes: u64,
+    /// Largest sum of one run's files.
+    #[arg(long = "outputs-max-run-bytes", env = "OUTPUTS_MAX_RUN_BYTES",
+          default_value_t = mining_api::tool_outputs::DEFAULT_MAX_RUN_BYTES)]
+    pub max_run_bytes: u64,
+    /// Largest sum of every run's files in the store.
+    #[arg(long = "outputs-max-total-bytes", env = "OUTPUTS_MAX_TOTAL_BYTES",
+          default_value_t = mining_api::tool_outputs::DEFAULT_MAX_TOTAL_BYTES)]
+    pub max_total_bytes: u64,
+    /// Uploads streaming at once (each holds up to 5 MiB in memory).
+    #[arg(long = "outputs-uploads-at-once", env = "OUTPUTS_UPLOADS_AT_ONCE", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub uploads_at_once: u32,
+}
+
+impl OutputSettings {
+    pub fn limits(&self) -> crate::outputs::Limits {
+        crate::outputs::Limits {
+            file_bytes: self.max_file_bytes,
+            run_bytes: self.max_run_bytes,
+            total_bytes: self.max_total_bytes,
+            uploads_at_once: self.uploads_at_once as usize,
+        }
+    }
 }
 
 /// Leader election: several replicas, one reconciling.

@@ -139,6 +139,7 @@ pub async fn run(
     client: Client,
     config: Config,
     keys: Option<mining_api::ownership::OwnershipKeys>,
+    outputs: Option<Arc<crate::outputs::Outputs>>,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
 ) {
@@ -229,6 +230,11 @@ pub async fn run(
         default_ttl_seconds: config.limits.default_ttl_seconds,
         pods: pod_store.clone(),
         queue_name: config.job.queue_name.clone(),
+        outputs: outputs.map(|store| crate::kinds::OutputsShared {
+            store,
+            url: config.outputs.url.clone().unwrap_or_default(),
+            addr: config.outputs.addr,
+        }),
     };
     let other_controllers: Vec<_> =
         others.into_iter().map(|start| tokio::spawn(start(shared.clone()))).collect();

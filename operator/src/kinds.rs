@@ -40,7 +40,22 @@ pub struct Shared {
     pub pods: Store<Pod>,
     /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
     pub queue_name: Option<String>,
+    /// Where runs' files go, when configured (`--outputs-store`).
+    pub outputs: Option<OutputsShared>,
 }
+
+/// The outputs store and how tool Pods reach its server.
+#[derive(Clone)]
+pub struct OutputsShared {
+    pub store: Arc<crate::outputs::Outputs>,
+    /// The base URL tool Pods upload to (`--outputs-url`).
+    pub url: String,
+    /// Where the outputs server listens.
+    pub addr: std::net::SocketAddr,
+}
+
+/// How often files no run keeps are looked for.
+const OUTPUTS_SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A kind registered with the queue, to be started once the queue exists.
 pub type Start = Box<dyn FnOnce(Shared) -> BoxFuture<'static, ()> + Send>;
@@ -71,7 +86,23 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                 pods: shared.pods,
                 queue_name: shared.queue_name,
                 read_live: Default::default(),
+                outputs: shared.outputs.clone(),
             };
+            if let (Some(outputs), Some(keys)) = (shared.outputs, context.keys.clone()) {
+                let served = crate::outputs::serve(outputs.addr, outputs.store.clone(), keys, store.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = served.await {
+                        tracing::error!(error = %err, "the outputs server stopped");
+                    }
+                });
+                tokio::spawn(crate::outputs::sweep_every(
+                    outputs.store,
+                    store.clone(),
+                    shared.namespace.clone(),
+                    context.leadership.clone(),
+                    OUTPUTS_SWEEP,
+                ));
+            }
             crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;
         })
     })

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod metrics;
 pub mod naming;
 pub mod observe;
+pub mod outputs;
 pub mod parties;
 pub mod plan;
 pub mod projection;
@@ -77,6 +78,9 @@ pub enum Error {
     },
     #[error("workflow has no {0}")]
     MissingMetadata(&'static str),
+    /// The outputs store could not be read (tried again).
+    #[error("cannot read the stored files of tool run {name}: {message}")]
+    Outputs { name: String, message: String },
 }
 
 impl Error {
@@ -89,7 +93,7 @@ impl Error {
             | Self::DeleteWorkflow { source, .. }
             | Self::WriteStatus { source, .. }
             | Self::Work { source, .. } => source,
-            Self::ForeignJob { .. } | Self::MissingMetadata(_) => return false,
+            Self::ForeignJob { .. } | Self::MissingMetadata(_) | Self::Outputs { .. } => return false,
         };
         matches!(source, kube::Error::Api(status) if status.code == 403)
     }
@@ -105,6 +109,7 @@ impl Error {
             Self::WriteStatus { .. } => "write_status",
             Self::Work { .. } => "work",
             Self::MissingMetadata(_) => "missing_metadata",
+            Self::Outputs { .. } => "outputs_store",
         }
     }
 }

@@ -55,6 +55,18 @@ async fn main() -> anyhow::Result<()> {
             None
         }
     };
+    // The outputs store, opened before anything starts: a store configured
+    // but unreachable in its settings is a broken deployment.
+    let outputs = match (&config.outputs.store, &keys) {
+        (None, _) => None,
+        (Some(_), None) => {
+            anyhow::bail!("--outputs-store needs --ownership-key-file: upload tokens are derived from it")
+        }
+        (Some(url), Some(_)) => Some(Arc::new(
+            mining_operator::outputs::Outputs::open(url, config.outputs.limits())
+                .map_err(anyhow::Error::msg)?,
+        )),
+    };
     let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };
     let kube_config = kube::Config::infer().await.context("finding the Kubernetes API")?;
     let counter = CountCalls::new(state.metrics.api_calls.clone());
@@ -71,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %config.http_addr, namespace = config.namespace.as_deref().unwrap_or("(all)"), image = %config.miner_image, "starting");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    controller::run(client, config, keys, state.metrics, state.ready).await;
+    controller::run(client, config, keys, outputs, state.metrics, state.ready).await;
     server.abort();
     tracing::info!("stopped");
     Ok(())

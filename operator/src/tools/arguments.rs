@@ -17,8 +17,12 @@ use crate::{Error, Result};
 /// operator made it (a restart between the two writes); `Err(why)` when the
 /// run cannot have one (the API server refuses it, or someone else's Secret
 /// holds the name), which fails the run.
-pub async fn ensure(secrets: &Api<Secret>, run: &ToolRun) -> Result<std::result::Result<String, String>> {
-    match job::arguments_secret(run) {
+pub async fn ensure(
+    secrets: &Api<Secret>,
+    run: &ToolRun,
+    outputs: Option<&crate::outputs::HandOver>,
+) -> Result<std::result::Result<String, String>> {
+    match job::arguments_secret(run, outputs) {
         Some(built) => ensure_secret(secrets, run, built, "arguments").await,
         None => Ok(Err("the run has no name or uid".into())),
     }

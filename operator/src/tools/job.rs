@@ -14,9 +14,11 @@ use kube::Resource as _;
 use mining_api::tool::{ARGUMENTS_ENV, ARGUMENTS_KEY, RUN_ENV, arguments_secret_name};
 use mining_api::tool_caller::{CALLER_CLAIMS_ENV, CALLER_CLAIMS_KEY, CALLER_ENV, CALLER_KEY};
 use mining_api::tool_input::{INPUT_ENV, INPUT_KEY, STATE_ENV, STATE_KEY, STEP_ENV, input_secret_name};
+use mining_api::tool_outputs::{ENV_OUTPUTS_TOKEN, ENV_OUTPUTS_URL, SECRET_KEY_OUTPUTS_TOKEN};
 use mining_api::{ToolRun, labels};
 
 use crate::job::MANAGER;
+use crate::outputs::HandOver;
 
 /// The Job that runs `run`'s current step, named as the run (the first
 /// step) or `{run}-s{step}` (each step after a round of answers).
@@ -31,7 +33,7 @@ use crate::job::MANAGER;
 /// only a reference, and the kubelet expands nothing in them — a run of N
 /// parts becoming an Indexed Job, and safe defaults where the template is
 /// silent ([`secure_defaults`]).
-pub fn job_for_run(run: &ToolRun) -> Option<Job> {
+pub fn job_for_run(run: &ToolRun, outputs: Option<&HandOver>) -> Option<Job> {
     let name = run.metadata.name.clone()?;
     let job_name = run.job_name();
     let step = run.step();
@@ -76,7 +78,30 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
             handed_over.push(from_secret(CALLER_CLAIMS_ENV, arguments_secret_name(&name), CALLER_CLAIMS_KEY));
         }
     }
-    let reserved = [ARGUMENTS_ENV, RUN_ENV, STEP_ENV, INPUT_ENV, STATE_ENV, CALLER_ENV, CALLER_CLAIMS_ENV];
+    // Where and with what the tool uploads its files, when the operator keeps them.
+    if let Some(outputs) = outputs {
+        handed_over.push(EnvVar {
+            name: ENV_OUTPUTS_URL.into(),
+            value: Some(outputs.url.clone()),
+            value_from: None,
+        });
+        handed_over.push(from_secret(
+            ENV_OUTPUTS_TOKEN,
+            arguments_secret_name(&name),
+            SECRET_KEY_OUTPUTS_TOKEN,
+        ));
+    }
+    let reserved = [
+        ARGUMENTS_ENV,
+        RUN_ENV,
+        STEP_ENV,
+        INPUT_ENV,
+        STATE_ENV,
+        CALLER_ENV,
+        CALLER_CLAIMS_ENV,
+        ENV_OUTPUTS_URL,
+        ENV_OUTPUTS_TOKEN,
+    ];
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
         let env = container.env.get_or_insert_with(Vec::new);
         env.retain(|var| !reserved.contains(&var.name.as_str()));
@@ -99,9 +124,9 @@ pub fn job_for_run(run: &ToolRun) -> Option<Job> {
 /// The Secret of `run`'s arguments: named after the run, owned by it (so it
 /// goes with it), labelled as ours, immutable (so nobody edits it in place;
 /// a replacement has another uid, which the run recorded).
-pub fn arguments_secret(run: &ToolRun) -> Option<Secret> {
+pub fn arguments_secret(run: &ToolRun, outputs: Option<&HandOver>) -> Option<Secret> {
     let name = run.metadata.name.clone()?;
-    run_secret(run, arguments_secret_name(&name), arguments_data(run))
+    run_secret(run, arguments_secret_name(&name), arguments_data(run, outputs))
 }
 
 /// The Secret of the answers and state step `step` of `run` reads, made
@@ -130,7 +155,7 @@ impl StepData {
     }
 }
 
-fn arguments_data(run: &ToolRun) -> BTreeMap<String, ByteString> {
+fn arguments_data(run: &ToolRun, outputs: Option<&HandOver>) -> BTreeMap<String, ByteString> {
     let mut data: BTreeMap<String, ByteString> =
         [(ARGUMENTS_KEY.to_string(), ByteString(run.spec.arguments.clone().into_bytes()))].into();
     if let Some(caller) = &run.spec.caller {
@@ -138,6 +163,9 @@ fn arguments_data(run: &ToolRun) -> BTreeMap<String, ByteString> {
         if let Some(claims) = &caller.claims {
             data.insert(CALLER_CLAIMS_KEY.into(), ByteString(claims.clone().into_bytes()));
         }
+    }
+    if let Some(outputs) = outputs {
+        data.insert(SECRET_KEY_OUTPUTS_TOKEN.into(), ByteString(outputs.token.clone().into_bytes()));
     }
     data
 }
@@ -217,7 +245,7 @@ pub(crate) mod tests {
     fn the_arguments_reach_every_container_from_the_runs_secret_and_nowhere_else() {
         let arguments = r#"{"text":"\"; rm -rf / $(API_KEY)\n"}"#;
         let run = run(template(), arguments);
-        let job = job_for_run(&run).unwrap();
+        let job = job_for_run(&run, None).unwrap();
         let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         let container = &pod.containers[0];
         let env = container.env.as_ref().unwrap();
@@ -237,7 +265,7 @@ pub(crate) mod tests {
         assert_eq!(container.args, None);
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
 
-        let secret = arguments_secret(&run).unwrap();
+        let secret = arguments_secret(&run, None).unwrap();
         assert_eq!(secret.immutable, Some(true));
         assert!(is_secret_of(&secret, &secret, &run));
         assert_eq!(secret.data.as_ref().unwrap()[ARGUMENTS_KEY].0, arguments.as_bytes());
@@ -259,19 +287,19 @@ pub(crate) mod tests {
         let env_of =
             |job: &Job| job.spec.clone().unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
         let silent = run(template.clone(), "{}");
-        let env = env_of(&job_for_run(&silent).unwrap());
+        let env = env_of(&job_for_run(&silent, None).unwrap());
         assert!(
             !env.iter().any(|v| v.name == CALLER_ENV || v.name == CALLER_CLAIMS_ENV),
             "a tool that did not ask gets neither, whatever its template says: {env:?}"
         );
-        assert_eq!(arguments_secret(&silent).unwrap().data.unwrap().len(), 1);
+        assert_eq!(arguments_secret(&silent, None).unwrap().data.unwrap().len(), 1);
 
         let mut told = run(template, "{}");
         told.spec.caller = Some(mining_api::tool_caller::ToolCaller {
             subject: "system:serviceaccount:callers:alice".into(),
             claims: Some(r#"{"groups":["ops"]}"#.into()),
         });
-        let env = env_of(&job_for_run(&told).unwrap());
+        let env = env_of(&job_for_run(&told, None).unwrap());
         for (variable, key) in [(CALLER_ENV, CALLER_KEY), (CALLER_CLAIMS_ENV, CALLER_CLAIMS_KEY)] {
             let found: Vec<_> = env.iter().filter(|v| v.name == variable).collect();
             assert_eq!(found.len(), 1, "{variable}: the template's value is replaced");
@@ -279,7 +307,7 @@ pub(crate) mod tests {
             let reference = found[0].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
             assert_eq!((reference.name.as_str(), reference.key.as_str()), ("mw-abc-arguments", key));
         }
-        let data = arguments_secret(&told).unwrap().data.unwrap();
+        let data = arguments_secret(&told, None).unwrap().data.unwrap();
         assert_eq!(data[CALLER_KEY].0, b"system:serviceaccount:callers:alice");
         assert_eq!(data[CALLER_CLAIMS_KEY].0, br#"{"groups":["ops"]}"#);
     }
@@ -288,7 +316,7 @@ pub(crate) mod tests {
     fn a_step_after_answers_has_its_own_job_reading_its_own_secret_and_no_template_can_pose_as_it() {
         let mut template = template();
         template["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": INPUT_ENV, "value": "{\"approve\":true}"}, {"name": STATE_ENV, "value": "forged"}]);
-        let first = job_for_run(&run(template.clone(), "{}")).unwrap();
+        let first = job_for_run(&run(template.clone(), "{}"), None).unwrap();
         let env_of =
             |job: &Job| job.spec.clone().unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
         let first_env = env_of(&first);
@@ -299,7 +327,7 @@ pub(crate) mod tests {
         assert_eq!(first_env.iter().find(|v| v.name == STEP_ENV).unwrap().value.as_deref(), Some("0"));
         let mut second = run(template, "{}");
         second.status = Some(mining_api::ToolRunStatus { step: Some(2), ..Default::default() });
-        let job = job_for_run(&second).unwrap();
+        let job = job_for_run(&second, None).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("mw-abc-s2"));
         let env = env_of(&job);
         for (name, key) in [(INPUT_ENV, INPUT_KEY), (STATE_ENV, STATE_KEY)] {
@@ -320,7 +348,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_job_is_the_runs_and_labelled_as_ours() {
-        let job = job_for_run(&run(template(), "{}")).unwrap();
+        let job = job_for_run(&run(template(), "{}"), None).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("mw-abc"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
@@ -341,7 +369,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_silent_template_gets_no_token_and_the_restricted_settings() {
-        let job = job_for_run(&run(template(), "{}")).unwrap();
+        let job = job_for_run(&run(template(), "{}"), None).unwrap();
         let pod = job.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(false));
         let context = pod.security_context.unwrap();
@@ -355,7 +383,7 @@ pub(crate) mod tests {
         let mut own = template();
         own["spec"]["template"]["spec"]["automountServiceAccountToken"] = json!(true);
         own["spec"]["template"]["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
-        let pod = job_for_run(&run(own, "{}")).unwrap().spec.unwrap().template.spec.unwrap();
+        let pod = job_for_run(&run(own, "{}"), None).unwrap().spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(true));
         assert_eq!(pod.containers[0].security_context.as_ref().unwrap().run_as_user, Some(1000));
         assert_eq!(pod.containers[0].security_context.as_ref().unwrap().allow_privilege_escalation, None);
@@ -365,7 +393,7 @@ pub(crate) mod tests {
     fn parts_make_an_indexed_job() {
         let mut template = template();
         template["spec"]["completions"] = json!(4);
-        let job = job_for_run(&run(template, "{}")).unwrap();
+        let job = job_for_run(&run(template, "{}"), None).unwrap();
         assert_eq!(job.spec.unwrap().completion_mode.as_deref(), Some("Indexed"));
     }
 }

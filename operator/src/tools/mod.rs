@@ -75,6 +75,25 @@ pub struct ToolContext {
     /// server: a create met a Job the watch does not hold. Each is removed
     /// when read, so it holds at most the runs being created.
     pub read_live: Mutex<HashSet<String>>,
+    /// Where runs' files go, when configured.
+    pub outputs: Option<crate::kinds::OutputsShared>,
+}
+
+impl ToolContext {
+    /// What `run`'s Job is handed to upload its files (none without a store).
+    fn hand_over(&self, run: &ToolRun) -> Option<crate::outputs::HandOver> {
+        let (outputs, keys) = (self.outputs.as_ref()?, self.keys.as_ref()?);
+        let ids =
+            [run.metadata.namespace.as_deref()?, run.metadata.name.as_deref()?, run.metadata.uid.as_deref()?];
+        Some(crate::outputs::HandOver {
+            url: format!(
+                "{}{}",
+                outputs.url.trim_end_matches('/'),
+                crate::outputs::run_path(ids[0], ids[1], ids[2])
+            ),
+            token: keys.outputs_upload_token(ids),
+        })
+    }
 }
 
 /// Reconciles every `ToolRun` in `namespace` (all when `None`) until
@@ -200,7 +219,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         None if !read_live && !recorded => None,
         _ => jobs.get_opt(&job_name).await.map_err(tool_error("read the Job of", &name))?,
     };
-    let state = job_state(run, job.as_ref());
+    let state = job_state(run, job.as_ref(), ctx.hand_over(run).as_ref());
     // The run's own Pods, read while it is unfinished: what they wrote and
     // how many parts succeeded come only from Pods its Job made (the Job's
     // own counts include any Pod it adopted). A Job that has made no Pod
@@ -265,8 +284,23 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         _ => Default::default(),
     };
+    // A step that completed: the files the run stored so far, which a
+    // success records (a store that fails is asked again, never skipped).
+    let outputs = match (&state, &ctx.outputs) {
+        (JobState::Ours { phase: JobPhase::Complete, .. }, Some(outputs)) if !run.is_finished() => {
+            match outputs.store.recorded(&namespace, &uid).await {
+                Ok(recorded) => Ok(recorded),
+                Err(refusal) if refusal.status >= 500 => {
+                    return Err(Error::Outputs { name: name.clone(), message: refusal.message });
+                }
+                Err(refusal) => Err(refusal.message),
+            }
+        }
+        _ => Ok(Vec::new()),
+    };
     let observed = Observed {
         run,
+        outputs,
         slots,
         arguments_intact,
         progress_line,
@@ -287,7 +321,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
     }
     let secret_uid = match plan.create_job {
-        true => match arguments::ensure(&secrets, run).await? {
+        true => match arguments::ensure(&secrets, run, ctx.hand_over(run).as_ref()).await? {
             Ok(uid) => Some(uid),
             Err(why) => {
                 plan.create_job = false;
@@ -310,7 +344,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
     }
     if plan.create_job {
-        match job::job_for_run(run).map(|mut built| {
+        match job::job_for_run(run, ctx.hand_over(run).as_ref()).map(|mut built| {
             crate::job::queue_job(&mut built, ctx.queue_name.as_deref());
             built
         }) {
@@ -355,8 +389,16 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         drop(admission);
         announce(ctx, run, status);
+        let ended_without_success =
+            matches!(status.phase, Some(ToolRunPhase::Failed | ToolRunPhase::Cancelled));
+        if let (true, Some(outputs)) = (ended_without_success, &ctx.outputs) {
+            outputs.store.forget(&namespace, &uid).await;
+        }
     }
     if plan.delete_run {
+        if let Some(outputs) = &ctx.outputs {
+            outputs.store.forget(&namespace, &uid).await;
+        }
         match runs.delete(&name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -488,7 +530,7 @@ fn has_made_pods(job: &Job) -> bool {
     })
 }
 
-fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
+fn job_state(run: &ToolRun, job: Option<&Job>, outputs: Option<&crate::outputs::HandOver>) -> JobState {
     let Some(job) = job else { return JobState::Missing };
     let run_uid = run.metadata.uid.as_deref();
     let controlled = job.owner_references().iter().any(|owner| {
@@ -503,7 +545,8 @@ fn job_state(run: &ToolRun, job: Option<&Job>) -> JobState {
     // only a Job that runs what the run asks is taken as its own.
     let ours = match run.status.as_ref().and_then(|s| s.job_uid.as_deref()) {
         Some(recorded) => recorded == uid,
-        None => job::job_for_run(run).is_some_and(|built| provenance::job_mismatch(job, &built).is_none()),
+        None => job::job_for_run(run, outputs)
+            .is_some_and(|built| provenance::job_mismatch(job, &built).is_none()),
     };
     if !ours {
         return JobState::Foreign;

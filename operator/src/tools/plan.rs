@@ -53,6 +53,9 @@ pub struct PodOutcome {
 
 pub struct Observed<'a> {
     pub run: &'a ToolRun,
+    /// Once a step completed: the files the run stored, or why they cannot
+    /// be taken (more than a run may hand over).
+    pub outputs: Result<Vec<mining_api::tool_outputs::ToolOutput>, String>,
     /// Whether a run without a Job may have one now (see [`super::admission`]).
     pub slots: Slots,
     /// The run's arguments Secret is still the one it made (see
@@ -238,11 +241,13 @@ pub fn plan(observed: &Observed) -> Plan {
                     }
                     JobPhase::Complete => {
                         seen.finished_at = Some(now.clone());
-                        match result_of(run, &observed.pods) {
-                            Ok(result) => ToolRunStatus {
+                        match result_of(run, &observed.pods).and_then(|r| Ok((r, observed.outputs.clone()?)))
+                        {
+                            Ok((result, outputs)) => ToolRunStatus {
                                 phase: Some(ToolRunPhase::Succeeded),
                                 message: Some("the tool finished".into()),
                                 result: Some(result),
+                                outputs,
                                 ..seen
                             },
                             Err(why) => ToolRunStatus {

@@ -213,14 +213,14 @@ mod tests {
 
     #[test]
     fn the_job_controllers_pod_is_read() {
-        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         assert_eq!(pod_mismatch(&made_from(&job), &job), None);
         assert_eq!(job_mismatch(&job, &job), None);
     }
 
     #[test]
     fn a_planted_pod_posing_as_the_jobs_is_not_read() {
-        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         type Edit = fn(&mut PodSpec);
         let attacks: [(&str, Edit); 8] = [
             ("another image", |p| p.containers[0].image = Some("attacker/echo".into())),
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn a_security_context_admission_completes_is_kept_and_one_it_changes_is_not() {
-        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         let mut defaulted = made_from(&job);
         let spec = defaulted.spec.as_mut().unwrap();
         spec.security_context.get_or_insert_default().fs_group = Some(2000);
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_mesh_in_cni_mode_leaves_the_pod_the_jobs() {
-        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         let mut pod = made_from(&job);
         crate::admitted::tests::inject_mesh(pod.spec.as_mut().unwrap());
         let why = pod_mismatch(&pod, &job).unwrap();
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_planted_job_running_something_else_is_not_the_runs() {
-        let built = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#)).unwrap();
+        let built = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         let mut planted = built.clone();
         planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image =
             Some("attacker/x".into());

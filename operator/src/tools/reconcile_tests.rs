@@ -182,6 +182,7 @@ impl Scenario {
             },
             queue_name: None,
             read_live: Default::default(),
+            outputs: None,
         });
         Self { log, ctx }
     }
@@ -463,7 +464,7 @@ async fn a_job_the_watch_does_not_hold_is_read_after_its_create_is_refused() {
 
 /// The run's Job as the Job controller keeps it, with `status`.
 fn controlled_job(run: &ToolRun, status: Value) -> Job {
-    let mut job = serde_json::to_value(job::job_for_run(run).unwrap()).unwrap();
+    let mut job = serde_json::to_value(job::job_for_run(run, None).unwrap()).unwrap();
     job["metadata"]["uid"] = json!("job-uid");
     job["metadata"]["namespace"] = json!("ns");
     job["metadata"]["ownerReferences"] = json!([{"apiVersion": "mining-operator.dev/v1alpha1",

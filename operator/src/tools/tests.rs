@@ -94,16 +94,16 @@ fn a_job_the_run_does_not_control_is_foreign() {
             "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}))
         .unwrap()
     };
-    assert_eq!(job_state(&run, Some(&job("someone-else"))), JobState::Foreign);
+    assert_eq!(job_state(&run, Some(&job("someone-else")), None), JobState::Foreign);
     assert_eq!(
-        job_state(&run, Some(&job("run-uid"))),
+        job_state(&run, Some(&job("run-uid")), None),
         JobState::Ours { uid: "job-uid".into(), phase: JobPhase::Complete, succeeded: 1 }
     );
-    assert_eq!(job_state(&run, None), JobState::Missing);
+    assert_eq!(job_state(&run, None, None), JobState::Missing);
     // A Job re-made under the run's name by someone else, owned by the run.
     let mut replaced = job("run-uid");
     replaced.metadata.uid = Some("planted-uid".into());
-    assert_eq!(job_state(&run, Some(&replaced)), JobState::Foreign);
+    assert_eq!(job_state(&run, Some(&replaced), None), JobState::Foreign);
 }
 
 /// The Pod watch as it would hold `pods` (projected, first list done).

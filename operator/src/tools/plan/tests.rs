@@ -26,6 +26,7 @@ fn now() -> Timestamp {
 fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observed<'a> {
     Observed {
         run,
+        outputs: Ok(Vec::new()),
         slots: Slots::OPEN,
         arguments_intact: true,
         progress_line: None,
@@ -383,4 +384,24 @@ fn an_endless_asker_a_reused_key_and_an_asking_part_fail_with_the_reason() {
         vec![pod(0, true, 0, &asking("k")), pod(1, true, 0, "x")],
     ));
     assert!(status(&asked).message.as_deref().unwrap().contains("several parts"));
+}
+
+#[test]
+fn a_success_records_the_files_stored_and_files_it_cannot_take_fail_the_run() {
+    let run = run(None, 1);
+    let file = mining_api::tool_outputs::ToolOutput {
+        name: "report.csv".into(),
+        media_type: "text/csv".into(),
+        size: 16 << 20,
+        sha256: "0".repeat(64),
+    };
+    let done = observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, "done")]);
+    let stored = plan(&Observed { outputs: Ok(vec![file.clone()]), ..done });
+    assert_eq!(status(&stored).phase, Some(ToolRunPhase::Succeeded));
+    assert_eq!(status(&stored).outputs, vec![file]);
+    let done = observe(&run, ours(JobPhase::Complete, 1), vec![pod(0, true, 0, "done")]);
+    let refused = plan(&Observed { outputs: Err("the run stored more than 16 files".into()), ..done });
+    assert_eq!(status(&refused).phase, Some(ToolRunPhase::Failed));
+    assert_eq!(status(&refused).message.as_deref(), Some("the run stored more than 16 files"));
+    assert_eq!(status(&refused).result, None);
 }
