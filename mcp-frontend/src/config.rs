@@ -121,6 +121,17 @@ pub struct Config {
     #[arg(long, env = "AUTH", value_enum, default_value_t = AuthMode::None)]
     pub auth: AuthMode,
 
+    /// The operator's outputs server (its `--outputs-addr`, e.g. the chart's
+    /// `http://RELEASE-mining-operator-outputs.NS.svc:8082`): where runs'
+    /// files are read from for `resources/read`. Unset: no file is served.
+    #[arg(long, env = "OUTPUTS_URL")]
+    pub outputs_url: Option<String>,
+
+    /// Files this replica streams to callers at once; more are refused with
+    /// when to retry.
+    #[arg(long, env = "MAX_FILE_READS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_file_reads: u32,
+
     /// With --auth tokens: the file of `token caller-name` lines (re-read when it changes).
     #[arg(long, env = "TOKENS_FILE", required_if_eq("auth", "tokens"))]
     pub tokens_file: Option<PathBuf>,

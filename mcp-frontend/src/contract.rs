@@ -125,6 +125,10 @@ pub trait Details: Default + Serialize {
     fn input_requests(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
         None
     }
+    /// Files the work handed over, as MCP resource links (a kind without files: none).
+    fn resource_links(&self) -> Vec<rmcp::model::Resource> {
+        Vec::new()
+    }
 }
 
 /// The details of a mining workflow: blocks mined, and the verified chain.
@@ -224,7 +228,10 @@ impl<D: Details> Outcome<D> {
     /// tool error when the work failed.
     pub fn into_result(self) -> CallToolResult {
         let failed = self.status == OutcomeStatus::Failed;
-        structured(self.to_text(), &self, failed)
+        let links = self.details.resource_links();
+        let mut result = structured(self.to_text(), &self, failed);
+        result.content.extend(links.into_iter().map(ContentBlock::resource_link));
+        result
     }
 }
 

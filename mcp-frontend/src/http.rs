@@ -23,6 +23,7 @@ use crate::core::Core;
 use crate::faces::JsonBody;
 use crate::faces::listen_2026::{ListenState, answer_listens};
 use crate::faces::mcp_tools::MiningServer;
+use crate::faces::resources::answer_resources;
 use crate::faces::tasks_2025::answer_core_tasks;
 use crate::faces::tasks_2026::mirror_task_id_header;
 use crate::host_guard::{HostGuard, guard_host_and_origin};
@@ -112,6 +113,7 @@ pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptio
         .route_service(MCP_PATH, service)
         .route_layer(middleware::from_fn(mirror_task_id_header))
         .route_layer(middleware::from_fn_with_state(listens, answer_listens))
+        .route_layer(middleware::from_fn_with_state(core.clone(), answer_resources))
         .route_layer(middleware::from_fn_with_state(core, answer_core_tasks))
         .route_layer(middleware::from_fn_with_state(options.max_request_bytes, reject_unparseable_json))
         .route_layer(middleware::from_fn_with_state(auth, require_caller))

@@ -30,6 +30,7 @@ pub mod operator_presence;
 pub mod ownership;
 pub mod proxies;
 pub mod quota;
+pub mod run_files;
 pub mod serve;
 pub mod tasks;
 pub mod tool_runs;

@@ -115,6 +115,10 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::spawn(run_catalog);
     let core = Arc::new(Core {
+        files: config
+            .outputs_url
+            .as_deref()
+            .map(|url| mcp_frontend::run_files::RunFiles::new(url, config.max_file_reads as usize)),
         catalog,
         access,
         kinds,

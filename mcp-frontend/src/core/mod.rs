@@ -75,6 +75,8 @@ pub struct Core {
     pub catalog: Arc<crate::tool_runs::catalog::ToolCatalog>,
     /// Who may call which defined tool.
     pub access: Arc<crate::tool_runs::access::ToolAccess>,
+    /// Runs' files, read from the operator's outputs server (`--outputs-url`).
+    pub files: Option<crate::run_files::RunFiles>,
 }
 
 /// What a caller may see of one piece of work.

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    JsonObject, ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ResourceTemplate, ServerCapabilities, ServerConfig, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -187,15 +188,34 @@ impl MiningServer {
 
 impl ServerHandler for MiningServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
-            .with_server_info(
-                Implementation::new("mining-operator", env!("CARGO_PKG_VERSION")).with_title("Mining operator"),
-            )
-            .with_instructions(
-                "Mines proof-of-work chains on Kubernetes. Call start_mining; if it answers status \"running\", \
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_tasks().enable_resources().build(),
+        )
+        .with_server_info(
+            Implementation::new("mining-operator", env!("CARGO_PKG_VERSION")).with_title("Mining operator"),
+        )
+        .with_instructions(
+            "Mines proof-of-work chains on Kubernetes. Call start_mining; if it answers status \"running\", \
                  keep its workflow_id and call get_mining_result with it after poll_after_seconds until the \
                  status is completed, failed or cancelled. list_mining_workflows finds lost ids.",
-            )
+        )
+    }
+
+    /// A run's files are linked from its result (`resource_link`) and
+    /// not listed: the list would be every caller's alike. The template
+    /// says what their URIs look like.
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let files = ResourceTemplate::new(mining_api::tool_outputs::URI_TEMPLATE, "tool-run-file")
+            .with_title("A file a tool run handed over")
+            .with_description(
+                "A file of one of your tool runs, linked from its result; readable by you alone until the run \
+                 expires.",
+            );
+        Ok(ListResourceTemplatesResult::with_all_items(vec![files]))
     }
 
     async fn list_tools(

@@ -5,10 +5,12 @@
 //!   defined tools and their companions, answered by the same core calls;
 //! - `tasks_2025`: core tasks of 2025-11-25, an axum layer in front of rmcp;
 //! - `tasks_2026`: the 2026-07-28 Tasks extension, through rmcp's task hooks;
-//! - `listen_2026`: the extension's `subscriptions/listen` push, in front of rmcp.
+//! - `listen_2026`: the extension's `subscriptions/listen` push, in front of rmcp;
+//! - `resources`: `resources/read` of a run's files, streamed, in front of rmcp.
 
 pub mod listen_2026;
 pub mod mcp_tools;
+pub mod resources;
 pub mod tasks_2025;
 mod tasks_2025_wire;
 pub mod tasks_2026;

@@ -41,6 +41,43 @@ pub struct ToolDetails {
     /// answer as the model `{"role": "assistant", "content": {…}, "model": …}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_requests: Option<serde_json::Map<String, Value>>,
+    /// Present when `status` is `completed` and the tool handed over files:
+    /// each is an MCP resource (read it with `resources/read` on its `uri`;
+    /// only you can, until the run expires).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileLink>,
+}
+
+/// One file a run handed over.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileLink {
+    pub uri: String,
+    pub name: String,
+    pub mime_type: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+impl FileLink {
+    /// The links of a succeeded run's recorded files (none when what is
+    /// recorded is not what an upload could record).
+    pub fn of(run: &ToolRun) -> Vec<Self> {
+        let id = run.metadata.name.as_deref().unwrap_or_default();
+        let outputs = run.status.as_ref().map(|s| s.outputs.as_slice()).unwrap_or_default();
+        if mining_api::tool_outputs::check_recorded(outputs).is_err() {
+            return Vec::new();
+        }
+        outputs
+            .iter()
+            .map(|o| FileLink {
+                uri: mining_api::tool_outputs::resource_uri(id, &o.name),
+                name: o.name.clone(),
+                mime_type: o.media_type.clone(),
+                size: o.size,
+            })
+            .collect()
+    }
 }
 
 impl Details for ToolDetails {
@@ -56,11 +93,30 @@ impl Details for ToolDetails {
         self.input_requests.as_ref()
     }
 
+    fn resource_links(&self) -> Vec<rmcp::model::Resource> {
+        self.files
+            .iter()
+            .map(|file| {
+                let mut link = rmcp::model::Resource::new(file.uri.clone(), file.name.clone());
+                link.mime_type = Some(file.mime_type.clone());
+                link.size = Some(file.size);
+                link
+            })
+            .collect()
+    }
+
     fn result_text(&self) -> Option<String> {
-        self.result.as_ref().map(|result| match result {
+        let mut text = self.result.as_ref().map(|result| match result {
             Value::String(text) => format!("result: {text}"),
             other => format!("result: {other}"),
-        })
+        })?;
+        for file in &self.files {
+            text.push_str(&format!(
+                "\nfile: {} ({}, {} bytes; resources/read)",
+                file.uri, file.mime_type, file.size
+            ));
+        }
+        Some(text)
     }
 }
 
@@ -136,6 +192,7 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                 ..base
             };
             done.details.result = Some(parse_result(run));
+            done.details.files = FileLink::of(run);
             done
         }
         ToolRunPhase::Failed => {
@@ -427,5 +484,28 @@ mod tests {
         let all = responded_outcome(&asking(), &["approve".into(), "summary".into()], &[], now);
         assert_eq!((all.status, all.details.input_requests), (OutcomeStatus::Running, None));
         assert!(all.next.unwrap().contains(GET_TOOL_RESULT));
+    }
+
+    #[test]
+    fn a_finished_runs_files_are_linked_as_resources_with_name_type_and_size() {
+        let mut done = run(ToolRunPhase::Succeeded, Some("ok"), false);
+        let file = |name: &str, size| mining_api::tool_outputs::ToolOutput {
+            name: name.into(),
+            media_type: "text/csv".into(),
+            size,
+            sha256: "0".repeat(64),
+        };
+        done.status.as_mut().unwrap().outputs = vec![file("big.csv", 16 << 20), file("small.csv", 3)];
+        let result = run_outcome(&done, Timestamp::now()).into_result();
+        let links: Vec<_> = result.content.iter().filter_map(|c| c.as_resource_link()).collect();
+        assert_eq!(links.len(), 2);
+        assert_eq!(links[0].uri, "mining-operator://runs/mw-abc/outputs/big.csv");
+        assert_eq!((links[0].mime_type.as_deref(), links[0].size), (Some("text/csv"), Some(16 << 20)));
+        let structured = result.structured_content.unwrap();
+        assert_eq!(structured["files"][1]["uri"], "mining-operator://runs/mw-abc/outputs/small.csv");
+        // A status someone edited to list a name twice links nothing.
+        done.status.as_mut().unwrap().outputs = vec![file("a", 1), file("a", 1)];
+        let result = run_outcome(&done, Timestamp::now()).into_result();
+        assert!(result.content.iter().all(|c| c.as_resource_link().is_none()));
     }
 }
