@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
                 KeySource::Kubernetes { client: client.clone() }
             } else {
                 let fetcher = JsonFetcher::new(config.oidc_ca_file.as_deref()).map_err(anyhow::Error::msg)?;
-                KeySource::Discovery { issuer: policy.issuer.clone(), fetcher }
+                KeySource::Discovery { issuer: policy.issuer.clone(), fetcher: Box::new(fetcher) }
             };
             resource = Some(Arc::new(ProtectedResource {
                 public_url: config.public_url.clone(),

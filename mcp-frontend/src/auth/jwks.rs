@@ -34,7 +34,7 @@ pub const MAX_KEYS: usize = 64;
 /// Where the keys come from.
 pub enum KeySource {
     /// `{issuer}/.well-known/openid-configuration`, then its `jwks_uri`.
-    Discovery { issuer: String, fetcher: JsonFetcher },
+    Discovery { issuer: String, fetcher: Box<JsonFetcher> },
     /// `GET /openid/v1/jwks` of the API server the frontend talks to.
     Kubernetes { client: kube::Client },
     /// Nothing to fetch from (unit tests).
@@ -282,7 +282,7 @@ mod tests {
     async fn made_up_kids_cannot_make_the_frontend_hammer_the_issuer() {
         let (issuer, requests) = counting_issuer().await;
         let fetcher = JsonFetcher::new(None).unwrap();
-        let cache = KeyCache::new(KeySource::Discovery { issuer, fetcher });
+        let cache = KeyCache::new(KeySource::Discovery { issuer, fetcher: Box::new(fetcher) });
         assert!(matches!(cache.lookup(Some("k1")).await, Lookup::Found(_)));
         let after_first = requests.load(std::sync::atomic::Ordering::SeqCst);
         assert_eq!(after_first, 2, "discovery and the key set");
@@ -305,7 +305,10 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let issuer = format!("http://{}", listener.local_addr().unwrap());
         drop(listener);
-        let cache = KeyCache::new(KeySource::Discovery { issuer, fetcher: JsonFetcher::new(None).unwrap() });
+        let cache = KeyCache::new(KeySource::Discovery {
+            issuer,
+            fetcher: Box::new(JsonFetcher::new(None).unwrap()),
+        });
         assert!(matches!(cache.lookup(Some("k1")).await, Lookup::Unavailable(_)));
         // Within the retry interval the last error is told again, without a fetch.
         assert!(matches!(cache.lookup(None).await, Lookup::Unavailable(why) if why.contains("GET")));
