@@ -21,7 +21,7 @@ MUSL      := $(shell uname -m)-unknown-linux-musl
 # Extra `helm upgrade --install` arguments, e.g. HELM_ARGS='--set frontend.auth.mode=kubernetes'.
 HELM_ARGS ?=
 
-IMAGES = miner operator mcp-frontend sum-numbers deploy-gate
+IMAGES = miner operator mcp-frontend sum-numbers deploy-gate report
 
 .PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down
 
@@ -40,9 +40,9 @@ test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 kind-up: ## create the kind cluster $(CLUSTER) (no-op when it exists)
 	$(KIND) get clusters | grep -qx '$(CLUSTER)' || $(KIND) create cluster --name '$(CLUSTER)'
 
-images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy-gate}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
+images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy-gate,report}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
 ifeq ($(BINARIES),prebuilt)
-	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate
+	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate -p report
 	@mkdir -p target/images
 	@for image in $(IMAGES); do cp "$${CARGO_TARGET_DIR:-target}/$(MUSL)/release/$$image" target/images/ || exit 1; done
 endif

@@ -2,12 +2,15 @@
 // cluster tests. Usage:
 //   node ts-client.mjs URL tools
 //   node ts-client.mjs URL call TOOL 'JSON-ARGUMENTS'
+//   node ts-client.mjs URL read URI        (resources/read: prints the size and SHA-256 of the bytes)
+//   node ts-client.mjs URL resources       (resources/list and resources/templates/list)
 // The bearer token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks
 // for progress notifications, and $MCP_META (a JSON object) goes in the
 // call's _meta. Prints one JSON document on stdout:
 // {tools} | {result, progress} | {error: {code, message}}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { createHash } from "node:crypto";
 
 const [url, command, tool, json] = process.argv.slice(2);
 const headers = process.env.MCP_TOKEN ? { Authorization: `Bearer ${process.env.MCP_TOKEN}` } : {};
@@ -36,6 +39,19 @@ try {
     }
     const result = await client.callTool(params, undefined, options);
     print({ result, progress });
+  } else if (command === "read") {
+    const options = { timeout: 1000 * Number(process.env.MCP_TIMEOUT_SECONDS ?? 120) };
+    const { contents } = await client.readResource({ uri: tool }, options);
+    print({
+      contents: contents.map((c) => {
+        const bytes = c.blob !== undefined ? Buffer.from(c.blob, "base64") : Buffer.from(c.text ?? "", "utf8");
+        return { uri: c.uri, mimeType: c.mimeType, bytes: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex") };
+      }),
+    });
+  } else if (command === "resources") {
+    const { resources } = await client.listResources();
+    const { resourceTemplates } = await client.listResourceTemplates();
+    print({ resources, resourceTemplates });
   } else {
     throw new Error(`unknown command ${command}`);
   }

@@ -46,9 +46,18 @@ pub async fn setup_with(
     name: &str,
     operator_args: &[&str],
 ) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    setup_with_args(name, operator_args, &[]).await
+}
+
+/// [`setup_with`] with `frontend_args` for the tokens-mode frontend too.
+pub async fn setup_with_args(
+    name: &str,
+    operator_args: &[&str],
+    frontend_args: &[&str],
+) -> (TestNamespace, OperatorProcess, FrontendProcess) {
     let (ns, operator) = namespace_and_operator(name, operator_args).await;
     let frontend =
-        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", &[]).await;
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", frontend_args).await;
     let tools: Api<McpTool> = ns.api();
     eventually("McpTools to be served", Duration::from_secs(30), || async {
         tools.list(&ListParams::default().limit(1)).await.ok().map(|_| ())

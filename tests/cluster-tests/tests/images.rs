@@ -11,12 +11,13 @@ use serde_json::Value;
 const TAG: &str = "dev";
 
 /// (image, binary, a command that must exit 0 and what it prints, ports the chart's Pods declare)
-const IMAGES: [(&str, &str, &str, &[u16]); 5] = [
+const IMAGES: [(&str, &str, &str, &[u16]); 6] = [
     ("miner", "/miner", "--version", &[]),
-    ("operator", "/operator", "--help", &[8081]),
+    ("operator", "/operator", "--help", &[8081, 8082]),
     ("mcp-frontend", "/mcp-frontend", "--help", &[8080, 9090]),
     ("sum-numbers", "/sum-numbers", "--version", &[]),
     ("deploy-gate", "/deploy-gate", "--version", &[]),
+    ("report", "/report", "--version", &[]),
 ];
 
 /// Where an image's Containerfile is: its crate's directory.
@@ -137,7 +138,7 @@ fn each_image_config_is_what_the_chart_expects_and_holds_only_its_binary() {
         assert_eq!(exposed, ports, "{image}: exposed ports are the chart's containerPorts");
         // The example tools are no images of the chart: an McpTool names each.
         assert!(
-            matches!(image, "sum-numbers" | "deploy-gate")
+            matches!(image, "sum-numbers" | "deploy-gate" | "report")
                 || values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
             "chart values use mining-operator/{image}:{TAG}"
         );
