@@ -34,6 +34,13 @@ if [ -z "${HELM_DIR:-}" ] && mkdir -p /var/cache/mining-operator/tools 2>/dev/nu
 fi
 tests/tools/install-helm.sh >/dev/null
 
+log "installing s3s-fs, the S3 API server the tool-outputs tests store files in (from crates.io)"
+if [ -z "${S3S_DIR:-}" ] && [ -w /var/cache/mining-operator ]; then
+  export S3S_DIR=/var/cache/mining-operator/s3s
+fi
+S3S_FS="$(tests/tools/install-s3s.sh)"
+export S3S_FS
+
 # The demo's local cluster (/tmp/mining-operator-cluster*) is never the
 # tests' cluster: its Pods would take the node's slots.
 case "${KUBECONFIG:-}" in /tmp/mining-operator-cluster*) unset KUBECONFIG ;; esac

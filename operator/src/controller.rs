@@ -84,6 +84,9 @@ impl Context {
     /// what this replica wrote in an earlier one, and looks at every workflow.
     fn on_leadership(&self, leading: bool) {
         self.metrics.leader.set(i64::from(leading));
+        if self.config.outputs.store.is_some() {
+            tokio::spawn(crate::outputs::mark_leader_pod(self.client.clone(), leading));
+        }
         self.memory.clear();
         if leading {
             // Workflows and tool runs alike: a standby waits for this wake
@@ -158,6 +161,9 @@ pub async fn run(
         }
     } else {
         metrics.leader.set(1);
+        if outputs.is_some() {
+            tokio::spawn(crate::outputs::mark_leader_pod(client.clone(), true));
+        }
         (Leadership::alone(), None)
     };
     let workflows = workflows_api(&client, &config);

@@ -167,3 +167,13 @@ The OTLP exporter's environment, when tracing.otlpEndpoint is set.
   value: {{ $.Values.tracing.protocol | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Whether runs' files are kept: a store is chosen and the frontend (whose key signs the upload tokens) is installed. */}}
+{{- define "mining.outputsEnabled" -}}
+{{- if and .Values.frontend.enabled (ne .Values.outputs.store "none") }}true{{ end -}}
+{{- end -}}
+
+{{/* The outputs Service's in-cluster URL (tool Pods upload to it, the frontend reads from it). */}}
+{{- define "mining.outputsUrl" -}}
+http://{{ include "mining.operator" . }}-outputs.{{ .Release.Namespace }}.svc:8082
+{{- end -}}

@@ -13,12 +13,14 @@
 //! the Pod runs exactly the tool author's containers (what provenance and
 //! admission checks compare) on any Kubernetes (no native sidecars needed).
 
+mod leader_pod;
 mod server;
 mod store;
 mod sweep;
 #[cfg(test)]
 mod tests;
 
+pub use leader_pod::{LEADER_LABEL, mark as mark_leader_pod};
 pub use server::serve;
 pub use store::{Limits, Outputs, Refusal};
 pub use sweep::sweep_every;
