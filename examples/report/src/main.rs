@@ -56,7 +56,13 @@ pub fn csv(rows: u64) -> String {
 /// The first `points` values as an SVG polyline, 400×200.
 fn svg(points: u64) -> String {
     let line: Vec<String> = (1..=points)
-        .map(|n| format!("{:.1},{:.1}", n as f64 * 400.0 / points as f64, 200.0 - value(n) as f64 * 200.0 / MODULUS as f64))
+        .map(|n| {
+            format!(
+                "{:.1},{:.1}",
+                n as f64 * 400.0 / points as f64,
+                200.0 - value(n) as f64 * 200.0 / MODULUS as f64
+            )
+        })
         .collect();
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"400\" height=\"200\" viewBox=\"0 0 400 200\">\
@@ -69,7 +75,9 @@ fn svg(points: u64) -> String {
 /// with `Authorization: Bearer $MCP_OUTPUTS_TOKEN`.
 fn upload(name: &str, media_type: &str, bytes: &[u8]) -> Result<(), String> {
     let (Ok(base), Ok(token)) = (std::env::var("MCP_OUTPUTS_URL"), std::env::var("MCP_OUTPUTS_TOKEN")) else {
-        return Err("no MCP_OUTPUTS_URL: this install keeps no files (the operator has no --outputs-store)".into());
+        return Err(
+            "no MCP_OUTPUTS_URL: this install keeps no files (the operator has no --outputs-store)".into()
+        );
     };
     ureq::put(&format!("{base}/{name}"))
         .header("Authorization", &format!("Bearer {token}"))

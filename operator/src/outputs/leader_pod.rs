@@ -23,6 +23,8 @@ pub async fn mark(client: Client, leading: bool) {
     let patch = serde_json::json!({"metadata": {"labels": {LEADER_LABEL: value}}});
     match pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => tracing::info!(pod = %name, leading, "outputs leader label set"),
-        Err(err) => tracing::warn!(pod = %name, leading, error = %err, "cannot label this Pod as the outputs leader"),
+        Err(err) => {
+            tracing::warn!(pod = %name, leading, error = %err, "cannot label this Pod as the outputs leader")
+        }
     }
 }

@@ -57,7 +57,8 @@ pub async fn setup_with_args(
 ) -> (TestNamespace, OperatorProcess, FrontendProcess) {
     let (ns, operator) = namespace_and_operator(name, operator_args).await;
     let frontend =
-        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", frontend_args).await;
+        FrontendProcess::start_with_tokens(&ns.name, "alice-secret alice\nbob-secret bob\n", frontend_args)
+            .await;
     let tools: Api<McpTool> = ns.api();
     eventually("McpTools to be served", Duration::from_secs(30), || async {
         tools.list(&ListParams::default().limit(1)).await.ok().map(|_| ())

@@ -474,6 +474,46 @@ fn tracing_is_off_by_default_and_one_value_turns_it_on_for_every_component() {
 }
 
 #[test]
+fn runs_files_are_kept_in_the_embedded_store_by_default_or_in_s3_and_both_components_find_it() {
+    let helm = helm();
+    let url = "http://release-mining-operator-operator-outputs.default.svc:8082";
+    let embedded = render(&helm, "default", &[]);
+    for expected in [
+        "- --outputs-store=file:///var/lib/mining-operator/outputs\n".to_string(),
+        format!("- --outputs-url={url}\n"),
+        "- --outputs-max-file-bytes=67108864\n".into(),
+        // Only the leader, whose volume holds the files, stands behind the Service.
+        "mining-operator.dev/outputs-leader: \"true\"\n".into(),
+        "emptyDir:\n            sizeLimit: 4Gi\n".into(),
+    ] {
+        assert!(embedded.contains(&expected), "the default install lacks {expected:?}");
+    }
+    // The frontend reads through the operator: the same URL, and no store credentials.
+    assert_eq!(embedded.matches(&format!("- --outputs-url={url}\n")).count(), 2);
+    let s3 = render(
+        &helm,
+        "default",
+        &[
+            "--set",
+            "outputs.store=s3",
+            "--set",
+            "outputs.s3.bucket=runs",
+            "--set",
+            "outputs.s3.endpoint=http://minio.storage:9000",
+            "--set",
+            "outputs.s3.existingSecret=s3-creds",
+        ],
+    );
+    assert!(s3.contains("- --outputs-store=s3://runs/tool-outputs\n"), "{s3}");
+    assert!(s3.contains("secretRef:\n                name: s3-creds\n"));
+    assert!(s3.contains("value: \"http://minio.storage:9000\""));
+    assert!(!s3.contains("mining-operator.dev/outputs-leader"), "every replica serves a shared store");
+    assert_eq!(s3.matches("AWS_ACCESS_KEY_ID").count(), 0, "credentials only from the Secret");
+    let none = render(&helm, "default", &["--set", "outputs.store=none"]);
+    assert!(!none.contains("--outputs-"), "no store, no flag");
+}
+
+#[test]
 fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
     let helm = helm();
     assert!(render(&helm, "default", &[]).contains("kind: PodDisruptionBudget"));

@@ -116,8 +116,10 @@ async fn hands_over_files(ns: &TestNamespace, frontend: &FrontendProcess, stored
     // Another caller reads nothing, and learns nothing: the same answer as
     // for a URI nobody was given.
     let stolen = Sdk::TypeScript.run(&url, BOB, false, &["read", csv_uri]).await;
-    let guessed = Sdk::TypeScript.run(&url, ALICE, false, &["read", &csv_uri.replace("data.csv", "secret.csv")]).await;
-    let escaping = Sdk::TypeScript.run(&url, ALICE, false, &["read", &csv_uri.replace("data.csv", "..%2F..")]).await;
+    let guessed =
+        Sdk::TypeScript.run(&url, ALICE, false, &["read", &csv_uri.replace("data.csv", "secret.csv")]).await;
+    let escaping =
+        Sdk::TypeScript.run(&url, ALICE, false, &["read", &csv_uri.replace("data.csv", "..%2F..")]).await;
     for refused in [&stolen, &guessed, &escaping] {
         assert_eq!(refused["error"]["code"], -32002, "resource not found: {refused:#}");
     }
@@ -132,7 +134,11 @@ async fn hands_over_files(ns: &TestNamespace, frontend: &FrontendProcess, stored
     let runs: Api<ToolRun> = ns.api();
     let uid = runs.get(&id).await.unwrap().metadata.uid.unwrap();
     let of_run = |path: &PathBuf| path.to_string_lossy().contains(&uid);
-    assert_eq!(files_under(stored_under).iter().filter(|p| of_run(p)).count(), 4, "two files and two records");
+    assert_eq!(
+        files_under(stored_under).iter().filter(|p| of_run(p)).count(),
+        4,
+        "two files and two records"
+    );
     eventually("the expired run's files to be deleted", Duration::from_secs(150), || async {
         let gone = runs.get_opt(&id).await.ok()?.is_none();
         (gone && !files_under(stored_under).iter().any(of_run)).then_some(())
@@ -161,7 +167,8 @@ async fn a_tools_files_reach_its_caller_alone_from_the_embedded_store_and_go_wit
     let addr = free_port().to_string();
     let base = format!("http://{addr}");
     let (ns, _operator, frontend) =
-        setup_with_args("outputs", &operator_store_args(&store, &base, &addr), &["--outputs-url", &base]).await;
+        setup_with_args("outputs", &operator_store_args(&store, &base, &addr), &["--outputs-url", &base])
+            .await;
     hands_over_files(&ns, &frontend, &dir).await;
 }
 
@@ -210,7 +217,11 @@ async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_r
 }
 
 fn tempdir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mining-outputs-{what}-{}-{}", std::process::id(), free_port().port()));
+    let dir = std::env::temp_dir().join(format!(
+        "mining-outputs-{what}-{}-{}",
+        std::process::id(),
+        free_port().port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
