@@ -78,7 +78,7 @@ async fn hands_over_files(ns: &TestNamespace, frontend: &FrontendProcess, stored
     let id = started["workflow_id"].as_str().expect("a run id").to_string();
     let done = settle(Sdk::TypeScript, &url, ALICE, &id).await;
     assert_eq!(done["status"], "completed", "{done:#}");
-    let files = done["details"]["files"].as_array().cloned().unwrap_or_default();
+    let files = done["files"].as_array().cloned().unwrap_or_default();
     assert_eq!(files.len(), 2, "two files linked: {done:#}");
     let csv = expected_csv(ROWS);
     assert!(csv.len() > 16 << 20, "the CSV is over 16 MiB ({} bytes)", csv.len());

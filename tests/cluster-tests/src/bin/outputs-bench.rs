@@ -26,7 +26,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Reads the whole response of a `resources/read` of `uri`; its length.
 async fn read_through_mcp(addr: SocketAddr, uri: &str) -> usize {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}}).to_string();
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}}).to_string();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n\
@@ -126,7 +127,8 @@ async fn main() {
     let addr = free_port().to_string();
     let base = format!("http://{addr}");
     let operator_args = ["--outputs-store", &store, "--outputs-url", &base, "--outputs-addr", &addr];
-    let (ns, operator, frontend) = setup_with_args("outputs-bench", &operator_args, &["--outputs-url", &base]).await;
+    let (ns, operator, frontend) =
+        setup_with_args("outputs-bench", &operator_args, &["--outputs-url", &base]).await;
     let url = frontend.url();
     let report: mining_api::McpTool = serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": "report"},
@@ -141,15 +143,18 @@ async fn main() {
     let id = started["workflow_id"].as_str().unwrap().to_string();
     let done = settle(Sdk::TypeScript, &url, ALICE, &id).await;
     assert_eq!(done["status"], "completed", "{done:#}");
-    let file = done["details"]["files"].as_array().unwrap().iter().find(|f| f["name"] == "data.csv").unwrap().clone();
+    let file = done["files"].as_array().unwrap().iter().find(|f| f["name"] == "data.csv").unwrap().clone();
     let (uri, size) = (file["uri"].as_str().unwrap().to_string(), file["size"].as_u64().unwrap() as usize);
     let path = stored_file(&dir, "data.csv");
     let mcp_addr: SocketAddr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().unwrap();
     println!("file: {size} bytes ({:.1} MiB), {reads} reads each way", size as f64 / 1048576.0);
     let run: mining_api::ToolRun = kube::Api::namespaced(ns.client.clone(), &ns.name).get(&id).await.unwrap();
     let ids = [ns.name.as_str(), id.as_str(), run.metadata.uid.as_deref().unwrap()];
-    let keys = mining_api::ownership::OwnershipKeys::from_files(&cluster_tests::mcp::ownership_key_file(&ns.name), None)
-        .unwrap();
+    let keys = mining_api::ownership::OwnershipKeys::from_files(
+        &cluster_tests::mcp::ownership_key_file(&ns.name),
+        None,
+    )
+    .unwrap();
     let store_addr: SocketAddr = addr.parse().unwrap();
     let store_path = format!("/v1/outputs/{}/{}/{}/data.csv", ids[0], ids[1], ids[2]);
     let mut served = Vec::new();
@@ -159,7 +164,8 @@ async fn main() {
         let started = Instant::now();
         assert_eq!(read_directly(&path), size);
         direct.push(started.elapsed().as_secs_f64());
-        let expires = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 60;
+        let expires =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 60;
         let token = keys.outputs_read_token(ids, "data.csv", expires);
         let started = Instant::now();
         assert!(read_from_store_server(store_addr, &store_path, &token, expires).await > size);
@@ -186,6 +192,8 @@ async fn main() {
     println!("the store's server:  median {:.1} ms, {:.0} MiB/s", served_median * 1e3, mib / served_median);
     println!("resources/read:      median {:.1} ms, {:.0} MiB/s", through_median * 1e3, mib / through_median);
     println!("ratio (resources/read / the store's server): {:.2}x the time", through_median / served_median);
-    println!("peak resident growth during a read: frontend {frontend_growth:.1} MiB, operator {operator_growth:.1} MiB");
+    println!(
+        "peak resident growth during a read: frontend {frontend_growth:.1} MiB, operator {operator_growth:.1} MiB"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
