@@ -104,6 +104,21 @@ pub fn mined_block(
 /// A tool run as the API server would hold it: namespace `ns`, a uid, a
 /// call of `tool` with arguments `{}` whose template runs one container
 /// `tool` of image `example/{tool}` once.
+/// A run `r` of the tool `report` in `phase` whose status records one small
+/// CSV file per name.
+pub fn tool_run_with_files(phase: Option<crate::ToolRunPhase>, names: &[&str]) -> crate::ToolRun {
+    let mut run = tool_run("r", "report");
+    let file = |name: &&str| crate::tool_outputs::ToolOutput {
+        name: (*name).into(),
+        media_type: "text/csv".into(),
+        size: 1,
+        sha256: "0".repeat(64),
+    };
+    run.status =
+        Some(crate::ToolRunStatus { phase, outputs: names.iter().map(file).collect(), ..Default::default() });
+    run
+}
+
 pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
     let template =
         serde_json::from_value(serde_json::json!({"spec": {"backoffLimit": 0, "template": {"spec": {

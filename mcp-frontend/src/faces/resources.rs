@@ -162,21 +162,7 @@ mod tests {
     }
 
     fn run(phase: ToolRunPhase, names: &[&str]) -> ToolRun {
-        let mut run = mining_api::testing::tool_run("r", "report");
-        run.status = Some(mining_api::ToolRunStatus {
-            phase: Some(phase),
-            outputs: names
-                .iter()
-                .map(|name| ToolOutput {
-                    name: (*name).into(),
-                    media_type: "text/csv".into(),
-                    size: 1,
-                    sha256: "0".repeat(64),
-                })
-                .collect(),
-            ..Default::default()
-        });
-        run
+        mining_api::testing::tool_run_with_files(Some(phase), names)
     }
 
     #[test]

@@ -101,25 +101,9 @@ async fn children(store: &std::sync::Arc<dyn object_store::ObjectStore>, prefix:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mining_api::ToolRunStatus;
-    use mining_api::tool_outputs::ToolOutput;
 
     fn run(phase: Option<ToolRunPhase>, outputs: &[&str]) -> ToolRun {
-        let mut run = mining_api::testing::tool_run("r", "report");
-        run.status = Some(ToolRunStatus {
-            phase,
-            outputs: outputs
-                .iter()
-                .map(|name| ToolOutput {
-                    name: (*name).into(),
-                    media_type: "text/csv".into(),
-                    size: 1,
-                    sha256: "0".repeat(64),
-                })
-                .collect(),
-            ..Default::default()
-        });
-        run
+        mining_api::testing::tool_run_with_files(phase, outputs)
     }
 
     #[test]
