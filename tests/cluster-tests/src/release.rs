@@ -127,6 +127,27 @@ impl Release {
         collect(Sdk::Python, command.spawn().expect("start the Python client")).await
     }
 
+    /// Reads a resource with the official Python SDK through the frontend's
+    /// Service: the size and SHA-256 of each content's bytes.
+    pub async fn read(&self, token: &str, uri: &str) -> Value {
+        let (url, host) = self.frontend_url().await;
+        let mut command = Sdk::Python.command(&url, Some(token), false, &["read", uri]);
+        command.env("MCP_HOST", host);
+        collect(Sdk::Python, command.spawn().expect("start the Python client")).await
+    }
+
+    /// Polls a tool run through `get_tool_result` until it is no longer running.
+    pub async fn settle_tool_run(&self, token: &str, id: &str) -> Value {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            let polled = self.call(token, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 15})).await;
+            let outcome = structured(&polled).clone();
+            if outcome["status"] != "running" || std::time::Instant::now() > deadline {
+                return outcome;
+            }
+        }
+    }
+
     /// Mines to the end: start, then get_mining_result until final.
     pub async fn mine(&self, token: &str, arguments: Value) -> Value {
         let started = self.call(token, "start_mining", arguments).await;

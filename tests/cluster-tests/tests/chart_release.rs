@@ -261,3 +261,45 @@ async fn oidc_mode_with_the_api_server_as_issuer_reads_its_keys_under_the_charts
     assert!(tested.contains("Succeeded"), "{tested}");
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
 }
+
+#[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
+#[tokio::test]
+async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
+    use sha2::Digest as _;
+    let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
+    // Two operator replicas (the default): only the leader's volume holds
+    // files, and the outputs Service reaches only the leader.
+    let release = Release::install("helm-files", &[&tokens[..], &["--set", "frontend.replicas=1"]].concat()).await;
+    let report: mining_api::McpTool = serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": "report"},
+        "spec": {"description": "Writes a CSV and a chart.", "waitBudgetSeconds": 5,
+            "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer", "minimum": 1}}},
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "tool", "image": "mining-operator/report:dev"}]}}}}}
+    }))
+    .unwrap();
+    release.work.api::<mining_api::McpTool>().create(&Default::default(), &report).await.unwrap();
+    let started = eventually("the report tool to be offered", Duration::from_secs(60), || async {
+        let called = release.call("alice-secret", "report", json!({"rows": 200_000})).await;
+        called["result"]["structuredContent"]["workflow_id"].is_string().then_some(called)
+    })
+    .await;
+    let id = structured(&started)["workflow_id"].as_str().unwrap().to_string();
+    let done = release.settle_tool_run("alice-secret", &id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    let csv = done["files"].as_array().into_iter().flatten().find(|f| f["name"] == "data.csv").cloned();
+    let csv = csv.unwrap_or_else(|| panic!("data.csv linked: {done:#}"));
+    let mut expected = String::from("n,value\n");
+    for n in 1..=200_000u64 {
+        expected.push_str(&format!("{n},{}\n", n * n % 1_000_003));
+    }
+    let digest: String = sha2::Sha256::digest(expected.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let read = release.read("alice-secret", csv["uri"].as_str().unwrap()).await;
+    assert_eq!(read["contents"][0]["sha256"], digest, "{read:#}");
+    assert_eq!(read["contents"][0]["bytes"], expected.len() as u64);
+    // The Service's one endpoint is the leader, which labelled itself.
+    let outputs = format!("{}-operator-outputs", release.fullname());
+    let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
+    assert_eq!(ready_addresses(&endpoints).len(), 1, "{endpoints:?}");
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+}
