@@ -33,6 +33,38 @@ const MAX_META_BYTES: u64 = 4096;
 /// Part size of multipart uploads: what one upload holds in memory at most.
 const PART_BYTES: usize = 5 << 20;
 
+/// The S3 client's HTTP: reqwest over rustls (ring) trusting the Mozilla
+/// roots compiled in, because the operator's image (`FROM scratch`) has no
+/// system certificates for the platform verifier to find.
+#[derive(Debug)]
+struct WebpkiRoots;
+
+impl object_store::client::HttpConnector for WebpkiRoots {
+    fn connect(
+        &self,
+        _: &object_store::ClientOptions,
+    ) -> object_store::Result<object_store::client::HttpClient> {
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic {
+            store: "S3",
+            source,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let tls =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|err| failed(Box::new(err)))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|err| failed(Box::new(err)))?;
+        Ok(object_store::client::HttpClient::new(client))
+    }
+}
+
 /// Why an upload or a read was refused: an HTTP status and what to say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -77,6 +109,7 @@ impl Outputs {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let s3 = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
+                .with_http_connector(WebpkiRoots)
                 .build()
                 .map_err(|err| format!("outputs store {url}: {err}"))?;
             match prefix.trim_matches('/') {

@@ -140,7 +140,8 @@ impl Release {
     pub async fn settle_tool_run(&self, token: &str, id: &str) -> Value {
         let deadline = std::time::Instant::now() + TIMEOUT;
         loop {
-            let polled = self.call(token, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 15})).await;
+            let polled =
+                self.call(token, "get_tool_result", json!({"workflow_id": id, "wait_seconds": 15})).await;
             let outcome = structured(&polled).clone();
             if outcome["status"] != "running" || std::time::Instant::now() > deadline {
                 return outcome;

@@ -262,14 +262,15 @@ async fn oidc_mode_with_the_api_server_as_issuer_reads_its_keys_under_the_charts
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
 }
 
-#[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
-#[tokio::test]
-async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
+/// Installs a tokens-mode release with `values`, runs the example `report`
+/// tool as alice through the frontend's Service, and reads its CSV with the
+/// Python SDK through the same Service: the bytes must be the CSV the test
+/// makes. Returns the release (to look at, then uninstall).
+async fn report_read_through_the_service(prefix: &str, values: &[&str]) -> Release {
     use sha2::Digest as _;
     let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
-    // Two operator replicas (the default): only the leader's volume holds
-    // files, and the outputs Service reaches only the leader.
-    let release = Release::install("helm-files", &[&tokens[..], &["--set", "frontend.replicas=1"]].concat()).await;
+    let release =
+        Release::install(prefix, &[&tokens[..], &["--set", "frontend.replicas=1"], values].concat()).await;
     let report: mining_api::McpTool = serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": "report"},
         "spec": {"description": "Writes a CSV and a chart.", "waitBudgetSeconds": 5,
@@ -293,13 +294,65 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_lead
     for n in 1..=200_000u64 {
         expected.push_str(&format!("{n},{}\n", n * n % 1_000_003));
     }
-    let digest: String = sha2::Sha256::digest(expected.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let digest: String =
+        sha2::Sha256::digest(expected.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     let read = release.read("alice-secret", csv["uri"].as_str().unwrap()).await;
     assert_eq!(read["contents"][0]["sha256"], digest, "{read:#}");
     assert_eq!(read["contents"][0]["bytes"], expected.len() as u64);
-    // The Service's one endpoint is the leader, which labelled itself.
+    release
+}
+
+#[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
+#[tokio::test]
+async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
+    // Two operator replicas (the default): only the leader's volume holds
+    // files, and the outputs Service reaches only the leader.
+    let release = report_read_through_the_service("helm-files", &[]).await;
     let outputs = format!("{}-operator-outputs", release.fullname());
     let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
     assert_eq!(ready_addresses(&endpoints).len(), 1, "{endpoints:?}");
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+}
+
+#[ignore = "needs the local cluster and s3s-fs (S3S_FS); tests/run.sh runs it there"]
+#[tokio::test]
+async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_store() {
+    let binary = std::env::var("S3S_FS").expect("S3S_FS: the s3s-fs binary tests/run.sh installs");
+    let root = std::env::temp_dir().join(format!("helm-s3-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("runs-bucket")).unwrap();
+    let s3 = cluster_tests::free_port();
+    let mut server = std::process::Command::new(&binary)
+        .args(["--host", &s3.ip().to_string(), "--port", &s3.port().to_string()])
+        .args(["--access-key", "chart-access", "--secret-key", "chart-secret-key"])
+        .arg(&root)
+        .spawn()
+        .expect("start s3s-fs");
+    eventually("s3s-fs to listen", Duration::from_secs(30), || async {
+        tokio::net::TcpStream::connect(s3).await.ok().map(|_| ())
+    })
+    .await;
+    // The operator's Pods share the host's network here, so they reach it.
+    let endpoint = format!("outputs.s3.endpoint=http://{s3}");
+    let credentials = r#"operator.extraEnv=[{"name":"AWS_ACCESS_KEY_ID","value":"chart-access"},{"name":"AWS_SECRET_ACCESS_KEY","value":"chart-secret-key"}]"#;
+    let values = [
+        "--set",
+        "outputs.store=s3",
+        "--set",
+        "outputs.s3.bucket=runs-bucket",
+        "--set",
+        &endpoint,
+        "--set",
+        "outputs.s3.allowHttp=true",
+        "--set-json",
+        credentials,
+    ];
+    let release = report_read_through_the_service("helm-s3", &values).await;
+    // The bytes are in the bucket, under the configured prefix.
+    let stored =
+        std::fs::read_dir(root.join("runs-bucket").join("tool-outputs")).map(|d| d.count()).unwrap_or(0);
+    assert!(stored > 0, "the bucket holds the run's files under tool-outputs/");
+    release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&root);
 }
