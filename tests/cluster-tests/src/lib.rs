@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod otlp;
 pub mod reaction;
 pub mod release;
+pub mod s3;
 pub mod sse;
 pub mod tasks;
 pub mod tools;

@@ -317,20 +317,10 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_lead
 #[ignore = "needs the local cluster and s3s-fs (S3S_FS); tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_store() {
-    let binary = std::env::var("S3S_FS").expect("S3S_FS: the s3s-fs binary tests/run.sh installs");
     let root = std::env::temp_dir().join(format!("helm-s3-{}", std::process::id()));
     std::fs::create_dir_all(root.join("runs-bucket")).unwrap();
-    let s3 = cluster_tests::free_port();
-    let mut server = std::process::Command::new(&binary)
-        .args(["--host", &s3.ip().to_string(), "--port", &s3.port().to_string()])
-        .args(["--access-key", "chart-access", "--secret-key", "chart-secret-key"])
-        .arg(&root)
-        .spawn()
-        .expect("start s3s-fs");
-    eventually("s3s-fs to listen", Duration::from_secs(30), || async {
-        tokio::net::TcpStream::connect(s3).await.ok().map(|_| ())
-    })
-    .await;
+    let server = cluster_tests::s3::S3Server::start(&root, "chart-access", "chart-secret-key").await;
+    let s3 = server.addr;
     // The operator's Pods share the host's network here, so they reach it.
     let endpoint = format!("outputs.s3.endpoint=http://{s3}");
     let credentials = r#"operator.extraEnv=[{"name":"AWS_ACCESS_KEY_ID","value":"chart-access"},{"name":"AWS_SECRET_ACCESS_KEY","value":"chart-secret-key"}]"#;
@@ -352,7 +342,6 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_st
         std::fs::read_dir(root.join("runs-bucket").join("tool-outputs")).map(|d| d.count()).unwrap_or(0);
     assert!(stored > 0, "the bucket holds the run's files under tool-outputs/");
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&root);
 }

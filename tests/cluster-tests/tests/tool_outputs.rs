@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk};
+use cluster_tests::s3::S3Server;
 use cluster_tests::tools::{ALICE, BOB, call, define, settle, setup_with_args};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, free_port};
 use kube::api::Api;
@@ -175,20 +176,10 @@ async fn a_tools_files_reach_its_caller_alone_from_the_embedded_store_and_go_wit
 #[tokio::test]
 #[ignore = "needs a cluster (tests/run.sh) and s3s-fs (S3S_FS)"]
 async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_run() {
-    let binary = std::env::var("S3S_FS").expect("S3S_FS: the s3s-fs binary tests/run.sh installs");
     let root = tempdir("s3");
     std::fs::create_dir_all(root.join("outputs")).unwrap();
-    let s3 = free_port();
-    let mut server = std::process::Command::new(&binary)
-        .args(["--host", &s3.ip().to_string(), "--port", &s3.port().to_string()])
-        .args(["--access-key", "test-access", "--secret-key", "test-secret-key"])
-        .arg(&root)
-        .spawn()
-        .expect("start s3s-fs");
-    eventually("s3s-fs to listen", Duration::from_secs(30), || async {
-        tokio::net::TcpStream::connect(s3).await.ok().map(|_| ())
-    })
-    .await;
+    let server = S3Server::start(&root, "test-access", "test-secret-key").await;
+    let s3 = server.addr;
     let addr = free_port().to_string();
     let base = format!("http://{addr}");
     let endpoint = format!("http://{s3}");
@@ -212,8 +203,6 @@ async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_r
     )
     .await;
     hands_over_files(&ns, &frontend, &root.join("outputs")).await;
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 fn tempdir(what: &str) -> PathBuf {
