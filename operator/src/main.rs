@@ -35,12 +35,13 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // One TLS provider for the process, installed before any HTTP client is
+    // built: the OTLP exporter's and the S3 client's reqwest find it here
+    // (kube names its own). Fails only if one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Kept to the end of main: dropping it flushes the spans still buffered.
     let _telemetry = telemetry::init("mining-operator", "info,kube=warn");
     let config = Config::parse();
-    // One TLS provider for the process (the S3 client finds it here); kube
-    // names its own. Fails only if one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     // Read before anything starts: a key configured but unreadable is a
     // broken deployment, not a reason to trust every caller label.
     let keys = match &config.ownership_key_file {
