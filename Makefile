@@ -12,9 +12,10 @@ HELM      ?= helm
 KIND      ?= kind
 # The image builder: docker when its engine answers, else podman.
 ENGINE    ?= $(shell if docker info >/dev/null 2>&1; then echo docker; elif command -v podman >/dev/null 2>&1; then echo podman; else echo docker; fi)
-# compiled: each Containerfile compiles its binary in a Rust stage (needs the
-# rust image from Docker Hub). prebuilt: cargo builds the static binaries here
-# and the images copy them (no base image at all; what the tests run).
+# compiled: the Containerfile compiles every binary in one Rust stage, once for
+# all images (needs the rust image from Docker Hub). prebuilt: cargo builds the
+# static binaries here and the images copy them (no base image at all; what
+# the tests run).
 BINARIES  ?= compiled
 IMAGE_REPOSITORY ?= docker.io/mining-operator
 MUSL      := $(shell uname -m)-unknown-linux-musl
@@ -48,9 +49,8 @@ ifeq ($(BINARIES),prebuilt)
 endif
 	@for image in $(IMAGES); do \
 	  if [ '$(BINARIES)' = prebuilt ]; then context=target/images; else context=.; fi; \
-	  dir=$$image; [ -d "$$dir" ] || dir=examples/$$image; \
-	  echo "$(ENGINE) build -f $$dir/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
-	  $(ENGINE) build -q -f $$dir/Containerfile --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
+	  echo "$(ENGINE) build -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
+	  $(ENGINE) build -q -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
 	done
 
 kind-load: images ## load the images into the kind cluster as image archives (tags, not :latest, so IfNotPresent uses them)

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 log() { printf '[tests] %s\n' "$*" >&2; }
 
+log "installing the Debian packages the tests drive (only what is missing)"
+tests/tools/install-packages.sh
+
 log "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

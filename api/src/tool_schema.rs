@@ -1,7 +1,50 @@
 //! Checking a value against a tool's JSON Schema (feature `schemas`), the
 //! one way the frontend checks arguments and the operator checks results.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use crate::McpToolSpec;
+
+/// The names of the MCP frontend's own tools: no `McpTool` may take one
+/// (the frontend checks its own list against this one in a test).
+pub const RESERVED_TOOL_NAMES: [&str; 8] = [
+    "start_mining",
+    "get_mining_result",
+    "cancel_mining",
+    "list_mining_workflows",
+    "get_tool_result",
+    "cancel_tool_run",
+    "list_tool_runs",
+    "respond_tool_run",
+];
+
+/// What an offerable definition compiles to.
+#[derive(Debug)]
+pub struct Offerable {
+    /// The arguments' schema, compiled.
+    pub input: Schema,
+    /// The result's schema, when the tool declares one (it compiled).
+    pub output_schema: Option<Map<String, Value>>,
+}
+
+/// Whether the McpTool `name` defined by `spec` can be offered as an MCP
+/// tool, and why not (pure): the one verdict the frontend writes into the
+/// tool's `Accepted` condition and `kubectl mining validate` prints.
+pub fn offerable(name: &str, spec: &McpToolSpec) -> Result<Offerable, String> {
+    if RESERVED_TOOL_NAMES.contains(&name) {
+        return Err(format!("{name} is the name of one of the frontend's own tools"));
+    }
+    if let Some(problem) = spec.problem() {
+        return Err(problem);
+    }
+    let input = Schema::compile(&Value::Object(spec.input_schema.clone()))
+        .map_err(|why| format!("inputSchema is not a usable JSON Schema: {why}"))?;
+    if let Some(schema) = &spec.output_schema {
+        Schema::compile(&Value::Object(schema.clone()))
+            .map_err(|why| format!("outputSchema is not a usable JSON Schema: {why}"))?;
+    }
+    Ok(Offerable { input, output_schema: spec.output_schema.clone() })
+}
 
 /// A compiled JSON Schema.
 pub struct Schema(jsonschema::Validator);
@@ -50,6 +93,28 @@ fn clipped(mut text: String) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn spec(input_schema: Value) -> McpToolSpec {
+        serde_json::from_value(json!({
+            "description": "Adds numbers.",
+            "inputSchema": input_schema,
+            "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "tool", "image": "example/sum"}]}}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_definition_is_offerable_unless_its_name_or_schema_says_otherwise() {
+        assert!(offerable("sum", &spec(json!({"type": "object"}))).is_ok());
+        let own = offerable("start_mining", &spec(json!({"type": "object"}))).unwrap_err();
+        assert_eq!(own, "start_mining is the name of one of the frontend's own tools");
+        let array = offerable("sum", &spec(json!({"type": "array"}))).unwrap_err();
+        assert_eq!(array, "inputSchema must have \"type\": \"object\"");
+        let unusable =
+            offerable("sum", &spec(json!({"type": "object", "minProperties": "two"}))).unwrap_err();
+        assert!(unusable.starts_with("inputSchema is not a usable JSON Schema: "), "{unusable}");
+    }
 
     #[test]
     fn violations_say_where_and_what() {

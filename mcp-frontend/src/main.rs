@@ -105,12 +105,8 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => OperatorWatch::unknown(),
     };
-    let tools = limits.tools();
-    let mut reserved: Vec<String> = tools.iter().map(|tool| tool.name.to_string()).collect();
-    reserved.extend(mcp_frontend::tool_runs::contract::COMPANIONS.map(str::to_string));
     let (catalog, run_catalog) = mcp_frontend::tool_runs::catalog::ToolCatalog::new(
         Api::namespaced(client.clone(), &namespace),
-        reserved,
         metrics.clone(),
     );
     tokio::spawn(run_catalog);
@@ -125,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
         operator,
         keys: Arc::new(keys),
         namespace: namespace.clone(),
-        tools,
+        tools: limits.tools(),
         limits,
         quotas: Quotas {
             max_running: config.max_running_per_caller,

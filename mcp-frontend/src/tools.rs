@@ -385,6 +385,18 @@ mod tests {
         value.as_object().cloned()
     }
 
+    /// The API's list is what the catalog (and `kubectl mining validate`)
+    /// keeps McpTools from taking: it must be exactly the frontend's own.
+    #[test]
+    fn the_reserved_names_are_the_frontends_own_tools() {
+        let mut own: Vec<String> = limits().tools().iter().map(|tool| tool.name.to_string()).collect();
+        own.extend(crate::tool_runs::contract::COMPANIONS.map(str::to_string));
+        own.sort();
+        let mut reserved = mining_api::tool_schema::RESERVED_TOOL_NAMES.map(str::to_string).to_vec();
+        reserved.sort();
+        assert_eq!(own, reserved);
+    }
+
     #[test]
     fn start_defaults_fill_what_was_not_given() {
         let request = limits().start_request(StartMiningArgs::default()).unwrap();

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use mining_api::tool_schema::Schema;
+use mining_api::tool_schema::{Offerable, Schema, offerable};
 use mining_api::{McpTool, McpToolSpec};
 use rmcp::model::{Tool, ToolAnnotations};
 use serde_json::Value;
@@ -42,22 +42,18 @@ pub struct ToolCatalog {
     /// Bumped whenever the listing may have changed after it first synced:
     /// listens that asked for `toolsListChanged` are told.
     changes: tokio::sync::watch::Sender<u64>,
-    /// Names no McpTool may take (the frontend's own tools).
-    reserved: Vec<String>,
 }
 
 impl ToolCatalog {
     /// The catalog and the future that keeps it filled (run it on a task).
     pub fn new(
         api: Api<McpTool>,
-        reserved: Vec<String>,
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, impl Future<Output = ()> + Send + 'static) {
         let catalog = Arc::new(Self {
             live: RwLock::new(Arc::default()),
             ready: AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
-            reserved,
         });
         let runner = catalog.clone();
         let statuses = StatusWriter::new(api.clone());
@@ -115,22 +111,6 @@ impl ToolCatalog {
         (catalog, run)
     }
 
-    /// A catalog of exactly `tools` (for tests and benchmarks).
-    pub fn of(tools: &[McpTool], reserved: Vec<String>) -> Self {
-        let catalog = Self {
-            live: RwLock::new(Arc::default()),
-            ready: AtomicBool::new(true),
-            changes: tokio::sync::watch::Sender::new(0),
-            reserved,
-        };
-        let mut listing = Tools::new();
-        for tool in tools {
-            let _ = catalog.add(&mut listing, tool);
-        }
-        *catalog.write() = Arc::new(listing);
-        catalog
-    }
-
     fn read(&self) -> Arc<Tools> {
         self.live.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
@@ -146,7 +126,7 @@ impl ToolCatalog {
             tracing::warn!(tool = %name, max = MAX_TOOLS, "not offering an McpTool: too many tools are defined");
             return Err(format!("too many tools are defined (this frontend offers at most {MAX_TOOLS})"));
         }
-        match define(&name, &tool.spec, &self.reserved) {
+        match define(&name, &tool.spec) {
             Ok(defined) => {
                 listing.insert(name, Arc::new(defined));
                 Ok(())
@@ -282,24 +262,10 @@ pub fn accepted_condition(
     })
 }
 
-/// The tool a definition offers, or why it offers none (pure).
-pub fn define(name: &str, spec: &McpToolSpec, reserved: &[String]) -> Result<DefinedTool, String> {
-    if reserved.iter().any(|own| own == name) {
-        return Err(format!("{name} is the name of one of the frontend's own tools"));
-    }
-    if let Some(problem) = spec.problem() {
-        return Err(problem);
-    }
-    let input = Schema::compile(&Value::Object(spec.input_schema.clone()))
-        .map_err(|why| format!("inputSchema is not a usable JSON Schema: {why}"))?;
-    let output = match &spec.output_schema {
-        Some(schema) => {
-            Schema::compile(&Value::Object(schema.clone()))
-                .map_err(|why| format!("outputSchema is not a usable JSON Schema: {why}"))?;
-            Some(schema.clone())
-        }
-        None => None,
-    };
+/// The tool a definition offers, or why it offers none (pure; the verdict
+/// is the API's, the one `kubectl mining validate` gives too).
+pub fn define(name: &str, spec: &McpToolSpec) -> Result<DefinedTool, String> {
+    let Offerable { input, output_schema: output } = offerable(name, spec)?;
     let mut listed =
         Tool::new(name.to_string(), spec.description.clone(), Arc::new(spec.input_schema.clone()))
             .with_raw_output_schema(Arc::new(outcome_schema(output.as_ref())))

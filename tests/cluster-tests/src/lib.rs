@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 pub mod bench;
 pub mod chaos;
+pub mod docs;
 mod fixtures;
 pub mod floor;
 pub use fixtures::*;

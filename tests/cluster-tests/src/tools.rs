@@ -14,6 +14,8 @@ use crate::{OperatorProcess, TestNamespace, eventually, install_crd};
 pub const ALICE: Option<&str> = Some("alice-secret");
 pub const BOB: Option<&str> = Some("bob-secret");
 pub const IMAGE: &str = "mining-operator/sum-numbers:dev";
+pub const DEPLOY_GATE_IMAGE: &str = "mining-operator/deploy-gate:dev";
+pub const REPORT_IMAGE: &str = "mining-operator/report:dev";
 
 pub fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
     let mut value = json!({
@@ -36,6 +38,42 @@ pub fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
         spec.extend(extra.clone());
     }
     serde_json::from_value(value).unwrap()
+}
+
+/// The example `deploy-gate`: asks its caller to approve, then deploys.
+pub fn deploy_gate(wait_budget_seconds: u32) -> McpTool {
+    serde_json::from_value(json!({
+        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
+        "metadata": {"name": "deploy-gate"},
+        "spec": {
+            "description": "Deploys a service once a person approves it.",
+            "inputSchema": {"type": "object", "properties": {
+                "service": {"type": "string"}, "version": {"type": "string"},
+                "release_note": {"type": "boolean"}},
+                "required": ["service", "version"], "additionalProperties": false},
+            "outputSchema": {"type": "object", "properties": {"deployed": {"type": "boolean"}}, "required": ["deployed"]},
+            "waitBudgetSeconds": wait_budget_seconds,
+            "inputDeadlineSeconds": 3600,
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "tool", "image": DEPLOY_GATE_IMAGE}]}}}},
+        },
+    }))
+    .unwrap()
+}
+
+/// The example `report` (uploads a CSV of `rows` rows and an SVG chart),
+/// defined exactly as docs/TOOLS.md's "Files" section prints it.
+pub fn report_tool() -> McpTool {
+    let yaml = crate::docs::blocks("docs/TOOLS.md", "## Files: results beyond 4 KiB", "yaml");
+    let tool = crate::docs::mcp_tool_from_yaml(&yaml[0]);
+    let image = tool
+        .spec
+        .job_template
+        .spec
+        .as_ref()
+        .and_then(|job| job.template.spec.as_ref()?.containers.first()?.image.clone());
+    assert_eq!(image.as_deref(), Some(REPORT_IMAGE), "the documented tool runs the example's image");
+    tool
 }
 
 pub async fn setup(name: &str) -> (TestNamespace, OperatorProcess, FrontendProcess) {

@@ -12,36 +12,14 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, tool_error_text};
 use cluster_tests::tasks::TaskClient;
-use cluster_tests::tools::{ALICE, BOB, call, define, settle, setup};
+use cluster_tests::tools::{ALICE, BOB, call, define, deploy_gate, settle, setup};
 use cluster_tests::{OperatorProcess, eventually};
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use mining_api::{McpTool, ToolRun, ToolRunPhase, labels};
+use mining_api::{ToolRun, ToolRunPhase, labels};
 use serde_json::{Value, json};
-
-const IMAGE: &str = "mining-operator/deploy-gate:dev";
-
-fn deploy_gate(wait_budget_seconds: u32) -> McpTool {
-    serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
-        "metadata": {"name": "deploy-gate"},
-        "spec": {
-            "description": "Deploys a service once a person approves it.",
-            "inputSchema": {"type": "object", "properties": {
-                "service": {"type": "string"}, "version": {"type": "string"},
-                "release_note": {"type": "boolean"}},
-                "required": ["service", "version"], "additionalProperties": false},
-            "outputSchema": {"type": "object", "properties": {"deployed": {"type": "boolean"}}, "required": ["deployed"]},
-            "waitBudgetSeconds": wait_budget_seconds,
-            "inputDeadlineSeconds": 3600,
-            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "tool", "image": IMAGE}]}}}},
-        },
-    }))
-    .unwrap()
-}
 
 fn approve() -> Value {
     json!({"action": "accept", "content": {"approve": true}})

@@ -12,34 +12,17 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk};
 use cluster_tests::s3::S3Server;
-use cluster_tests::tools::{ALICE, BOB, call, define, settle, setup_with_args};
+use cluster_tests::tools::{ALICE, BOB, call, define, report_tool, settle, setup_with_args};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, free_port};
 use kube::api::Api;
-use mining_api::{McpTool, ToolRun};
+use mining_api::ToolRun;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-const IMAGE: &str = "mining-operator/report:dev";
 /// Rows of the example's CSV that make just over 16 MiB.
 const ROWS: u64 = 1_300_000;
 /// How long a finished run is kept: long enough to read its files twice.
 const TTL_SECONDS: &str = "60";
-
-fn report_tool() -> McpTool {
-    serde_json::from_value(json!({
-        "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
-        "metadata": {"name": "report"},
-        "spec": {
-            "description": "Writes a CSV of n² mod 1,000,003 and a chart of it.",
-            "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer", "minimum": 1}},
-                "required": ["rows"], "additionalProperties": false},
-            "waitBudgetSeconds": 5,
-            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "tool", "image": IMAGE}]}}}},
-        },
-    }))
-    .unwrap()
-}
 
 /// The CSV the example writes, made here independently.
 fn expected_csv(rows: u64) -> Vec<u8> {
@@ -203,6 +186,70 @@ async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_r
     )
     .await;
     hands_over_files(&ns, &frontend, &root.join("outputs")).await;
+}
+
+/// docs/TOOLS.md's upload line, run as printed with a running run's two
+/// variables (read from its Job and Secret, as its container gets them):
+/// the file becomes the run's, recorded with its size and SHA-256.
+#[tokio::test]
+#[ignore = "needs a cluster (tests/run.sh)"]
+async fn the_documented_upload_line_hands_over_a_file() {
+    let dir = tempdir("documented");
+    let store = format!("file://{}", dir.display());
+    let addr = free_port().to_string();
+    let base = format!("http://{addr}");
+    let (ns, _operator, frontend) =
+        setup_with_args("outputs-doc", &operator_store_args(&store, &base, &addr), &["--outputs-url", &base])
+            .await;
+    let url = frontend.url();
+    define(&ns, &url, cluster_tests::tools::tool("sum-numbers", 1, json!({}))).await;
+    let started =
+        call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1], "delay_seconds": 20})).await;
+    let id = started["workflow_id"].as_str().expect("a running run").to_string();
+    let run = ns.api::<ToolRun>().get(&id).await.unwrap();
+    let jobs = ns.api::<k8s_openapi::api::batch::v1::Job>();
+    let job = eventually("the run's Job", Duration::from_secs(30), || async {
+        jobs.get_opt(&run.job_name()).await.ok().flatten()
+    })
+    .await;
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap_or_default();
+    let upload_url = env
+        .iter()
+        .find(|var| var.name == mining_api::tool_outputs::ENV_OUTPUTS_URL)
+        .and_then(|var| var.value.clone())
+        .expect("the run's upload URL");
+    let secret = ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get(&mining_api::tool::arguments_secret_name(&id))
+        .await
+        .unwrap();
+    let token = secret.data.unwrap()[mining_api::tool_outputs::SECRET_KEY_OUTPUTS_TOKEN].0.clone();
+
+    let line = &cluster_tests::docs::blocks("docs/TOOLS.md", "## Files: results beyond 4 KiB", "sh")[0];
+    let work = tempdir("documented-work");
+    let csv = b"n,value\n1,1\n2,4\n";
+    std::fs::write(work.join("report.csv"), csv).unwrap();
+    let uploaded = std::process::Command::new("sh")
+        .args(["-ec", line])
+        .current_dir(&work)
+        .env("MCP_OUTPUTS_URL", &upload_url)
+        .env("MCP_OUTPUTS_TOKEN", String::from_utf8(token).unwrap())
+        .output()
+        .unwrap();
+    assert!(uploaded.status.success(), "{line}: {}", String::from_utf8_lossy(&uploaded.stderr));
+    let record: Value = serde_json::from_slice(&uploaded.stdout).expect("the stored file's record");
+    assert_eq!(record["sha256"], hex_sha256(csv), "{record:#}");
+
+    let done = settle(Sdk::TypeScript, &url, ALICE, &id).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    let outputs = ns.api::<ToolRun>().get(&id).await.unwrap().status.unwrap().outputs;
+    assert_eq!(outputs.len(), 1, "{outputs:?}");
+    assert_eq!(
+        (outputs[0].name.as_str(), outputs[0].media_type.as_str(), outputs[0].size),
+        ("report.csv", "text/csv", csv.len() as u64)
+    );
+    assert_eq!(outputs[0].sha256, hex_sha256(csv));
+    let _ = std::fs::remove_dir_all(&work);
 }
 
 fn tempdir(what: &str) -> PathBuf {

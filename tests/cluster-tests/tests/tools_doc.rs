@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
+use cluster_tests::eventually;
 use cluster_tests::tools::{listed_names_for, setup_with_frontend_args};
-use cluster_tests::{eventually, repo_root};
 use kube::api::{Api, PostParams};
 use mining_api::McpTool;
 use serde_json::json;
@@ -17,17 +17,7 @@ const SECTION: &str = "## Your first tool in five minutes";
 
 /// The fenced blocks of `language` in the section, in order.
 fn blocks(language: &str) -> Vec<String> {
-    let docs = std::fs::read_to_string(repo_root().join("docs/TOOLS.md")).unwrap();
-    let start = docs.find(SECTION).expect("the section");
-    let section = &docs[start..];
-    let section =
-        &section[..section[SECTION.len()..].find("\n## ").map_or(section.len(), |end| end + SECTION.len())];
-    let fence = format!("```{language}\n");
-    section
-        .split(&fence)
-        .skip(1)
-        .map(|rest| rest[..rest.find("```").expect("a closed block")].to_string())
-        .collect()
+    cluster_tests::docs::blocks("docs/TOOLS.md", SECTION, language)
 }
 
 #[test]
@@ -56,7 +46,7 @@ fn the_first_tool_runs_locally_as_printed() {
 async fn the_first_tools_definition_is_accepted_and_offered_as_printed() {
     let (ns, _operator, frontend) = setup_with_frontend_args("first-tool", &[]).await;
     let yaml = &blocks("yaml")[0];
-    let mut tool: McpTool = serde_yaml_like(yaml);
+    let mut tool: McpTool = cluster_tests::docs::mcp_tool_from_yaml(yaml);
     // kubectl may fill in its context's namespace; the document names none.
     tool.metadata.namespace = None;
     let tools: Api<McpTool> = ns.api();
@@ -81,17 +71,4 @@ async fn the_first_tools_definition_is_accepted_and_offered_as_printed() {
     let command = format!("{} --dry-run=server", first.replace("greet.yaml", file.to_str().unwrap()));
     let output = std::process::Command::new("sh").arg("-ec").arg(&command).output().unwrap();
     assert!(output.status.success(), "{command}: {}", String::from_utf8_lossy(&output.stderr));
-}
-
-/// The YAML as `kubectl` reads it, through kubectl itself (the workspace has
-/// no YAML crate): `kubectl create --dry-run=client -o json`.
-fn serde_yaml_like(yaml: &str) -> McpTool {
-    let output =
-        cluster_tests::kubectl_with_input(&["create", "--dry-run=client", "-o", "json", "-f", "-"], yaml);
-    assert!(
-        output.status.success(),
-        "kubectl reads the documented YAML: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }

@@ -1,0 +1,246 @@
+//! The CLI's reads and writes against the API server: thin, with the
+//! user's own credentials (their RBAC decides what they see and may do).
+
+use futures::{AsyncBufReadExt as _, StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt as _};
+use mining_api::{MiningWorkflow, ToolRun};
+use serde::de::DeserializeOwned;
+
+use crate::error::CliError;
+use crate::render::{JobLine, PodLine};
+use crate::view::{Kind, WorkView};
+
+/// Items asked for per page of a list: a namespace of many thousand runs
+/// is read in pieces, never in one answer.
+const PAGE: u32 = 500;
+
+/// Where to look: one namespace or all the user may list.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    Namespace(String),
+    All,
+}
+
+fn api<K>(client: &Client, scope: &Scope) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match scope {
+        Scope::Namespace(namespace) => Api::namespaced(client.clone(), namespace),
+        Scope::All => Api::all(client.clone()),
+    }
+}
+
+/// Every object of a kind in `scope` matching `params`, page by page.
+async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(PAGE);
+    let mut all = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        all.extend(page.items);
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(all),
+        }
+    }
+}
+
+/// The workflows and runs in `scope` of the kinds asked for, newest first.
+pub async fn list(client: &Client, scope: &Scope, kinds: &[Kind]) -> Result<Vec<WorkView>, CliError> {
+    let mut works = Vec::new();
+    for kind in kinds {
+        match kind {
+            Kind::Workflow => {
+                let workflows =
+                    list_all(&api::<MiningWorkflow>(client, scope), ListParams::default()).await?;
+                works.extend(workflows.iter().map(WorkView::from));
+            }
+            Kind::ToolRun => {
+                let runs = list_all(&api::<ToolRun>(client, scope), ListParams::default()).await?;
+                works.extend(runs.iter().map(WorkView::from));
+            }
+        }
+    }
+    works.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+    Ok(works)
+}
+
+/// One workflow or run, and its stored object (for `-o json|yaml`).
+pub struct Found {
+    pub view: WorkView,
+    pub object: serde_json::Value,
+}
+
+/// The workflow or run `target` names: `mwf/NAME`, `toolrun/NAME`, or a
+/// bare NAME when only one kind has it.
+pub async fn find(client: &Client, namespace: &str, target: &str) -> Result<Found, CliError> {
+    let (kinds, name) = crate::args::parse_target(target)?;
+    let mut found = Vec::new();
+    for kind in kinds {
+        let object = match kind {
+            Kind::Workflow => get::<MiningWorkflow>(client, namespace, name)
+                .await?
+                .map(|w| found_of(&w, WorkView::from(&w))),
+            Kind::ToolRun => {
+                get::<ToolRun>(client, namespace, name).await?.map(|r| found_of(&r, WorkView::from(&r)))
+            }
+        };
+        found.extend(object);
+    }
+    match found.len() {
+        0 => Err(CliError::NotFound { namespace: namespace.into(), name: name.into() }),
+        1 => Ok(found.remove(0)),
+        _ => Err(CliError::Ambiguous { name: name.into() }),
+    }
+}
+
+fn found_of<K: serde::Serialize>(object: &K, view: WorkView) -> Found {
+    Found { view, object: serde_json::to_value(object).unwrap_or_default() }
+}
+
+async fn get<K>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), namespace).get_opt(name).await
+}
+
+/// Whether `meta`'s controller is the object with `uid`. Labels anyone in
+/// the namespace can write; the Jobs shown are those the work controls.
+fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|owner| owner.controller == Some(true) && owner.uid == uid)
+}
+
+/// The Jobs `work` controls and their Pods, oldest first.
+pub async fn jobs_and_pods(client: &Client, work: &WorkView) -> Result<(Vec<Job>, Vec<Pod>), CliError> {
+    let namespace = Scope::Namespace(work.namespace.clone());
+    let selector = ListParams::default().labels(work.kind.job_label());
+    let mut jobs: Vec<Job> = list_all(&api::<Job>(client, &namespace), selector.clone())
+        .await?
+        .into_iter()
+        .filter(|job| controlled_by(&job.metadata, &work.uid))
+        .collect();
+    jobs.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+    let uids: Vec<String> = jobs.iter().filter_map(|job| job.metadata.uid.clone()).collect();
+    let mut pods: Vec<Pod> = list_all(&api::<Pod>(client, &namespace), selector)
+        .await?
+        .into_iter()
+        .filter(|pod| uids.iter().any(|uid| controlled_by(&pod.metadata, uid)))
+        .collect();
+    pods.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+    Ok((jobs, pods))
+}
+
+/// A Job as `show` lists it.
+pub fn job_line(job: &Job) -> JobLine {
+    let status = job.status.clone().unwrap_or_default();
+    let condition =
+        |type_: &str| status.conditions.iter().flatten().any(|c| c.type_ == type_ && c.status == "True");
+    let state = if condition("Complete") {
+        "Complete"
+    } else if condition("Failed") {
+        "Failed"
+    } else if job.spec.as_ref().and_then(|s| s.suspend) == Some(true) {
+        "Suspended"
+    } else {
+        "Running"
+    };
+    JobLine {
+        name: job.name_any(),
+        state: state.into(),
+        succeeded: status.succeeded.unwrap_or(0),
+        completions: job.spec.as_ref().and_then(|s| s.completions).unwrap_or(1),
+    }
+}
+
+/// A Pod as `show` lists it: why a container waits or ended, when it says.
+pub fn pod_line(pod: &Pod) -> PodLine {
+    let status = pod.status.clone().unwrap_or_default();
+    let reason =
+        status.container_statuses.iter().flatten().find_map(|c| {
+            let state = c.state.as_ref()?;
+            state.waiting.as_ref().and_then(|w| w.reason.clone()).or_else(|| {
+                state.terminated.as_ref().and_then(|t| t.reason.clone()).filter(|r| r != "Completed")
+            })
+        });
+    PodLine {
+        name: pod.name_any(),
+        phase: status.phase.unwrap_or_else(|| "Unknown".into()),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        reason,
+    }
+}
+
+/// Asks `work` to stop, as its caller's cancel does: `spec.cancel: true`.
+pub async fn cancel(client: &Client, work: &WorkView) -> Result<(), CliError> {
+    let patch = Patch::Merge(serde_json::json!({"spec": {"cancel": true}}));
+    let params = PatchParams::default();
+    match work.kind {
+        Kind::Workflow => {
+            Api::<MiningWorkflow>::namespaced(client.clone(), &work.namespace)
+                .patch(&work.name, &params, &patch)
+                .await?;
+        }
+        Kind::ToolRun => {
+            Api::<ToolRun>::namespaced(client.clone(), &work.namespace)
+                .patch(&work.name, &params, &patch)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Longest a log is read back without `--tail`: a tool's whole log could be
+/// gigabytes; the API server keeps what the kubelet keeps.
+const DEFAULT_TAIL_LINES: i64 = 1000;
+
+/// Writes the logs of every container of `pods`, each line prefixed with
+/// `[pod/container]`; with `follow`, streams them until every Pod ends.
+pub async fn logs(
+    client: &Client,
+    namespace: &str,
+    pods: &[Pod],
+    follow: bool,
+    tail: Option<i64>,
+    out: &mut (impl std::io::Write + Send),
+) -> Result<(), CliError> {
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    let mut streams = Vec::new();
+    for pod in pods {
+        let containers = pod.spec.iter().flat_map(|s| s.containers.iter().map(|c| c.name.clone()));
+        for container in containers.collect::<Vec<_>>() {
+            let prefix = format!("[{}/{}]", pod.name_any(), container);
+            let params = LogParams {
+                container: Some(container),
+                follow,
+                tail_lines: Some(tail.unwrap_or(DEFAULT_TAIL_LINES)),
+                ..LogParams::default()
+            };
+            match api.log_stream(&pod.name_any(), &params).await {
+                Ok(stream) => {
+                    streams.push(stream.lines().map_ok(move |line| format!("{prefix} {line}")).boxed());
+                }
+                // A Pod still pulling its image has no log yet: say so and go on.
+                Err(err) => writeln!(out, "{prefix} (no log: {})", crate::error::api_reason(&err))?,
+            }
+        }
+    }
+    let mut merged = futures::stream::select_all(streams);
+    while let Some(line) = merged.next().await {
+        match line {
+            Ok(line) => writeln!(out, "{}", crate::view::one_line(&line, 64 * 1024))?,
+            Err(err) => writeln!(out, "(log stream ended: {err})")?,
+        }
+    }
+    Ok(())
+}
