@@ -18,13 +18,15 @@ log "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-log "building the workspace (release binaries: the node agent, benchmarks, CLI tests)"
-cargo build --release --workspace --bins
-# README's "Run the components yourself" runs these two as printed
-# (tests/cluster-tests/tests/readme.rs); per package, cargo resolves features
-# apart from the workspace build, so build them here, not inside the test.
+log "building the release binaries (the components, the node agent, the CLI, benchmarks)"
+# README's "Run the components yourself" runs the operator and the frontend
+# with `cargo run --release -p …` (tests/cluster-tests/tests/readme.rs), and
+# per package cargo resolves features apart from a workspace build: build
+# each as that command does, once, and every other binary without them (a
+# workspace build would link both again, only to be replaced).
 cargo build --release -p mining-operator --bin operator
 cargo build --release -p mcp-frontend
+cargo build --release --workspace --bins --exclude mining-operator --exclude mcp-frontend
 cargo nextest run --workspace --no-run --cargo-quiet
 
 log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"

@@ -30,3 +30,13 @@ pub fn mcp_tool_from_yaml(yaml: &str) -> McpTool {
     );
     serde_json::from_slice(&output.stdout).unwrap()
 }
+
+/// Every fenced block of `language` in `file`, whatever its section.
+pub fn all_blocks(file: &str, language: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join(file)).unwrap_or_else(|err| panic!("{file}: {err}"));
+    let fence = format!("```{language}\n");
+    text.split(&fence)
+        .skip(1)
+        .map(|rest| rest[..rest.find("```").expect("a closed block")].to_string())
+        .collect()
+}

@@ -218,6 +218,22 @@ spec:
     std::fs::write(&file, &fixed).unwrap();
     let said = cli_ok(&ns, &["validate", "-f", file.to_str().unwrap()]);
     assert!(said.contains("mcptool/broken-sum: valid"), "{said}");
+    // Every whole McpTool the docs print passes, and the API server takes it.
+    let documented: Vec<String> = ["README.md", "docs/TOOLS.md"]
+        .iter()
+        .flat_map(|file| cluster_tests::docs::all_blocks(file, "yaml"))
+        .filter(|block| block.contains("kind: McpTool"))
+        .map(|block| block.replace("namespace: mining-workflows", &format!("namespace: {}", ns.name)))
+        .collect();
+    assert!(documented.len() >= 4, "the docs' tools: {documented:#?}");
+    for (index, block) in documented.iter().enumerate() {
+        let file = dir.join(format!("documented-{index}.yaml"));
+        std::fs::write(&file, block).unwrap();
+        let said = cli_ok(&ns, &["validate", "-f", file.to_str().unwrap()]);
+        assert!(said.contains(": valid ("), "{said}\n{block}");
+        let checked = kubectl_with_input(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], block);
+        assert!(checked.status.success(), "{block}: {}", String::from_utf8_lossy(&checked.stderr));
+    }
     drop(frontend);
     let _ = std::fs::remove_dir_all(&dir);
 }
