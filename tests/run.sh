@@ -18,15 +18,17 @@ log "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-log "building the release binaries (the components, the node agent, the CLI, benchmarks)"
+log "building the release binaries the tests run (the components, the miner, the CLI, the node agent)"
 # README's "Run the components yourself" runs the operator and the frontend
 # with `cargo run --release -p …` (tests/cluster-tests/tests/readme.rs), and
 # per package cargo resolves features apart from a workspace build: build
-# each as that command does, once, and every other binary without them (a
-# workspace build would link both again, only to be replaced).
+# each as that command does, once. The other release binaries a test runs
+# come in one build; the benchmarks (tests/cluster-tests/src/bin) are not
+# linked in release here, only compiled by the test build below (docs/
+# BENCHMARKS.md runs them), which saves a dozen LTO links.
 cargo build --release -p mining-operator --bin operator
 cargo build --release -p mcp-frontend
-cargo build --release --workspace --bins --exclude mining-operator --exclude mcp-frontend
+cargo build --release -p miner -p kubectl-mining -p node-agent --bins
 cargo nextest run --workspace --no-run --cargo-quiet
 
 log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"

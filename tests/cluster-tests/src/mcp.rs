@@ -16,7 +16,7 @@ use crate::{eventually, repo_root};
 pub fn release_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("this binary's path");
     exe.ancestors().map(|dir| dir.join("release").join(name)).find(|c| c.exists()).unwrap_or_else(|| {
-        panic!("no release/{name} above {}: run `cargo build --release --workspace --bins`", exe.display())
+        panic!("no release/{name} above {}: run `tests/run.sh`, or `cargo build --release -p miner -p kubectl-mining -p node-agent`", exe.display())
     })
 }
 
