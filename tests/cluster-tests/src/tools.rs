@@ -105,6 +105,24 @@ pub async fn setup_with_args(
     (ns, operator, frontend)
 }
 
+/// [`setup_with_args`] with the operator keeping tools' files in an
+/// embedded store (a new directory, returned) served on a free port, the
+/// frontend reading them there, and `operator_args` besides.
+pub async fn setup_with_embedded_store(
+    name: &str,
+    operator_args: &[&str],
+) -> (TestNamespace, OperatorProcess, FrontendProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("mining-outputs-{name}-{}", crate::free_port().port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("file://{}", dir.display());
+    let addr = crate::free_port().to_string();
+    let base = format!("http://{addr}");
+    let mut args = vec!["--outputs-store", &store, "--outputs-url", &base, "--outputs-addr", &addr];
+    args.extend_from_slice(operator_args);
+    let (ns, operator, frontend) = setup_with_args(name, &args, &["--outputs-url", &base]).await;
+    (ns, operator, frontend, dir)
+}
+
 /// [`setup`] with a frontend of `frontend_args` (e.g. another auth mode)
 /// instead of the tokens-mode one.
 pub async fn setup_with_frontend_args(

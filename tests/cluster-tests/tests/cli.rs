@@ -9,8 +9,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster_tests::mcp::{Sdk, release_binary};
-use cluster_tests::tools::{ALICE, call, define, deploy_gate, report_tool, settle, setup_with_args};
-use cluster_tests::{TestNamespace, eventually, free_port, kubectl_with_input, repo_root};
+use cluster_tests::tools::{
+    ALICE, call, define, deploy_gate, report_tool, settle, setup_with_args, setup_with_embedded_store,
+};
+use cluster_tests::{TestNamespace, eventually, kubectl_with_input, repo_root};
 use kube::api::{Api, PostParams};
 use mining_api::{McpTool, MiningWorkflow, MiningWorkflowSpec, ToolRun, WorkflowPhase};
 use serde_json::json;
@@ -59,12 +61,7 @@ fn readme_commands() -> Vec<Vec<String>> {
 #[tokio::test]
 #[ignore = "needs a cluster and the images (tests/run.sh)"]
 async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_its_logs() {
-    let store = tempdir("store");
-    let store_url = format!("file://{}", store.display());
-    let addr = free_port().to_string();
-    let base = format!("http://{addr}");
-    let operator_args = ["--outputs-store", &store_url, "--outputs-url", &base, "--outputs-addr", &addr];
-    let (ns, _operator, frontend) = setup_with_args("cli", &operator_args, &["--outputs-url", &base]).await;
+    let (ns, _operator, frontend, store) = setup_with_embedded_store("cli", &[]).await;
     let url = frontend.url();
 
     // A run waiting for its caller: the question is on show and in the list.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk};
 use cluster_tests::s3::S3Server;
-use cluster_tests::tools::{ALICE, BOB, call, define, report_tool, settle, setup_with_args};
+use cluster_tests::tools::{ALICE, BOB, call, define, report_tool, settle, setup_with_embedded_store};
 use cluster_tests::{OperatorProcess, TestNamespace, eventually, free_port};
 use kube::api::Api;
 use mining_api::ToolRun;
@@ -130,29 +130,11 @@ async fn hands_over_files(ns: &TestNamespace, frontend: &FrontendProcess, stored
     .await;
 }
 
-fn operator_store_args<'a>(store: &'a str, upload_url: &'a str, addr: &'a str) -> Vec<&'a str> {
-    vec![
-        "--outputs-store",
-        store,
-        "--outputs-url",
-        upload_url,
-        "--outputs-addr",
-        addr,
-        "--default-ttl-seconds",
-        TTL_SECONDS,
-    ]
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster (tests/run.sh)"]
 async fn a_tools_files_reach_its_caller_alone_from_the_embedded_store_and_go_with_the_run() {
-    let dir = tempdir("embedded");
-    let store = format!("file://{}", dir.display());
-    let addr = free_port().to_string();
-    let base = format!("http://{addr}");
-    let (ns, _operator, frontend) =
-        setup_with_args("outputs", &operator_store_args(&store, &base, &addr), &["--outputs-url", &base])
-            .await;
+    let (ns, _operator, frontend, dir) =
+        setup_with_embedded_store("outputs", &["--default-ttl-seconds", TTL_SECONDS]).await;
     hands_over_files(&ns, &frontend, &dir).await;
 }
 
@@ -177,7 +159,16 @@ async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_r
     cluster_tests::install_crd(&ns.client).await;
     let key = cluster_tests::mcp::ownership_key_file(&ns.name);
     let mut args = vec!["--ownership-key-file", key.to_str().unwrap()];
-    args.extend(operator_store_args("s3://outputs/tool-files", &base, &addr));
+    args.extend([
+        "--outputs-store",
+        "s3://outputs/tool-files",
+        "--outputs-url",
+        &base,
+        "--outputs-addr",
+        &addr,
+        "--default-ttl-seconds",
+        TTL_SECONDS,
+    ]);
     let _operator = OperatorProcess::start_with_env(&cluster_tests::operator_binary(), &ns.name, &args, &env);
     let frontend = FrontendProcess::start_with_tokens(
         &ns.name,
@@ -194,13 +185,7 @@ async fn a_tools_files_reach_its_caller_alone_from_an_s3_store_and_go_with_the_r
 #[tokio::test]
 #[ignore = "needs a cluster (tests/run.sh)"]
 async fn the_documented_upload_line_hands_over_a_file() {
-    let dir = tempdir("documented");
-    let store = format!("file://{}", dir.display());
-    let addr = free_port().to_string();
-    let base = format!("http://{addr}");
-    let (ns, _operator, frontend) =
-        setup_with_args("outputs-doc", &operator_store_args(&store, &base, &addr), &["--outputs-url", &base])
-            .await;
+    let (ns, _operator, frontend, _dir) = setup_with_embedded_store("outputs-doc", &[]).await;
     let url = frontend.url();
     define(&ns, &url, cluster_tests::tools::tool("sum-numbers", 1, json!({}))).await;
     let started =
