@@ -74,7 +74,7 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
             Ok("http/json") => opentelemetry_otlp::Protocol::HttpJson,
             _ => opentelemetry_otlp::Protocol::HttpBinary,
         };
-        match opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(protocol).build() {
+        match span_exporter(protocol) {
             Ok(exporter) => provider = provider.with_batch_exporter(exporter),
             Err(err) => export_error = Some(err.to_string()),
         }
@@ -96,6 +96,19 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
         tracing::warn!(error = %err, "OTLP export is configured but cannot start; spans are not exported");
     }
     Telemetry { provider, exporting: exporting && export_error.is_none() }
+}
+
+/// The OTLP/HTTP exporter. Its blocking reqwest client is built here, and a
+/// binary whose build also holds reqwest with `rustls-no-provider` (the
+/// operator's S3 client makes it so, feature unification spreads it to
+/// every binary built with it) panics building one unless a TLS provider is
+/// installed first: so one is, whatever else the binary does.
+fn span_exporter(
+    protocol: opentelemetry_otlp::Protocol,
+) -> Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError> {
+    // Fails only when a provider is installed already, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(protocol).build()
 }
 
 /// Makes `span` continue the trace `parent` names (a remote parent).
@@ -126,6 +139,16 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<TraceParent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The workspace's test build unifies reqwest's features as the
+    /// operator's and the images' builds do (`rustls-no-provider` among
+    /// them): without a provider installed this panicked in reqwest.
+    #[test]
+    fn the_exporter_starts_whatever_tls_build_its_client_has() {
+        for protocol in [opentelemetry_otlp::Protocol::HttpBinary, opentelemetry_otlp::Protocol::HttpJson] {
+            assert!(span_exporter(protocol).is_ok());
+        }
+    }
 
     #[test]
     fn export_needs_an_endpoint_and_is_off_when_said() {

@@ -46,9 +46,7 @@ fn the_first_tool_runs_locally_as_printed() {
 async fn the_first_tools_definition_is_accepted_and_offered_as_printed() {
     let (ns, _operator, frontend) = setup_with_frontend_args("first-tool", &[]).await;
     let yaml = &blocks("yaml")[0];
-    let mut tool: McpTool = cluster_tests::docs::mcp_tool_from_yaml(yaml);
-    // kubectl may fill in its context's namespace; the document names none.
-    tool.metadata.namespace = None;
+    let tool: McpTool = cluster_tests::docs::mcp_tool_from_yaml(yaml);
     let tools: Api<McpTool> = ns.api();
     tools.create(&PostParams::default(), &tool).await.unwrap();
     let url = frontend.url();
