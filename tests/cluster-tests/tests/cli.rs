@@ -98,7 +98,10 @@ async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_
     let shown = cli_ok(&ns, &["show", &format!("toolrun/{report}")]);
     assert!(shown.contains("Succeeded"), "{shown}");
     for output in &stored {
-        let line = shown.lines().find(|l| l.contains(&output.name)).unwrap_or_else(|| panic!("{shown}"));
+        let line = shown
+            .lines()
+            .find(|l| l.trim_start().starts_with(&output.name))
+            .unwrap_or_else(|| panic!("{shown}"));
         assert!(line.contains(&output.media_type) && line.contains(&output.sha256), "{line}");
     }
     let yaml = cli_ok(&ns, &["show", &report, "-o", "yaml"]);
