@@ -14,7 +14,7 @@ use opentelemetry::trace::{
     SpanContext, TraceContextExt as _, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue, SpanId};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -98,17 +98,58 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
     Telemetry { provider, exporting: exporting && export_error.is_none() }
 }
 
-/// The OTLP/HTTP exporter. Its blocking reqwest client is built here, and a
-/// binary whose build also holds reqwest with `rustls-no-provider` (the
-/// operator's S3 client makes it so, feature unification spreads it to
-/// every binary built with it) panics building one unless a TLS provider is
-/// installed first: so one is, whatever else the binary does.
+/// A TLS client configuration that needs nothing from the file system:
+/// ring, and Mozilla's roots compiled in plus `extra_roots`. The images are
+/// `FROM scratch` (no system certificates), where reqwest's default
+/// platform verifier finds no roots and refuses to build a client at all.
+pub fn bundled_roots_tls(
+    extra_roots: impl IntoIterator<Item = rustls::pki_types::CertificateDer<'static>>,
+) -> Result<rustls::ClientConfig, rustls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for certificate in extra_roots {
+        roots.add(certificate)?;
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth())
+}
+
+/// The OTLP/HTTP exporter, over a blocking reqwest client of ours rather
+/// than the SDK's default one: that one takes its roots from the system
+/// (none in our images: "builder error", nothing exported) and, built
+/// with `rustls-no-provider` as feature unification makes it here (the
+/// operator's S3 client), panics without an installed TLS provider.
 fn span_exporter(
     protocol: opentelemetry_otlp::Protocol,
 ) -> Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError> {
-    // Fails only when a provider is installed already, which is as good.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(protocol).build()
+    let failed = |what: String| opentelemetry_otlp::ExporterBuildError::InternalFailure(what);
+    let tls = bundled_roots_tls([]).map_err(|err| failed(format!("TLS configuration: {err}")))?;
+    let timeout = export_timeout(|name| std::env::var(name).ok());
+    // A blocking client owns a runtime, which must not be built (or
+    // dropped) on a thread of an async runtime: the operator's main is one.
+    let client = std::thread::spawn(move || {
+        reqwest::blocking::Client::builder().tls_backend_preconfigured(tls).timeout(timeout).build()
+    })
+    .join()
+    .map_err(|_| failed("the thread building the OTLP HTTP client panicked".into()))?
+    .map_err(|err| failed(format!("building the OTLP HTTP client: {err}")))?;
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(client)
+        .with_protocol(protocol)
+        .build()
+}
+
+/// The export timeout the OpenTelemetry spec's variables name (milliseconds), 10 s by default.
+fn export_timeout(var: impl Fn(&str) -> Option<String>) -> std::time::Duration {
+    ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
+        .iter()
+        .find_map(|name| var(name).and_then(|value| value.trim().parse::<u64>().ok()))
+        .map_or(std::time::Duration::from_secs(10), std::time::Duration::from_millis)
 }
 
 /// Makes `span` continue the trace `parent` names (a remote parent).
@@ -140,14 +181,35 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<TraceParent> {
 mod tests {
     use super::*;
 
-    /// The workspace's test build unifies reqwest's features as the
-    /// operator's and the images' builds do (`rustls-no-provider` among
-    /// them): without a provider installed this panicked in reqwest.
+    /// The images have no system certificates: the SDK's default client
+    /// then failed to build ("builder error") and nothing was exported. The
+    /// workspace's test build also unifies reqwest's features as the images'
+    /// build does (`rustls-no-provider`), where no installed provider panicked.
     #[test]
-    fn the_exporter_starts_whatever_tls_build_its_client_has() {
-        for protocol in [opentelemetry_otlp::Protocol::HttpBinary, opentelemetry_otlp::Protocol::HttpJson] {
-            assert!(span_exporter(protocol).is_ok());
+    fn the_exporter_starts_without_system_certificates_or_an_installed_tls_provider() {
+        // As in a `FROM scratch` image (nextest runs each test in its own process).
+        unsafe {
+            std::env::set_var("SSL_CERT_FILE", "/nonexistent/ca.pem");
+            std::env::set_var("SSL_CERT_DIR", "/nonexistent");
         }
+        for protocol in [opentelemetry_otlp::Protocol::HttpBinary, opentelemetry_otlp::Protocol::HttpJson] {
+            if let Err(err) = span_exporter(protocol) {
+                panic!("{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_export_timeout_is_the_specs_milliseconds() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
+        };
+        assert_eq!(export_timeout(env(&[])), std::time::Duration::from_secs(10));
+        assert_eq!(export_timeout(env(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")])).as_millis(), 2500);
+        let both =
+            env(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"), ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700")]);
+        assert_eq!(export_timeout(both).as_millis(), 700);
+        assert_eq!(export_timeout(env(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")])).as_secs(), 10);
     }
 
     #[test]

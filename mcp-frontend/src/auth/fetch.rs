@@ -6,7 +6,6 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,8 +53,7 @@ pub struct JsonFetcher {
 impl JsonFetcher {
     /// Trusts Mozilla's roots and, if given, the certificates of `ca_file` (PEM).
     pub fn new(ca_file: Option<&Path>) -> Result<Self, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let mut extra_roots = Vec::new();
         if let Some(path) = ca_file {
             let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect())
@@ -63,16 +61,10 @@ impl JsonFetcher {
             if certificates.is_empty() {
                 return Err(format!("CA bundle {} holds no certificate", path.display()));
             }
-            for certificate in certificates {
-                roots.add(certificate).map_err(|e| format!("CA bundle {}: {e}", path.display()))?;
-            }
+            extra_roots = certificates;
         }
-        let tls =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS configuration: {e}"))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+        let tls = telemetry::bundled_roots_tls(extra_roots)
+            .map_err(|e| format!("TLS configuration (CA bundle {ca_file:?}): {e}"))?;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()

@@ -48,14 +48,7 @@ impl object_store::client::HttpConnector for WebpkiRoots {
             store: "S3",
             source,
         };
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let tls =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|err| failed(Box::new(err)))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+        let tls = telemetry::bundled_roots_tls([]).map_err(|err| failed(Box::new(err)))?;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .connect_timeout(Duration::from_secs(5))
