@@ -3,6 +3,8 @@
 //! (so the miner's writer and the operator's parser cannot drift apart).
 
 pub mod bounds;
+/// Names of the Jobs work runs and label values, within Kubernetes' limits.
+pub mod naming;
 pub mod pow;
 mod result;
 pub mod trace;

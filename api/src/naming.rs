@@ -44,12 +44,37 @@ pub fn range_job_name(workflow: &str, uid: &str, block: u32, start: u64) -> Stri
     job_name(workflow, uid, &format!("b{block}-r{start:x}"))
 }
 
+/// Whether `name` is one the operator gives a Job of the workflow with this
+/// name and uid (a block's, or a range's): what a reader that must not take
+/// a Job someone else made for the workflow's (a label, an ownerReference
+/// anyone in the namespace can write) goes by.
+pub fn is_workflow_job_name(workflow: &str, uid: &str, name: &str) -> bool {
+    // The tail after the uid says which block (and range); the name must
+    // then be exactly what the operator builds for it (the readable
+    // prefix is clipped to fit the tail).
+    let Some((_, tail)) = name.rsplit_once("-b") else {
+        return false;
+    };
+    let tail = format!("b{tail}");
+    let (block, range) = match tail[1..].split_once("-r") {
+        Some((block, start)) => (block, Some(start)),
+        None => (&tail[1..], None),
+    };
+    let parsed = |text: &str, radix: u32| u64::from_str_radix(text, radix).ok();
+    let rebuilt = match (block.parse::<u32>().ok(), range.map(|start| parsed(start, 16))) {
+        (Some(block), None) => block_job_name(workflow, uid, block),
+        (Some(block), Some(Some(start))) => range_job_name(workflow, uid, block, start),
+        _ => return false,
+    };
+    rebuilt == name
+}
+
 fn job_name(workflow: &str, uid: &str, tail: &str) -> String {
     let uid: String = uid.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect();
     let uid = format!("{uid:0>width$}", width = UID_DIGITS);
     let suffix = format!("-{}-{tail}", &uid[uid.len() - UID_DIGITS..]);
     let room = MAX_LABEL_VALUE.saturating_sub(suffix.len());
-    let prefix = mining_api::pow::clip(workflow, room).trim_end_matches(['-', '.']);
+    let prefix = crate::pow::clip(workflow, room).trim_end_matches(['-', '.']);
     format!("{prefix}{suffix}")
 }
 
@@ -63,6 +88,28 @@ mod tests {
     fn job_names_carry_a_readable_prefix_and_the_whole_uid() {
         assert_eq!(block_job_name("demo", UID, 3), "demo-3f2a8c1e0b6d4e8f9a7c5d1e2f3a4b5c-b3");
         assert_eq!(workflow_label("demo"), "demo");
+    }
+
+    #[test]
+    fn a_workflows_job_names_are_told_from_any_other() {
+        let long = "w".repeat(80);
+        for workflow in ["demo", long.as_str()] {
+            assert!(is_workflow_job_name(workflow, UID, &block_job_name(workflow, UID, 7)));
+            assert!(is_workflow_job_name(workflow, UID, &range_job_name(workflow, UID, 64, 0xabc)));
+            let other = "00000000-0000-4000-8000-000000000000";
+            assert!(!is_workflow_job_name(workflow, other, &block_job_name(workflow, UID, 7)), "another uid");
+            let planted = format!("{}-extra", block_job_name(workflow, UID, 7));
+            assert!(!is_workflow_job_name(workflow, UID, &planted), "{planted}");
+        }
+        for name in [
+            "demo",
+            "demo-b1",
+            "x-3f2a8c1e0b6d4e8f9a7c5d1e2f3a4b5c-b1",
+            "demo-3f2a8c1e0b6d4e8f9a7c5d1e2f3a4b5c-b",
+        ] {
+            assert!(!is_workflow_job_name("demo", UID, name), "{name}");
+        }
+        assert!(!is_workflow_job_name("demo", UID, "demo-3f2a8c1e0b6d4e8f9a7c5d1e2f3a4b5c-b1-rXYZ"));
     }
 
     #[test]

@@ -370,6 +370,28 @@ impl ToolRun {
         }
     }
 
+    /// Whether `name` and `uid` are those of a Job the operator made for
+    /// this run: named for one of its steps so far and, for the current
+    /// step once recorded, the uid in its status (a label or an
+    /// ownerReference anyone in the namespace can write proves nothing).
+    pub fn is_own_job(&self, name: &str, uid: &str) -> bool {
+        let run = self.metadata.name.clone().unwrap_or_default();
+        let step = match name.strip_prefix(&run) {
+            Some("") => 0,
+            Some(rest) => match rest.strip_prefix("-s").and_then(|n| n.parse::<u32>().ok()) {
+                Some(step) if step > 0 && format!("-s{step}") == rest => step,
+                _ => return false,
+            },
+            None => return false,
+        };
+        let recorded = self.status.as_ref().and_then(|s| s.job_uid.as_deref());
+        match (step.cmp(&self.step()), recorded) {
+            (std::cmp::Ordering::Greater, _) => false,
+            (std::cmp::Ordering::Equal, Some(recorded)) => recorded == uid,
+            _ => true,
+        }
+    }
+
     /// How long it may wait for its answers.
     pub fn input_deadline_seconds(&self) -> i64 {
         self.spec
@@ -456,6 +478,25 @@ mod tests {
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "containers": [{"name": "tool", "image": "example/sum"}]}}}},
         })
+    }
+
+    #[test]
+    fn a_runs_own_jobs_are_its_steps_so_far_and_the_recorded_uid() {
+        let mut run: ToolRun = serde_json::from_value(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+            "metadata": {"name": "sum-abc"},
+            "spec": {"tool": "sum", "arguments": "{}", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}},
+            "status": {"step": 1, "jobUid": "uid-1"},
+        }))
+        .unwrap();
+        assert!(run.is_own_job("sum-abc", "anything"), "step 0's Job (gone by now, if anywhere)");
+        assert!(run.is_own_job("sum-abc-s1", "uid-1"));
+        assert!(!run.is_own_job("sum-abc-s1", "uid-planted"), "the current step's name, another uid");
+        for planted in ["sum-abc-s2", "sum-abc-s01", "sum-abc-x", "sum-abcd", "other", "sum-abc-s"] {
+            assert!(!run.is_own_job(planted, "uid-1"), "{planted}");
+        }
+        run.status.as_mut().unwrap().job_uid = None;
+        assert!(run.is_own_job("sum-abc-s1", "uid-new"), "not recorded yet: the name decides");
     }
 
     #[test]

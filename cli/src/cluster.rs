@@ -121,14 +121,31 @@ fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
 
-/// The Jobs `work` controls and their Pods, oldest first.
-pub async fn jobs_and_pods(client: &Client, work: &WorkView) -> Result<(Vec<Job>, Vec<Pod>), CliError> {
+/// Whether `job` is one the operator made for the work `found`: controlled
+/// by it *and* named as the operator names its Jobs (a run's, once
+/// recorded, with the uid in its status). Labels and ownerReferences
+/// anyone in the namespace can write; a Job planted with both would
+/// otherwise show (and its Pods' logs print) as the work's.
+pub fn is_own_job(found: &Found, job: &Job) -> bool {
+    let (name, uid) = (job.name_any(), job.metadata.uid.clone().unwrap_or_default());
+    let work = &found.view;
+    controlled_by(&job.metadata, &work.uid)
+        && match work.kind {
+            Kind::Workflow => mining_api::naming::is_workflow_job_name(&work.name, &work.uid, &name),
+            Kind::ToolRun => serde_json::from_value::<ToolRun>(found.object.clone())
+                .is_ok_and(|run| run.is_own_job(&name, &uid)),
+        }
+}
+
+/// The Jobs the operator made for `found` and their Pods, oldest first.
+pub async fn jobs_and_pods(client: &Client, found: &Found) -> Result<(Vec<Job>, Vec<Pod>), CliError> {
+    let work = &found.view;
     let namespace = Scope::Namespace(work.namespace.clone());
     let selector = ListParams::default().labels(work.kind.job_label());
     let mut jobs: Vec<Job> = list_all(&api::<Job>(client, &namespace), selector.clone())
         .await?
         .into_iter()
-        .filter(|job| controlled_by(&job.metadata, &work.uid))
+        .filter(|job| is_own_job(found, job))
         .collect();
     jobs.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
     let uids: Vec<String> = jobs.iter().filter_map(|job| job.metadata.uid.clone()).collect();
@@ -243,4 +260,50 @@ pub async fn logs(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(name: &str, uid: &str, owner_uid: &str) -> Job {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": uid, "ownerReferences": [{
+                "apiVersion": "mining-operator.dev/v1alpha1", "kind": "X", "name": "x",
+                "uid": owner_uid, "controller": true}]},
+        }))
+        .unwrap()
+    }
+
+    /// A namespace editor plants a Job with the work's label and a
+    /// controller ownerReference naming its uid: before, `show` listed it
+    /// and `logs` printed its Pods as the work's.
+    #[test]
+    fn a_planted_job_with_the_works_owner_reference_is_not_the_works() {
+        const UID: &str = "3f2a8c1e-0b6d-4e8f-9a7c-5d1e2f3a4b5c";
+        let workflow: MiningWorkflow = serde_json::from_value(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+            "metadata": {"name": "chain", "namespace": "ns", "uid": UID},
+            "spec": {"difficulty": 8, "blocks": 3},
+        }))
+        .unwrap();
+        let found = found_of(&workflow, WorkView::from(&workflow));
+        let own = mining_api::naming::block_job_name("chain", UID, 2);
+        assert!(is_own_job(&found, &job(&own, "j2", UID)));
+        assert!(!is_own_job(&found, &job("chain-planted", "p", UID)), "right owner, a name it never gets");
+        assert!(!is_own_job(&found, &job(&own, "j2", "another-uid")), "its name, another owner");
+
+        let run: ToolRun = serde_json::from_value(json!({
+            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
+            "metadata": {"name": "sum-1", "namespace": "ns", "uid": "run-uid"},
+            "spec": {"tool": "sum", "arguments": "{}", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}},
+            "status": {"jobUid": "job-uid"},
+        }))
+        .unwrap();
+        let found = found_of(&run, WorkView::from(&run));
+        assert!(is_own_job(&found, &job("sum-1", "job-uid", "run-uid")));
+        assert!(!is_own_job(&found, &job("sum-1-debug", "p", "run-uid")));
+        assert!(!is_own_job(&found, &job("sum-1-s1", "p", "run-uid")), "a step it has not reached");
+    }
 }

@@ -94,7 +94,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 print_object(&found.object, output)?;
                 return Ok(0);
             }
-            let (jobs, pods) = cluster::jobs_and_pods(&client, &found.view).await?;
+            let (jobs, pods) = cluster::jobs_and_pods(&client, &found).await?;
             let jobs: Vec<_> = jobs.iter().map(cluster::job_line).collect();
             let pods: Vec<_> = pods.iter().map(cluster::pod_line).collect();
             print!("{}", render::describe(&found.view, &jobs, &pods, now));
@@ -107,7 +107,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Logs { target, follow, tail } => {
             let found = cluster::find(&client, &namespace, &target).await?;
-            let (_, pods) = cluster::jobs_and_pods(&client, &found.view).await?;
+            let (_, pods) = cluster::jobs_and_pods(&client, &found).await?;
             if pods.is_empty() {
                 eprintln!(
                     "{}/{} has no Pods now ({}): a finished run's Pods go once its result is stored, \

@@ -221,11 +221,14 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
 }
 
 /// The slots: one budget for all work, and a cap per kind inside it (a
-/// kind without one is bounded by the budget alone).
+/// kind without one is bounded by the budget alone); optionally, what one
+/// party may hold of a kind and what one namespace may hold of all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     pub total: usize,
     caps: Vec<(WorkKind, usize)>,
+    party_caps: Vec<(WorkKind, usize)>,
+    namespace_cap: Option<usize>,
     /// How long the head of the queue waits for a block boundary before a
     /// workflow over its share gives its slot back mid-block (`None`: only
     /// at boundaries).
@@ -234,7 +237,29 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(total: usize) -> Self {
-        Self { total, caps: Vec::new(), preempt_after: None }
+        Self { total, caps: Vec::new(), party_caps: Vec::new(), namespace_cap: None, preempt_after: None }
+    }
+
+    /// The same budget, one party holding at most `cap` slots of `kind`
+    /// (for work that cannot be taken back: it never borrows past this).
+    pub fn capping_per_party(mut self, kind: WorkKind, cap: usize) -> Self {
+        self.party_caps.retain(|(k, _)| *k != kind);
+        self.party_caps.push((kind, cap));
+        self
+    }
+
+    /// The same budget, one namespace holding at most `cap` slots of every kind together.
+    pub fn capping_per_namespace(mut self, cap: usize) -> Self {
+        self.namespace_cap = Some(cap);
+        self
+    }
+
+    pub fn party_cap(&self, kind: WorkKind) -> Option<usize> {
+        self.party_caps.iter().find(|(k, _)| *k == kind).map(|(_, cap)| *cap)
+    }
+
+    pub fn namespace_cap(&self) -> Option<usize> {
+        self.namespace_cap
     }
 
     /// The same budget, taking slots back mid-block once the head has waited `after`.
@@ -255,67 +280,216 @@ impl Budget {
     }
 }
 
+/// Which limit decides whether some work may take a slot now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Limit {
+    /// The one budget of slots for all work (`--max-concurrent-work`).
+    #[default]
+    Budget,
+    /// Its kind's own cap (`--max-concurrent-workflows`, `--max-concurrent-tool-runs`).
+    Kind,
+    /// What one party may hold of its kind (`--max-tool-runs-per-caller`).
+    Party,
+    /// What one namespace may hold of all kinds (`--max-work-per-namespace`).
+    Namespace,
+}
+
 /// How many slots are taken, of which limit, and how many waiting ahead of
-/// `me` go first — for the limit that binds `me` (the budget or its kind's
-/// cap, whichever leaves it fewer). `me` starts when `ahead < limit - taken`.
+/// `me` go first — for the limit that binds `me` (whichever of the budget,
+/// its kind's cap, its party's and its namespace's leaves it fewer). `me`
+/// starts when `ahead < limit - taken`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Slots {
     pub taken: usize,
     pub limit: usize,
     pub ahead: usize,
-    /// Whether the binding limit is the kind's own cap (else the budget).
-    pub kind_cap: bool,
+    pub binding: Limit,
 }
 
 impl Slots {
     /// A standing that admits: what work that does not wait is planned
     /// with (only waiting work's standing is ever computed).
-    pub const OPEN: Self = Self { taken: 0, limit: 1, ahead: 0, kind_cap: false };
+    pub const OPEN: Self = Self { taken: 0, limit: 1, ahead: 0, binding: Limit::Budget };
 
     pub fn admits(&self) -> bool {
         self.ahead < self.limit.saturating_sub(self.taken)
     }
+
+    /// How many of those waiting ahead of `me` do not fit in the free slots.
+    pub fn waiting_for(&self) -> usize {
+        self.ahead.saturating_sub(self.limit.saturating_sub(self.taken))
+    }
+
+    /// What queued work says while it waits: which limit holds it, how
+    /// full it is, and how many go first (never who). `running` says its
+    /// kind at work ("workflows are mining").
+    pub fn queued_message(&self, running: &str) -> String {
+        let (taken, limit, ahead) = (self.taken, self.limit, self.waiting_for());
+        match self.binding {
+            Limit::Budget => format!(
+                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (workflows and tool runs) are taken"
+            ),
+            Limit::Kind => format!("queued: {ahead} ahead of it; {taken} of at most {limit} {running}"),
+            Limit::Party => format!(
+                "queued: its party (one MCP caller, or the namespace's direct creators) already holds {taken} of \
+                 at most {limit} at once of this kind of work; {ahead} of its own go first; it starts when one of \
+                 those ends"
+            ),
+            Limit::Namespace => format!(
+                "queued: this namespace already holds {taken} of at most {limit} slots at once; {ahead} of its own \
+                 go first; it starts when one of those ends"
+            ),
+        }
+    }
 }
 
-/// Slots held by work other than `me`: (all kinds, `me`'s kind).
-pub fn taken_by_others(all: &[Seen], me: &QueueEntry) -> (usize, usize) {
+/// Slots held by others (and admissions in flight), as each limit counts
+/// them: all, `me`'s kind, `me`'s party's of `me`'s kind, `me`'s namespace's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Taken {
+    pub all: usize,
+    pub kind: usize,
+    pub party: usize,
+    pub namespace: usize,
+}
+
+impl std::ops::Add for Taken {
+    type Output = Self;
+    fn add(self, other: Self) -> Self {
+        Self {
+            all: self.all + other.all,
+            kind: self.kind + other.kind,
+            party: self.party + other.party,
+            namespace: self.namespace + other.namespace,
+        }
+    }
+}
+
+/// Who holds a slot, as the limits count it: (namespace, party, kind).
+pub type Holder<'a> = (&'a str, &'a str, WorkKind);
+
+/// `me`'s party, as the queue knows it ("" when it does not).
+pub fn party_in<'a>(all: &'a [Seen], me: &QueueEntry) -> &'a str {
+    all.iter().find(|s| s.work.uid == me.uid).map_or("", party_of)
+}
+
+/// Slots held by work other than `me`, as each limit counts them.
+pub fn taken_by_others(all: &[Seen], me: &QueueEntry) -> Taken {
+    let party = party_in(all, me);
     let others = all.iter().filter(|s| s.work.uid != me.uid && holds_slot(s));
-    others.fold((0, 0), |(total, kind), s| (total + 1, kind + usize::from(s.work.kind == me.kind)))
+    others.fold(Taken::default(), |taken, s| {
+        let kind = s.work.kind == me.kind;
+        let namespace = namespace_of(s) == me.namespace;
+        taken
+            + Taken {
+                all: 1,
+                kind: usize::from(kind),
+                party: usize::from(kind && namespace && party_of(s) == party),
+                namespace: usize::from(namespace),
+            }
+    })
 }
 
-/// `me`'s slots, given the slots others hold (`taken`: all kinds, `me`'s
-/// kind, admissions in flight included) and the queue's positions.
-pub fn slots_for(
-    me: &QueueEntry,
-    taken: (usize, usize),
-    positions: &QueuePositions,
-    budget: &Budget,
-) -> Slots {
-    let (ahead_all, ahead_kind) = positions.ahead_of(me);
-    let overall = Slots { taken: taken.0, limit: budget.total, ahead: ahead_all, kind_cap: false };
-    let own = Slots { taken: taken.1, limit: budget.cap(me.kind), ahead: ahead_kind, kind_cap: true };
+/// `me`'s slots, given the slots others hold (admissions in flight
+/// included) and the queue's positions.
+pub fn slots_for(me: &QueueEntry, taken: Taken, positions: &QueuePositions, budget: &Budget) -> Slots {
+    let place = positions.ahead_of(me);
+    let mut limits = vec![
+        Slots { taken: taken.all, limit: budget.total, ahead: place.all, binding: Limit::Budget },
+        Slots { taken: taken.kind, limit: budget.cap(me.kind), ahead: place.kind, binding: Limit::Kind },
+    ];
+    if let Some(cap) = budget.party_cap(me.kind) {
+        limits.push(Slots { taken: taken.party, limit: cap, ahead: place.party, binding: Limit::Party });
+    }
+    if let Some(cap) = budget.namespace_cap() {
+        limits.push(Slots {
+            taken: taken.namespace,
+            limit: cap,
+            ahead: place.namespace,
+            binding: Limit::Namespace,
+        });
+    }
     let slack = |s: &Slots| s.limit as i64 - s.taken as i64 - s.ahead as i64;
-    if slack(&own) < slack(&overall) { own } else { overall }
+    // The tightest binds; on a tie, the first named (the budget).
+    limits
+        .into_iter()
+        .reduce(|tightest, next| if slack(&next) < slack(&tightest) { next } else { tightest })
+        .unwrap_or(Slots::OPEN)
+}
+
+/// The slots held now, as the limits other than the budget count them.
+#[derive(Default)]
+struct Holdings<'a> {
+    total: usize,
+    kinds: HashMap<WorkKind, usize>,
+    namespaces: HashMap<&'a str, usize>,
+    parties: HashMap<Holder<'a>, usize>,
+}
+
+impl<'a> Holdings<'a> {
+    fn of(all: &'a [Seen]) -> Self {
+        let mut holdings = Self::default();
+        for seen in all.iter().filter(|s| holds_slot(s)) {
+            holdings.add(seen);
+        }
+        holdings
+    }
+
+    fn add(&mut self, seen: &'a Seen) {
+        self.total += 1;
+        *self.kinds.entry(seen.work.kind).or_default() += 1;
+        *self.namespaces.entry(namespace_of(seen)).or_default() += 1;
+        *self.parties.entry((namespace_of(seen), party_of(seen), seen.work.kind)).or_default() += 1;
+    }
+
+    fn remove(&mut self, seen: &'a Seen) {
+        let less = |count: &mut usize| *count = count.saturating_sub(1);
+        less(&mut self.total);
+        self.kinds.entry(seen.work.kind).and_modify(less);
+        self.namespaces.entry(namespace_of(seen)).and_modify(less);
+        self.parties.entry((namespace_of(seen), party_of(seen), seen.work.kind)).and_modify(less);
+    }
+
+    /// The limit other than the budget that keeps `seen` from a slot now, if any.
+    fn blocks(&self, seen: &Seen, budget: &Budget) -> Option<Limit> {
+        let kind = seen.work.kind;
+        let held = |count: Option<&usize>| count.copied().unwrap_or(0);
+        if held(self.kinds.get(&kind)) >= budget.cap(kind) {
+            return Some(Limit::Kind);
+        }
+        let party = (namespace_of(seen), party_of(seen), kind);
+        if budget.party_cap(kind).is_some_and(|cap| held(self.parties.get(&party)) >= cap) {
+            return Some(Limit::Party);
+        }
+        let namespace = held(self.namespaces.get(namespace_of(seen)));
+        budget.namespace_cap().is_some_and(|cap| namespace >= cap).then_some(Limit::Namespace)
+    }
 }
 
 /// Every waiting piece of work's place in the queue, by uid: the one sort a
 /// burst of waiting reconciles shares (see `Memory::queue_positions`). Work
-/// whose kind is at its cap takes no slot, so it is no one's turn ahead.
+/// that a limit other than the budget keeps waiting (its kind, its party or
+/// its namespace at its cap) takes no slot, so it is no one's turn ahead.
 pub fn queue_positions(all: &[Seen], budget: &Budget) -> QueuePositions {
-    let held = |kind| all.iter().filter(|s| holds_slot(s) && s.work.kind == kind).count();
-    let mut kinds: Vec<WorkKind> = all.iter().map(|s| s.work.kind).collect();
-    kinds.sort_unstable_by_key(|k| k.0);
-    kinds.dedup();
-    let full: Vec<WorkKind> = kinds.into_iter().filter(|k| held(*k) >= budget.cap(*k)).collect();
+    let holdings = Holdings::of(all);
     let mut positions = HashMap::new();
     let mut created = Vec::new();
-    let (mut place, mut per_kind) = (0, HashMap::<WorkKind, usize>::new());
+    let mut place = 0;
+    let mut of_kind = HashMap::<WorkKind, usize>::new();
+    let mut of_party = HashMap::<Holder, usize>::new();
+    let mut of_namespace = HashMap::<&str, usize>::new();
     for seen in queue(all) {
-        let kind_place = per_kind.entry(seen.work.kind).or_default();
-        positions.insert(seen.work.uid.clone(), (place, *kind_place));
-        created.push((seen.work.created, seen.work.kind, full.contains(&seen.work.kind)));
-        *kind_place += 1;
-        if !full.contains(&seen.work.kind) {
+        let blocked = holdings.blocks(seen, budget).is_some();
+        let kind = of_kind.entry(seen.work.kind).or_default();
+        let party = of_party.entry((namespace_of(seen), party_of(seen), seen.work.kind)).or_default();
+        let namespace = of_namespace.entry(namespace_of(seen)).or_default();
+        positions.insert(
+            seen.work.uid.clone(),
+            Place { all: place, kind: *kind, party: *party, namespace: *namespace },
+        );
+        created.push((seen.work.created, seen.work.kind, blocked));
+        (*kind, *party, *namespace) = (*kind + 1, *party + 1, *namespace + 1);
+        if !blocked {
             place += 1;
         }
     }
@@ -323,13 +497,23 @@ pub fn queue_positions(all: &[Seen], budget: &Budget) -> QueuePositions {
     QueuePositions { positions, created }
 }
 
+/// How many waiting pieces of work go before one, as each limit counts
+/// them: any that may take a slot, its kind's, its party's (of its kind),
+/// its namespace's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Place {
+    pub all: usize,
+    pub kind: usize,
+    pub party: usize,
+    pub namespace: usize,
+}
+
 /// The queue's order, computed once and read by many.
 #[derive(Debug, Default)]
 pub struct QueuePositions {
-    /// uid → (place among the work that may take a slot, place among its kind).
-    positions: HashMap<String, (usize, usize)>,
-    /// Creation times of the waiting work (with its kind and whether the
-    /// kind is full), sorted.
+    positions: HashMap<String, Place>,
+    /// Creation times of the waiting work (with its kind and whether a
+    /// limit keeps it waiting), sorted.
     created: Vec<(Option<Timestamp>, WorkKind, bool)>,
 }
 
@@ -338,16 +522,18 @@ impl QueuePositions {
         self.positions.contains_key(uid)
     }
 
-    /// How many waiting pieces of work go before `me`: (any kind that may
-    /// take a slot, `me`'s kind). Its place; or, not waiting itself
-    /// (cancelled, or moved on) or not seen yet, those created before it.
-    pub fn ahead_of(&self, me: &QueueEntry) -> (usize, usize) {
+    /// Who goes before `me`: its place; or, not waiting itself (cancelled,
+    /// or moved on) or not seen yet, those created before it (its party's
+    /// and namespace's then counted by the slots they hold only).
+    pub fn ahead_of(&self, me: &QueueEntry) -> Place {
         if let Some(place) = self.positions.get(&me.uid) {
             return *place;
         }
         let before = self.created.iter().filter(|(at, _, _)| *at < me.created);
-        before.fold((0, 0), |(all, kind), (_, k, full)| {
-            (all + usize::from(!full), kind + usize::from(*k == me.kind))
+        before.fold(Place::default(), |place, (_, kind, blocked)| Place {
+            all: place.all + usize::from(!blocked),
+            kind: place.kind + usize::from(*kind == me.kind),
+            ..place
         })
     }
 }
@@ -411,11 +597,16 @@ fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a
     if !total_full && !kind_full {
         return None;
     }
-    // The head that would take my slot: work of my kind, or, when the
-    // budget is what binds, of another kind with room under its own cap.
-    let head = queue(all).into_iter().find(|s| {
-        s.work.kind == me.kind || (total_full && held(Some(s.work.kind)).count() < budget.cap(s.work.kind))
-    })?;
+    // The head that would take my slot: the first no limit would keep from
+    // it once mine is free — of my kind, or, when the budget is what
+    // binds, of another kind too.
+    let mut without_me = Holdings::of(all);
+    if let Some(mine) = all.iter().find(|s| s.work.uid == me.uid && holds_slot(s)) {
+        without_me.remove(mine);
+    }
+    let head = queue(all)
+        .into_iter()
+        .find(|s| (s.work.kind == me.kind || total_full) && without_me.blocks(s, budget).is_none())?;
     let held_in = |namespace: &str, party: Option<&str>| {
         held(None)
             .filter(|s| namespace_of(s) == namespace)
@@ -445,27 +636,20 @@ pub fn holders_over_share<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a Queue
 
 /// The waiting work that should take the slots free now, in queue order.
 pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
-    let held = |kind: Option<WorkKind>| {
-        all.iter().filter(|s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k)).count()
-    };
-    let mut free = budget.total.saturating_sub(held(None));
-    let mut free_of: HashMap<WorkKind, usize> = HashMap::new();
+    let mut holdings = Holdings::of(all);
     let mut next = Vec::new();
     for seen in queue(all) {
-        if free == 0 {
+        if holdings.total >= budget.total {
             break;
         }
-        let kind = seen.work.kind;
-        let kind_free =
-            free_of.entry(kind).or_insert_with(|| budget.cap(kind).saturating_sub(held(Some(kind))));
-        if *kind_free > 0 {
-            *kind_free -= 1;
-            free -= 1;
+        if holdings.blocks(seen, budget).is_none() {
+            holdings.add(seen);
             next.push(&seen.work);
         }
     }
     next
 }
 
+pub mod shares;
 #[cfg(test)]
 mod tests;

@@ -174,9 +174,16 @@ impl Limits {
     pub fn budget(&self) -> crate::admission::Budget {
         let sum = self.max_concurrent_workflows.saturating_add(self.max_concurrent_tool_runs);
         use crate::admission::{Budget, WorkKind};
-        let budget = Budget::new(self.max_concurrent_work.unwrap_or(sum))
+        let mut budget = Budget::new(self.max_concurrent_work.unwrap_or(sum))
             .capping(WorkKind::of::<mining_api::MiningWorkflow>(), self.max_concurrent_workflows)
             .capping(WorkKind::of::<mining_api::ToolRun>(), self.max_concurrent_tool_runs);
+        if self.max_tool_runs_per_caller > 0 {
+            budget = budget
+                .capping_per_party(WorkKind::of::<mining_api::ToolRun>(), self.max_tool_runs_per_caller);
+        }
+        if self.max_work_per_namespace > 0 {
+            budget = budget.capping_per_namespace(self.max_work_per_namespace);
+        }
         match self.preempt_after_seconds {
             0 => budget,
             seconds => budget.preempting_after(Duration::from_secs(seconds)),
@@ -210,6 +217,19 @@ pub struct Limits {
     #[arg(long, env = "MAX_CONCURRENT_WORK",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=110_000))]
     pub max_concurrent_work: Option<usize>,
+    /// Tool runs one party (an MCP caller) may run at once, whatever is
+    /// free. A tool run cannot be stopped and resumed, so it never gives a
+    /// slot back: this cap, not preemption, keeps one caller's long runs
+    /// from holding every tool-run slot while others wait (a party at it
+    /// waits, saying so). 0: no cap but `--max-concurrent-tool-runs`.
+    #[arg(long, env = "MAX_TOOL_RUNS_PER_CALLER", default_value_t = 5,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=10_000))]
+    pub max_tool_runs_per_caller: usize,
+    /// Slots one namespace may hold at once (workflows and tool runs
+    /// together), whatever is free: a quota per namespace. 0: no cap.
+    #[arg(long, env = "MAX_WORK_PER_NAMESPACE", default_value_t = 0,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=110_000))]
+    pub max_work_per_namespace: usize,
     /// How long the head of the queue waits, every slot taken, before work
     /// holding more than its share gives a slot back mid-block (a mining
     /// workflow's running block is mined again when it resumes; its mined

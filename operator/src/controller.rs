@@ -220,8 +220,11 @@ pub async fn run(
     let mut kinds = Kinds::default();
     kinds.register(store.clone(), wake, Proven::Any);
     let others = crate::kinds::register(&mut kinds);
-    let queue =
-        Arc::new(WorkQueue::new(kinds, Parties::new(keys.clone()), memory.clone(), config.limits.budget()));
+    let queue = Arc::new(
+        WorkQueue::new(kinds, Parties::new(keys.clone()), memory.clone(), config.limits.budget())
+            .reporting_to(metrics.clone()),
+    );
+    let shares_reporter = tokio::spawn(queue.clone().report_shares());
     // Every other kind: its own controller, under the same leadership,
     // waiting in the same queue.
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.into());
@@ -278,6 +281,7 @@ pub async fn run(
     for other in other_controllers {
         other.abort();
     }
+    shares_reporter.abort();
     if let Some(election) = election {
         election.step_down().await;
     }

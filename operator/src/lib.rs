@@ -18,7 +18,7 @@ pub mod kinds;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
-pub mod naming;
+pub use mining_api::naming;
 pub mod observe;
 pub mod outputs;
 pub mod parties;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use kube::core::object::HasStatus;
 use mining_api::Work;
 
-use crate::admission::{QueuePositions, Standing, WorkKind};
+use crate::admission::{QueuePositions, Standing, Taken, WorkKind};
 
 /// How long a created Job counts as existing without its watch event: far
 /// longer than any watch delay, short enough that a Job deleted before it was
@@ -75,11 +75,12 @@ pub struct Memory {
     /// write fails instead of putting an older status over a newer one. The
     /// queue counts the standing written.
     written: Mutex<WrittenStatuses>,
-    /// Admissions decided but not yet written, per kind: counted as holding
-    /// slots by every other admission of any kind, so the limits hold
-    /// exactly while admissions run in parallel (a lock held across the
-    /// status write made 200 new workflows wait on each other's writes).
-    admissions_in_flight: Mutex<HashMap<WorkKind, usize>>,
+    /// Admissions decided but not yet written, per holder (namespace,
+    /// party, kind): counted as holding slots by every other admission of
+    /// any kind, so every limit holds exactly while admissions run in
+    /// parallel (a lock held across the status write made 200 new
+    /// workflows wait on each other's writes).
+    admissions_in_flight: Mutex<HashMap<InFlightKey, usize>>,
     /// Whether a workflow is giving its slot away and its status is not
     /// written yet: one at a time, so concurrent block boundaries never all
     /// yield to the same waiting workflow.
@@ -179,19 +180,25 @@ impl Memory {
     }
 
     /// Computes waiting work's slots with `slots` while no other admission
-    /// can, handing it the admissions in flight (all kinds, its kind) to
-    /// count as holding slots, and reserves a slot of `kind` until the
-    /// returned reservation is dropped.
+    /// can, handing it the admissions in flight to count as holding slots
+    /// (as each limit counts them for `me`), and reserves a slot for `me`
+    /// until the returned reservation is dropped.
     pub fn reserve_admission<T>(
         &self,
-        kind: WorkKind,
-        slots: impl FnOnce((usize, usize)) -> T,
+        me: InFlightKey,
+        slots: impl FnOnce(Taken) -> T,
     ) -> (T, Reservation<'_>) {
         let mut in_flight = lock(&self.admissions_in_flight);
-        let all = in_flight.values().sum::<usize>();
-        let decided = slots((all, in_flight.get(&kind).copied().unwrap_or(0)));
-        *in_flight.entry(kind).or_default() += 1;
-        (decided, Reservation(self, kind))
+        let taken = in_flight.iter().fold(Taken::default(), |taken, (other, count)| {
+            let kind = other.kind == me.kind;
+            let namespace = other.namespace == me.namespace;
+            let party = kind && namespace && other.party == me.party;
+            let one = |counted: bool| if counted { *count } else { 0 };
+            taken + Taken { all: *count, kind: one(kind), party: one(party), namespace: one(namespace) }
+        });
+        let decided = slots(taken);
+        *in_flight.entry(me.clone()).or_default() += 1;
+        (decided, Reservation(self, me))
     }
 
     /// The head of the queue asks `uid` to give its slot back mid-block.
@@ -293,14 +300,26 @@ impl Drop for YieldTurn<'_> {
 
 /// A slot reserved by an admission in flight; freed when dropped (after the
 /// status write, or on any early return).
-pub struct Reservation<'a>(&'a Memory, WorkKind);
+pub struct Reservation<'a>(&'a Memory, InFlightKey);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut in_flight = lock(&self.0.admissions_in_flight);
-        let count = in_flight.entry(self.1).or_default();
-        *count = count.saturating_sub(1);
+        if let Some(count) = in_flight.get_mut(&self.1) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(&self.1);
+            }
+        }
     }
+}
+
+/// Whose admission is in flight, as the limits count holders.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InFlightKey {
+    pub kind: WorkKind,
+    pub namespace: String,
+    pub party: String,
 }
 
 /// The newer of the cache's and this operator's last resourceVersion.
@@ -397,19 +416,29 @@ mod tests {
     #[test]
     fn a_reservation_counts_until_dropped() {
         let memory = Memory::default();
-        let (seen, first) =
-            memory.reserve_admission(WorkKind::of::<mining_api::MiningWorkflow>(), |in_flight| in_flight);
-        assert_eq!(seen, (0, 0));
-        let (seen, second) =
-            memory.reserve_admission(WorkKind::of::<mining_api::ToolRun>(), |in_flight| in_flight);
-        assert_eq!(seen, (1, 0), "the workflow in flight counts against the budget, not the runs' cap");
-        let (seen, third) =
-            memory.reserve_admission(WorkKind::of::<mining_api::ToolRun>(), |in_flight| in_flight);
-        assert_eq!(seen, (2, 1));
-        drop(first);
-        drop(second);
-        drop(third);
+        let key = |kind, namespace: &str, party: &str| InFlightKey {
+            kind,
+            namespace: namespace.into(),
+            party: party.into(),
+        };
+        let (workflow, run) =
+            (WorkKind::of::<mining_api::MiningWorkflow>(), WorkKind::of::<mining_api::ToolRun>());
+        let counted = |all, kind, party, namespace| Taken { all, kind, party, namespace };
+        let (seen, first) = memory.reserve_admission(key(workflow, "a", "alice"), |in_flight| in_flight);
+        assert_eq!(seen, counted(0, 0, 0, 0));
+        let (seen, second) = memory.reserve_admission(key(run, "a", "alice"), |in_flight| in_flight);
+        assert_eq!(
+            seen,
+            counted(1, 0, 0, 1),
+            "the workflow in flight counts against the budget and the namespace, not the runs' caps"
+        );
+        let (seen, third) = memory.reserve_admission(key(run, "a", "alice"), |in_flight| in_flight);
+        assert_eq!(seen, counted(2, 1, 1, 2), "alice's run in flight counts against her cap");
+        let (seen, fourth) = memory.reserve_admission(key(run, "b", "alice"), |in_flight| in_flight);
+        assert_eq!(seen, counted(3, 2, 0, 0), "a party is a caller within one namespace");
+        drop((first, second, third, fourth));
         assert_eq!(memory.admissions_in_flight(), 0);
+        assert!(lock(&memory.admissions_in_flight).is_empty(), "no key is kept once its admissions end");
     }
 
     #[test]
@@ -478,7 +507,7 @@ mod tests {
         let positions = memory.queue_positions("uid-b", || waiting(&["b", "c", "d"]));
         assert_eq!(sorts.get(), 3);
         let b = crate::testing::workflow("b", 8, 1);
-        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(&b)), (0, 0));
+        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(&b)), crate::admission::Place::default());
     }
 
     #[test]

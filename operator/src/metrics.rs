@@ -21,6 +21,27 @@ pub struct PhaseLabels {
     pub phase: WorkflowPhase,
 }
 
+/// Work by kind and party class (fixed sets: never a caller's or a namespace's name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShareLabels {
+    pub kind: &'static str,
+    pub party: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// A namespace among the [`NAMESPACES_SHOWN`] holding most slots, or "(other)".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub namespace: String,
+}
+
+/// How many namespaces get a series of their own in `slots_held_by_namespace`.
+pub const NAMESPACES_SHOWN: usize = 20;
+
 /// The watches whose objects the operator caches.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
@@ -40,6 +61,11 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Objects each watch delivered (listed or changed), before projection.
     pub watch_events: Family<WatchLabels, Counter>,
+    pub slots_held: Family<ShareLabels, Gauge>,
+    pub work_waiting: Family<ShareLabels, Gauge>,
+    pub slots_held_by_namespace: Family<NamespaceLabels, Gauge>,
+    pub unserved_wait: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub wait_for_first_slot: Family<KindLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -83,8 +109,45 @@ impl Default for Metrics {
             "Objects a watch delivered (listed or changed), by resource",
             watch_events.clone(),
         );
+        let slots_held = Family::<ShareLabels, Gauge>::default();
+        registry.register(
+            "slots_held",
+            "Slots held, by kind of work and party class (mcp-caller, direct)",
+            slots_held.clone(),
+        );
+        let work_waiting = Family::<ShareLabels, Gauge>::default();
+        registry.register(
+            "work_waiting",
+            "Work waiting for a slot, by kind and party class",
+            work_waiting.clone(),
+        );
+        let slots_held_by_namespace = Family::<NamespaceLabels, Gauge>::default();
+        registry.register(
+            "slots_held_by_namespace",
+            "Slots held by the 20 namespaces holding most; the rest summed as (other)",
+            slots_held_by_namespace.clone(),
+        );
+        let unserved_wait = Family::<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "unserved_wait_seconds",
+            "Longest wait of work whose party holds no slot (not counting waits its own caps impose), by kind",
+            unserved_wait.clone(),
+        );
+        let wait_for_first_slot = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.5, 2.0, 16))
+        });
+        registry.register(
+            "wait_for_first_slot_seconds",
+            "From creation to first admission, by kind",
+            wait_for_first_slot.clone(),
+        );
         Self {
             registry,
+            slots_held,
+            work_waiting,
+            slots_held_by_namespace,
+            unserved_wait,
+            wait_for_first_slot,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -107,6 +170,31 @@ impl Metrics {
         }
         for phase in WorkflowPhase::ALL {
             self.workflows.get_or_create(&PhaseLabels { phase }).set(counts[phase as usize]);
+        }
+    }
+
+    /// Sets the fair-share gauges from who holds and who waits now.
+    pub fn set_shares(&self, shares: &crate::admission::shares::Shares, kinds: &[&'static str]) {
+        use crate::admission::WorkKind;
+        use crate::admission::shares::PartyClass;
+        for kind in kinds.iter().copied() {
+            for party in [PartyClass::Caller, PartyClass::Direct] {
+                let labels = ShareLabels { kind, party: party.label() };
+                let of = |counts: &std::collections::HashMap<(WorkKind, PartyClass), usize>| {
+                    counts.get(&(WorkKind(kind), party)).copied().unwrap_or(0) as i64
+                };
+                self.slots_held.get_or_create(&labels).set(of(&shares.held));
+                self.work_waiting.get_or_create(&labels).set(of(&shares.waiting));
+            }
+            let waited = shares.unserved_wait.get(&WorkKind(kind)).map_or(0.0, |d| d.as_secs_f64());
+            self.unserved_wait.get_or_create(&KindLabels { kind }).set(waited);
+        }
+        // The namespaces shown change: the old series go.
+        self.slots_held_by_namespace.clear();
+        for (namespace, held) in &shares.by_namespace {
+            self.slots_held_by_namespace
+                .get_or_create(&NamespaceLabels { namespace: namespace.clone() })
+                .set(*held as i64);
         }
     }
 

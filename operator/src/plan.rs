@@ -257,17 +257,7 @@ impl Planner<'_> {
         }
         let slots = self.observed.slots;
         if !slots.admits() {
-            let free = slots.limit.saturating_sub(slots.taken);
-            let held = match slots.kind_cap {
-                true => "workflows are mining",
-                false => "slots (workflows and tool runs) are taken",
-            };
-            let message = format!(
-                "queued: {} ahead of it; {} of at most {} {held}",
-                slots.ahead.saturating_sub(free),
-                slots.taken,
-                slots.limit
-            );
+            let message = slots.queued_message("workflows are mining");
             let was_queued = self
                 .plan
                 .status

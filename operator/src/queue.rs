@@ -14,11 +14,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
 use mining_api::Work;
 
+use crate::admission::shares::shares;
 use crate::admission::{
     Budget, QueueEntry, Seen, Slots, Standing, WorkKind, Yield, freshest_phases, holders_over_share,
-    next_in_queue, preempt_in, queue_positions, should_yield, slots_for, taken_by_others, yield_for,
+    next_in_queue, party_in, preempt_in, queue_positions, should_yield, slots_for, taken_by_others,
+    yield_for,
 };
-use crate::memory::{Memory, Reservation};
+use crate::memory::{InFlightKey, Memory, Reservation};
+use crate::metrics::{KindLabels, Metrics, NAMESPACES_SHOWN};
 use crate::parties::Parties;
 
 /// How often the head of the queue wakes the work over its share again
@@ -101,11 +104,33 @@ pub struct WorkQueue {
     pub parties: Parties,
     pub memory: Arc<Memory>,
     pub budget: Budget,
+    metrics: Option<Arc<Metrics>>,
 }
+
+/// How often the fair-share gauges are set from the caches.
+const SHARES_INTERVAL: Duration = Duration::from_secs(10);
 
 impl WorkQueue {
     pub fn new(kinds: Kinds, parties: Parties, memory: Arc<Memory>, budget: Budget) -> Self {
-        Self { kinds, parties, memory, budget }
+        Self { kinds, parties, memory, budget, metrics: None }
+    }
+
+    /// The same queue, reporting who holds and who waits to `metrics`.
+    pub fn reporting_to(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Sets the fair-share gauges every few seconds, for as long as it runs.
+    pub async fn report_shares(self: Arc<Self>) {
+        let Some(metrics) = self.metrics.clone() else { return };
+        let kinds: Vec<&'static str> = self.kinds.0.iter().map(|(kind, _)| kind.0).collect();
+        let mut every = tokio::time::interval(SHARES_INTERVAL);
+        loop {
+            every.tick().await;
+            let all = self.all();
+            metrics.set_shares(&shares(&all, &self.budget, Timestamp::now(), NAMESPACES_SHOWN), &kinds);
+        }
     }
 
     fn kind(&self, kind: WorkKind) -> Option<&dyn Queued> {
@@ -133,12 +158,25 @@ impl WorkQueue {
     /// is written). The queue's order is shared by the reconciles that
     /// follow while nothing changed it (see `Memory::queue_positions`).
     pub fn admission(&self, me: &QueueEntry) -> (Slots, Reservation<'_>) {
-        self.memory.reserve_admission(me.kind, |(in_flight, in_flight_of_kind)| {
+        let all = self.all();
+        let key = InFlightKey {
+            kind: me.kind,
+            namespace: me.namespace.clone(),
+            party: party_in(&all, me).to_string(),
+        };
+        self.memory.reserve_admission(key, |in_flight| {
+            // Read again under the lock: an admission that just ended is counted as written.
             let all = self.all();
             let positions = self.memory.queue_positions(&me.uid, || queue_positions(&all, &self.budget));
-            let (taken, taken_of_kind) = taken_by_others(&all, me);
-            let taken = (taken + in_flight, taken_of_kind + in_flight_of_kind);
-            slots_for(me, taken, &positions, &self.budget)
+            let slots = slots_for(me, taken_by_others(&all, me) + in_flight, &positions, &self.budget);
+            let first = all.iter().any(|s| s.work.uid == me.uid && s.started.is_none());
+            if let (true, true, Some(metrics), Some(created)) =
+                (slots.admits(), first, &self.metrics, me.created)
+            {
+                let waited = Timestamp::now().duration_since(created).as_secs_f64().max(0.0);
+                metrics.wait_for_first_slot.get_or_create(&KindLabels { kind: me.kind.0 }).observe(waited);
+            }
+            slots
         })
     }
 

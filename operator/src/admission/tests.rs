@@ -165,7 +165,7 @@ fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     let cached = [Arc::new(deleted), Arc::new(workflow("b", 8, 1))];
     let all = freshest_phases(&cached, &written, |_| String::new());
     assert_eq!(all[0].phase, Lifecycle::Cancelled);
-    assert_eq!(taken_by_others(&all, &all[1].work), (0, 0), "no slot is held");
+    assert_eq!(taken_by_others(&all, &all[1].work), Taken::default(), "no slot is held");
     assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");
 }
 
@@ -285,7 +285,7 @@ fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
         workflow_of("alice", "w0", 3, Lifecycle::Waiting),
     ];
     let run = slots(&all, &all[2].work, &budget);
-    assert!(!run.admits() && run.kind_cap, "tool runs are at their cap: {run:?}");
+    assert!(!run.admits() && run.binding == Limit::Kind, "tool runs are at their cap: {run:?}");
     let workflow = slots(&all, &all[3].work, &budget);
     assert!(workflow.admits(), "the waiting run is no turn ahead of the workflow: {workflow:?}");
     assert_eq!(next_in_queue(&all, &budget), [&all[3].work]);
@@ -366,4 +366,109 @@ fn a_workflow_at_its_kinds_cap_gives_way_to_a_tool_run_when_the_budget_binds_too
     // A run whose own cap is full could not take it: nobody gives way.
     let capped = budget.clone().capping(RUN, 0);
     assert_eq!(yield_for(&all, &all[0].work, &capped, at(106)), Yield::Keep);
+}
+
+#[test]
+fn a_caller_at_its_tool_run_cap_waits_while_slots_are_free_and_others_do_not() {
+    // Issue #47: a tool run cannot give its slot back, so one caller's long
+    // runs must never hold them all: alice may run 2 of the 4.
+    let budget = Budget::new(10).capping(RUN, 4).capping_per_party(RUN, 2);
+    let mut all = vec![
+        run_of("alice", "a0", 0, Lifecycle::Active),
+        run_of("alice", "a1", 1, Lifecycle::Active),
+        run_of("alice", "a2", 2, Lifecycle::Waiting),
+        run_of("alice", "a3", 3, Lifecycle::Waiting),
+    ];
+    let hers = slots(&all, &all[2].work, &budget);
+    assert!(!hers.admits(), "two free run slots, but alice holds her two: {hers:?}");
+    assert_eq!((hers.binding, hers.taken, hers.limit, hers.ahead), (Limit::Party, 2, 2, 0));
+    let message = hers.queued_message("tool runs are running");
+    assert!(message.contains("already holds 2 of at most 2"), "{message}");
+    assert!(!message.contains("alice"), "a refusal names no caller: {message}");
+    assert_eq!(slots(&all, &all[3].work, &budget).ahead, 1, "her own older run goes first");
+    assert!(next_in_queue(&all, &budget).is_empty(), "nobody is woken for slots alice may not take");
+    // Bob, later, starts at once: alice's waiting runs are nobody's turn ahead.
+    all.push(run_of("bob", "b0", 10, Lifecycle::Waiting));
+    let bobs = slots(&all, &all[4].work, &budget);
+    assert!(bobs.admits(), "{bobs:?}");
+    assert_eq!(next_in_queue(&all, &budget), [&all[4].work]);
+    // One of alice's ends: her next takes its place.
+    all[0].phase = Lifecycle::Succeeded;
+    assert!(slots(&all, &all[2].work, &budget).admits());
+    assert!(!slots(&all, &all[3].work, &budget).admits(), "a2 goes first and fills her cap");
+    // The cap is per kind: alice's workflows are not held by it.
+    all.push(workflow_of("alice", "w0", 20, Lifecycle::Waiting));
+    all[0].phase = Lifecycle::Active;
+    assert!(slots(&all, &all[5].work, &budget).admits());
+}
+
+#[test]
+fn a_namespace_at_its_cap_waits_and_the_queue_serves_the_others() {
+    let budget = Budget::new(6).capping_per_namespace(2);
+    let mut all = vec![
+        seen_in("busy", None, "w0", 0, Lifecycle::Active),
+        seen_in("busy", Some("alice"), "w1", 1, Lifecycle::Active),
+        seen_in("busy", Some("bob"), "w2", 2, Lifecycle::Waiting),
+        seen_in("quiet", None, "q0", 3, Lifecycle::Waiting),
+    ];
+    let busy = slots(&all, &all[2].work, &budget);
+    assert!(!busy.admits() && busy.binding == Limit::Namespace, "{busy:?}");
+    assert!(
+        busy.queued_message("workflows are mining").contains("this namespace already holds 2 of at most 2")
+    );
+    assert!(slots(&all, &all[3].work, &budget).admits(), "the blocked one is no turn ahead");
+    let next: Vec<&str> = next_in_queue(&all, &budget).iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(next, ["q0"]);
+    // Every slot taken (the cap lowered after busy took two): busy yields
+    // to a namespace holding none, never to one its cap keeps waiting.
+    let full = Budget::new(3).capping_per_namespace(1);
+    all[3].phase = Lifecycle::Active;
+    all[2].phase = Lifecycle::Succeeded;
+    all.push(seen_in("quiet", None, "q1", 4, Lifecycle::Waiting));
+    assert!(!should_yield(&all, &all[0].work, &full), "quiet holds its one: q1 could not take the slot");
+    all.push(seen_in("third", None, "t0", 5, Lifecycle::Waiting));
+    assert!(should_yield(&all, &all[0].work, &full), "busy holds 2 against third's none");
+}
+
+/// docs/BENCHMARKS.md, "Queue standings with 20,000 waiting workflows":
+/// run in release with `--ignored --nocapture`; prints, side by side, one
+/// sort of the queue and one waiting reconcile's standing, with and
+/// without the per-party and per-namespace caps.
+#[test]
+#[ignore = "a measurement, not a check: docs/BENCHMARKS.md"]
+fn bench_queue_standings_with_twenty_thousand_waiting() {
+    let mut all: Vec<Seen> = (0..20_000)
+        .map(|i| {
+            let namespace = format!("ns-{}", i % 5);
+            let caller = (i % 13 != 0).then(|| format!("caller-{}", i % 12));
+            let kind = if i % 4 == 0 { RUN } else { WORKFLOW };
+            let mut seen = seen_of(kind, &namespace, &format!("w{i}"), i, Lifecycle::Waiting);
+            seen.party = caller.unwrap_or_default();
+            seen
+        })
+        .collect();
+    for seen in all.iter_mut().take(50) {
+        seen.phase = Lifecycle::Active;
+    }
+    let plain = Budget::new(70).capping(WORKFLOW, 50).capping(RUN, 20);
+    let capped = plain.clone().capping_per_party(RUN, 5).capping_per_namespace(30);
+    let me = all[10_001].work.clone();
+    for (name, budget) in [("without caps", &plain), ("with party and namespace caps", &capped)] {
+        let mut sorts = Vec::new();
+        let mut standings = Vec::new();
+        for _ in 0..20 {
+            let started = std::time::Instant::now();
+            let positions = queue_positions(&all, budget);
+            sorts.push(started.elapsed());
+            let started = std::time::Instant::now();
+            let slots = slots_for(&me, taken_by_others(&all, &me), &positions, budget);
+            standings.push(started.elapsed());
+            assert!(!slots.admits());
+        }
+        let range = |times: &mut Vec<std::time::Duration>| {
+            times.sort();
+            format!("{:.2}–{:.2} ms", times[1].as_secs_f64() * 1e3, times[18].as_secs_f64() * 1e3)
+        };
+        println!("{name}: one sort {}, one standing {}", range(&mut sorts), range(&mut standings));
+    }
 }

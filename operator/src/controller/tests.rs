@@ -153,7 +153,12 @@ fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
         workflow: &workflow,
         jobs: Default::default(),
         ranges: Default::default(),
-        slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 0,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: crate::admission::Yield::Keep,
         now: Timestamp::now(),
     };

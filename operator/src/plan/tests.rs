@@ -12,6 +12,8 @@ fn limits() -> Limits {
         max_concurrent_workflows: 2,
         max_concurrent_tool_runs: 20,
         max_concurrent_work: None,
+        max_tool_runs_per_caller: 5,
+        max_work_per_namespace: 0,
         preempt_after_seconds: 60,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
@@ -36,7 +38,12 @@ fn observe_with(
         workflow: wf,
         jobs: jobs.iter().cloned().collect(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: others_mining, limit: 2, ahead: 0, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: others_mining,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding,
         now,
     };
@@ -244,7 +251,12 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 0, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 2,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: Yield::Keep,
         now: at(0),
     };
@@ -263,7 +275,12 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 1, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 1,
+            limit: 2,
+            ahead: 1,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: Yield::Keep,
         now: at(0),
     };
@@ -280,7 +297,12 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: 2, limit: 2, ahead: 3, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 2,
+            limit: 2,
+            ahead: 3,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: Yield::Keep,
         now: at(1),
     };
@@ -292,7 +314,12 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: 1, limit: 2, ahead: 0, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 1,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: Yield::Keep,
         now: at(2),
     };
@@ -476,7 +503,12 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
             workflow: &wf,
             jobs: BTreeMap::new(),
             ranges: ranges.clone(),
-            slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
+            slots: crate::admission::Slots {
+                taken: 0,
+                limit: 2,
+                ahead: 0,
+                binding: crate::admission::Limit::Kind,
+            },
             yielding: Yield::Keep,
             now: at(1),
         };
@@ -543,7 +575,12 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
         workflow: &wf,
         jobs: BTreeMap::new(),
         ranges: BTreeMap::new(),
-        slots: crate::admission::Slots { taken: 0, limit: 2, ahead: 0, kind_cap: true },
+        slots: crate::admission::Slots {
+            taken: 0,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
         yielding: Yield::Keep,
         now: at(0),
     };

@@ -167,17 +167,9 @@ pub fn plan(observed: &Observed) -> Plan {
             JobState::Missing => match observed.slots {
                 slots if !slots.admits() => {
                     plan.requeue_after = Some(QUEUED_RETRY);
-                    let held = match slots.kind_cap {
-                        true => "tool runs are running",
-                        false => "slots (workflows and tool runs) are taken",
-                    };
-                    let ahead = slots.ahead.saturating_sub(slots.limit.saturating_sub(slots.taken));
                     ToolRunStatus {
                         phase: Some(ToolRunPhase::Pending),
-                        message: Some(format!(
-                            "queued: {} {held} (the operator's limit is {}); {ahead} go before this one",
-                            slots.taken, slots.limit
-                        )),
+                        message: Some(slots.queued_message("tool runs are running")),
                         ..current.clone()
                     }
                 }

@@ -130,6 +130,22 @@ async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_
     }
     let shown = cli_ok(&ns, &["show", "mwf/chain"]);
     assert_eq!(shown.matches("Complete").count(), 3, "three Jobs, each complete:\n{shown}");
+    // A namespace editor plants a Job with the workflow's label and a
+    // controller ownerReference naming its uid: it is not the workflow's.
+    let uid = workflows.get("chain").await.unwrap().metadata.uid.unwrap();
+    let planted: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "chain-planted", "labels": {mining_api::labels::WORKFLOW: "chain"},
+            "ownerReferences": [{"apiVersion": "mining-operator.dev/v1alpha1", "kind": "MiningWorkflow",
+                "name": "chain", "uid": uid, "controller": true}]},
+        // No Pod: parallelism 0.
+        "spec": {"parallelism": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "mining-operator/miner:dev"}]}}},
+    }))
+    .unwrap();
+    ns.api::<k8s_openapi::api::batch::v1::Job>().create(&PostParams::default(), &planted).await.unwrap();
+    let shown = cli_ok(&ns, &["show", "mwf/chain"]);
+    assert!(!shown.contains("chain-planted"), "the planted Job shows as the workflow's:\n{shown}");
+    assert_eq!(shown.matches("Complete").count(), 3, "{shown}");
 
     // Cancel: a workflow of many hard blocks stops; a finished one is left as it is.
     let spec = MiningWorkflowSpec { blocks: 40, ..MiningWorkflowSpec::new(32) };

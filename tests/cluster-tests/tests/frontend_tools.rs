@@ -363,7 +363,7 @@ async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
         message.starts_with("queued").then_some(message)
     })
     .await;
-    assert!(queued.contains("the operator's limit is 2"), "{queued}");
+    assert!(queued.contains("2 of at most 2 tool runs are running"), "{queued}");
     // A slot frees: bob, holding none, goes before alice's older run.
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a1})).await;
     let bobs = settle(Sdk::Python, &url, BOB, &b1).await;

@@ -218,3 +218,109 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
         assert_eq!(api.get(name).await.unwrap().mined_blocks().len(), 1, "{name} lost a mined block");
     }
 }
+
+/// Issue #47, party against party: one MCP caller's days-long workflows
+/// hold every workflow slot and another caller's small one starts within
+/// the delay; one caller's long tool runs can never hold every tool-run
+/// slot (a run cannot be taken back), so another's starts at once while
+/// the first caller's own next run waits, saying which limit holds it.
+#[tokio::test]
+#[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
+async fn one_callers_long_work_leaves_another_caller_a_slot_within_the_bound() {
+    use cluster_tests::tools::{ALICE, BOB, call, define, settle, setup_with, tool};
+    use mining_api::{ToolRun, ToolRunPhase};
+    let preempt = PREEMPT_AFTER.to_string();
+    let (ns, _operator, frontend) = setup_with(
+        "fair-callers",
+        &[
+            "--max-concurrent-workflows",
+            "2",
+            "--max-concurrent-tool-runs",
+            "2",
+            "--max-tool-runs-per-caller",
+            "1",
+            "--miner-image",
+            "local/patient",
+            "--preempt-after-seconds",
+            &preempt,
+        ],
+    )
+    .await;
+    let url = frontend.url();
+    let bound = Duration::from_secs(PREEMPT_AFTER) + START_SLACK;
+
+    // Alice's two workflows take both workflow slots: block 2 takes "days".
+    let api: Api<MiningWorkflow> = ns.api();
+    let mut hers = Vec::new();
+    for _ in 0..2 {
+        let arguments = json!({"difficulty": PATIENT, "blocks": 64, "wait_seconds": 0});
+        let started = call(Sdk::Python, &url, ALICE, "start_mining", arguments).await;
+        hers.push(started["workflow_id"].as_str().unwrap_or_else(|| panic!("{started:#}")).to_string());
+    }
+    let both_on_block_two = || async {
+        for id in &hers {
+            let workflow = api.get(id).await.ok()?;
+            let status = workflow.status.as_ref()?;
+            (workflow.phase() == WorkflowPhase::Mining && status.current_block == Some(2)).then_some(())?;
+        }
+        Some(())
+    };
+    eventually("alice's workflows to mine block 2", WORKFLOW_TIMEOUT, both_on_block_two).await;
+    let asked = std::time::Instant::now();
+    let arguments = json!({"difficulty": 4, "blocks": 1, "wait_seconds": 0});
+    let started = call(Sdk::Python, &url, BOB, "start_mining", arguments).await;
+    let bobs = started["workflow_id"].as_str().expect("a workflow id").to_string();
+    eventually("bob's workflow to succeed within the bound", bound, || async {
+        (api.get(&bobs).await.ok()?.phase() == WorkflowPhase::Succeeded).then_some(())
+    })
+    .await;
+    assert!(
+        asked.elapsed() >= Duration::from_secs(PREEMPT_AFTER - 1),
+        "no slot was free: it waited for the delay"
+    );
+    for id in &hers {
+        let workflow = api.get(id).await.unwrap();
+        assert_eq!(workflow.mined_blocks().len(), 1, "alice lost a mined block");
+        assert_chain_verifies(&workflow, PATIENT);
+    }
+
+    // Tool runs: alice's ten-minute run holds one of the two slots; her
+    // second waits although the other slot is free — and bob's takes it.
+    define(&ns, &url, tool("sum-numbers", 0, json!({}))).await;
+    let runs: Api<ToolRun> = ns.api();
+    let start = |token, delay: u64| {
+        let url = url.clone();
+        async move {
+            let arguments = json!({"numbers": [1, 2], "delay_seconds": delay});
+            let answer = call(Sdk::Python, &url, token, "sum-numbers", arguments).await;
+            answer["workflow_id"].as_str().unwrap_or_else(|| panic!("{answer:#}")).to_string()
+        }
+    };
+    let long = start(ALICE, 600).await;
+    eventually("alice's long run to run", Duration::from_secs(60), || async {
+        (runs.get(&long).await.ok()?.phase() == ToolRunPhase::Running).then_some(())
+    })
+    .await;
+    let second = start(ALICE, 0).await;
+    let queued = eventually("alice's second run to wait at her cap", Duration::from_secs(30), || async {
+        let message = runs.get(&second).await.ok()?.status?.message?;
+        message.starts_with("queued").then_some(message)
+    })
+    .await;
+    assert!(queued.contains("already holds 1 of at most 1"), "{queued}");
+    assert!(!queued.contains("alice") && !queued.contains("bob"), "a refusal names no caller: {queued}");
+    let asked = std::time::Instant::now();
+    let bobs_run = start(BOB, 0).await;
+    let done = settle(Sdk::Python, &url, BOB, &bobs_run).await;
+    assert_eq!(done["result"]["sum"], 3.0, "{done:#}");
+    assert!(asked.elapsed() < bound, "bob's run took {:?}", asked.elapsed());
+    assert_eq!(
+        runs.get(&long).await.unwrap().phase(),
+        ToolRunPhase::Running,
+        "alice's long run is not stopped"
+    );
+    assert_eq!(runs.get(&second).await.unwrap().phase(), ToolRunPhase::Pending, "still at her cap");
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": long})).await;
+    let seconds = settle(Sdk::Python, &url, ALICE, &second).await;
+    assert_eq!(seconds["result"]["sum"], 3.0, "her next run starts when her first ends: {seconds:#}");
+}

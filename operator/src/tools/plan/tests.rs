@@ -210,11 +210,12 @@ fn the_last_status_line_of_the_log_is_the_running_message_clipped_and_polled_aga
 #[test]
 fn a_queued_run_waits_pending_says_why_and_looks_again() {
     let run = run(None, 1);
-    let queued = Slots { taken: 20, limit: 20, ahead: 3, kind_cap: true };
+    let queued = Slots { taken: 20, limit: 20, ahead: 3, binding: crate::admission::Limit::Kind };
     let plan_ = plan(&Observed { slots: queued, ..observe(&run, JobState::Missing, vec![]) });
     assert!(!plan_.create_job);
     assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Pending));
-    assert!(status(&plan_).message.as_deref().unwrap().contains("the operator's limit is 20"));
+    let message = status(&plan_).message.clone().unwrap();
+    assert_eq!(message, "queued: 3 ahead of it; 20 of at most 20 tool runs are running");
     assert_eq!(plan_.requeue_after, Some(QUEUED_RETRY));
 }
 
