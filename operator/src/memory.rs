@@ -507,7 +507,10 @@ mod tests {
         let positions = memory.queue_positions("uid-b", || waiting(&["b", "c", "d"]));
         assert_eq!(sorts.get(), 3);
         let b = crate::testing::workflow("b", 8, 1);
-        assert_eq!(positions.ahead_of(&crate::admission::QueueEntry::of(&b)), crate::admission::Place::default());
+        assert_eq!(
+            positions.ahead_of(&crate::admission::QueueEntry::of(&b)),
+            crate::admission::Place::default()
+        );
     }
 
     #[test]

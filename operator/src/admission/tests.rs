@@ -1,7 +1,9 @@
 //! The queue's and the budget's rules, table by table.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::shares::{OTHER_NAMESPACES, PartyClass};
 use super::*;
 use crate::testing::{at, workflow};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -471,4 +473,51 @@ fn bench_queue_standings_with_twenty_thousand_waiting() {
         };
         println!("{name}: one sort {}, one standing {}", range(&mut sorts), range(&mut standings));
     }
+}
+
+/// Work of `party` in `namespace`, as [`seen_of`] makes it.
+fn seen_party(
+    kind: WorkKind,
+    namespace: &str,
+    party: &str,
+    name: &str,
+    created: i64,
+    phase: Lifecycle,
+) -> Seen {
+    let mut seen = seen_of(kind, namespace, name, created, phase);
+    seen.party = party.into();
+    seen
+}
+
+#[test]
+fn shares_count_classes_rank_namespaces_and_time_only_parties_left_with_nothing() {
+    let all = [
+        seen_party(WORKFLOW, "busy", "", "w0", 0, Lifecycle::Active),
+        seen_party(WORKFLOW, "busy", "", "w1", 1, Lifecycle::Active),
+        seen_party(RUN, "team", "alice", "r0", 2, Lifecycle::Active),
+        seen_party(RUN, "team", "alice", "r1", 3, Lifecycle::Waiting),
+        seen_party(WORKFLOW, "victim", "bob", "v0", 10, Lifecycle::Waiting),
+        seen_party(RUN, "victim", "bob", "v1", 40, Lifecycle::Waiting),
+        seen_party(WORKFLOW, "busy", "", "w2", 5, Lifecycle::Waiting),
+        seen_party(WORKFLOW, "gone", "", "g0", 0, Lifecycle::Succeeded),
+    ];
+    let budget = Budget::new(3).capping_per_party(RUN, 1);
+    let shares = super::shares::shares(&all, &budget, at(100), 1);
+    assert_eq!(shares.held[&(WORKFLOW, PartyClass::Direct)], 2);
+    assert_eq!(shares.held[&(RUN, PartyClass::Caller)], 1);
+    assert_eq!(shares.waiting[&(WORKFLOW, PartyClass::Caller)], 1);
+    assert_eq!(shares.waiting[&(WORKFLOW, PartyClass::Direct)], 1);
+    assert_eq!(shares.by_namespace, [("busy".to_string(), 2), (OTHER_NAMESPACES.to_string(), 1)]);
+    // bob holds nothing: 90 s for his workflow, 60 s for his run;
+    // busy's and alice's waiting work is not counted (they hold slots).
+    assert_eq!(shares.unserved_wait[&WORKFLOW], Duration::from_secs(90));
+    assert_eq!(shares.unserved_wait[&RUN], Duration::from_secs(60));
+    // A party kept waiting by its own cap is not unserved.
+    let capped = [seen_party(RUN, "team", "carol", "c0", 0, Lifecycle::Waiting)];
+    let none = Budget::new(3).capping_per_party(RUN, 0);
+    assert!(super::shares::shares(&capped, &none, at(100), 5).unserved_wait.is_empty());
+    assert_eq!(
+        super::shares::shares(&capped, &budget, at(100), 5).unserved_wait[&RUN],
+        Duration::from_secs(100)
+    );
 }

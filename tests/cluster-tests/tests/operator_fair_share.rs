@@ -132,6 +132,31 @@ const PREEMPT_AFTER: u64 = 5;
 /// holder's reconcile, its Job's deletion, the newcomer's Job and Pod.
 const START_SLACK: Duration = Duration::from_secs(45);
 
+/// An operator mining with the patient miner and taking slots back after
+/// [`PREEMPT_AFTER`], `limits` besides; a tokens-mode frontend for alice and bob.
+async fn patient_setup(
+    name: &str,
+    limits: &[&str],
+) -> (cluster_tests::TestNamespace, OperatorProcess, FrontendProcess) {
+    let preempt = PREEMPT_AFTER.to_string();
+    let mut args = limits.to_vec();
+    args.extend(["--miner-image", "local/patient", "--preempt-after-seconds", &preempt]);
+    cluster_tests::tools::setup_with(name, &args).await
+}
+
+/// Waits until each of `names` mines its block 2 (which takes "days").
+async fn all_on_block_two(api: &Api<MiningWorkflow>, names: &[String]) {
+    eventually("the long workflows to mine block 2", WORKFLOW_TIMEOUT, || async {
+        for name in names {
+            let workflow = api.get(name).await.ok()?;
+            let status = workflow.status.as_ref()?;
+            (workflow.phase() == WorkflowPhase::Mining && status.current_block == Some(2)).then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+}
+
 /// Issue #47: every slot held by blocks that never end; a new MCP caller's
 /// small workflow, then its small tool run, each start within the
 /// preemption delay (not at a block boundary, which never comes), and the
@@ -139,39 +164,18 @@ const START_SLACK: Duration = Duration::from_secs(45);
 #[tokio::test]
 #[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
 async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_run_within_the_delay() {
-    use cluster_tests::tools::{ALICE, call, define, settle, setup_with, tool};
-    let preempt = PREEMPT_AFTER.to_string();
-    let (ns, _operator, frontend) = setup_with(
-        "fair-long",
-        &[
-            "--max-concurrent-work",
-            "2",
-            "--max-concurrent-workflows",
-            "2",
-            "--max-concurrent-tool-runs",
-            "2",
-            "--miner-image",
-            "local/patient",
-            "--preempt-after-seconds",
-            &preempt,
-        ],
-    )
-    .await;
+    use cluster_tests::tools::{ALICE, call, define, settle, tool};
+    let limits =
+        ["--max-concurrent-work", "2", "--max-concurrent-workflows", "2", "--max-concurrent-tool-runs", "2"];
+    let (ns, _operator, frontend) = patient_setup("fair-long", &limits).await;
     let url = frontend.url();
     define(&ns, &url, tool("sum-numbers", 20, json!({}))).await;
     // Direct creators take both slots: block 1 mined, block 2 for "days".
     let long = json!({"difficulty": PATIENT, "blocks": 64});
     let api = create_workflow(&ns, "long-0", long.clone()).await;
     create_workflow(&ns, "long-1", long).await;
-    let both_on_block_two = || async {
-        for name in ["long-0", "long-1"] {
-            let workflow = api.get(name).await.ok()?;
-            let status = workflow.status.as_ref()?;
-            (workflow.phase() == WorkflowPhase::Mining && status.current_block == Some(2)).then_some(())?;
-        }
-        Some(())
-    };
-    eventually("both long workflows to mine block 2", WORKFLOW_TIMEOUT, both_on_block_two).await;
+    let holders = ["long-0".to_string(), "long-1".to_string()];
+    all_on_block_two(&api, &holders).await;
 
     // The caller's small workflow starts, and finishes, within the delay.
     let asked = std::time::Instant::now();
@@ -202,7 +206,7 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
 
     // The slot went back to the holder; a small tool run now waits behind
     // both again, and starts within the delay the same way.
-    eventually("both long workflows to mine block 2 again", WORKFLOW_TIMEOUT, both_on_block_two).await;
+    all_on_block_two(&api, &holders).await;
     let asked = std::time::Instant::now();
     let answer = call(Sdk::TypeScript, &url, ALICE, "sum-numbers", json!({"numbers": [1, 2]})).await;
     let done = match answer["status"].as_str() {
@@ -227,25 +231,17 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
 #[tokio::test]
 #[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
 async fn one_callers_long_work_leaves_another_caller_a_slot_within_the_bound() {
-    use cluster_tests::tools::{ALICE, BOB, call, define, settle, setup_with, tool};
+    use cluster_tests::tools::{ALICE, BOB, call, define, settle, tool};
     use mining_api::{ToolRun, ToolRunPhase};
-    let preempt = PREEMPT_AFTER.to_string();
-    let (ns, _operator, frontend) = setup_with(
-        "fair-callers",
-        &[
-            "--max-concurrent-workflows",
-            "2",
-            "--max-concurrent-tool-runs",
-            "2",
-            "--max-tool-runs-per-caller",
-            "1",
-            "--miner-image",
-            "local/patient",
-            "--preempt-after-seconds",
-            &preempt,
-        ],
-    )
-    .await;
+    let limits = [
+        "--max-concurrent-workflows",
+        "2",
+        "--max-concurrent-tool-runs",
+        "2",
+        "--max-tool-runs-per-caller",
+        "1",
+    ];
+    let (ns, operator, frontend) = patient_setup("fair-callers", &limits).await;
     let url = frontend.url();
     let bound = Duration::from_secs(PREEMPT_AFTER) + START_SLACK;
 
@@ -257,15 +253,7 @@ async fn one_callers_long_work_leaves_another_caller_a_slot_within_the_bound() {
         let started = call(Sdk::Python, &url, ALICE, "start_mining", arguments).await;
         hers.push(started["workflow_id"].as_str().unwrap_or_else(|| panic!("{started:#}")).to_string());
     }
-    let both_on_block_two = || async {
-        for id in &hers {
-            let workflow = api.get(id).await.ok()?;
-            let status = workflow.status.as_ref()?;
-            (workflow.phase() == WorkflowPhase::Mining && status.current_block == Some(2)).then_some(())?;
-        }
-        Some(())
-    };
-    eventually("alice's workflows to mine block 2", WORKFLOW_TIMEOUT, both_on_block_two).await;
+    all_on_block_two(&api, &hers).await;
     let asked = std::time::Instant::now();
     let arguments = json!({"difficulty": 4, "blocks": 1, "wait_seconds": 0});
     let started = call(Sdk::Python, &url, BOB, "start_mining", arguments).await;
@@ -320,6 +308,29 @@ async fn one_callers_long_work_leaves_another_caller_a_slot_within_the_bound() {
         "alice's long run is not stopped"
     );
     assert_eq!(runs.get(&second).await.unwrap().phase(), ToolRunPhase::Pending, "still at her cap");
+    // The metrics say so, with no caller's name: one caller's run holds a
+    // slot, one waits, and no party holding nothing waits (hers waits on
+    // her own cap). The gauges are set every 10 s.
+    let expected = [
+        ("mining_operator_slots_held{kind=\"tool run\",party=\"mcp-caller\"}", 1.0),
+        ("mining_operator_work_waiting{kind=\"tool run\",party=\"mcp-caller\"}", 1.0),
+        ("mining_operator_unserved_wait_seconds{kind=\"tool run\"}", 0.0),
+        ("mining_operator_slots_held{kind=\"workflow\",party=\"mcp-caller\"}", 2.0),
+    ];
+    let value = |text: &str, series: &str| -> Option<f64> {
+        text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+    };
+    let metrics = eventually("the fair-share gauges", Duration::from_secs(30), || async {
+        let (code, text) = operator.get("/metrics").await;
+        (code == 200 && expected.iter().all(|(series, want)| value(&text, series) == Some(*want)))
+            .then_some(text)
+    })
+    .await;
+    assert!(!metrics.contains("alice") && !metrics.contains("bob"), "no caller's name in a label");
+    assert!(
+        metrics.contains("mining_operator_wait_for_first_slot_seconds_count{kind=\"tool run\"}"),
+        "{metrics}"
+    );
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": long})).await;
     let seconds = settle(Sdk::Python, &url, ALICE, &second).await;
     assert_eq!(seconds["result"]["sum"], 3.0, "her next run starts when her first ends: {seconds:#}");
