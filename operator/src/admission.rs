@@ -478,17 +478,26 @@ pub fn queue_positions(all: &[Seen], budget: &Budget) -> QueuePositions {
     let mut of_kind = HashMap::<WorkKind, usize>::new();
     let mut of_party = HashMap::<Holder, usize>::new();
     let mut of_namespace = HashMap::<&str, usize>::new();
+    // A place among its party's or its namespace's own is counted only
+    // where a cap reads it: most of a long queue needs neither.
+    let count = |counts: Option<&mut usize>| {
+        counts.map_or(0, |counted| {
+            *counted += 1;
+            *counted - 1
+        })
+    };
     for seen in queue(all) {
         let blocked = holdings.blocks(seen, budget).is_some();
-        let kind = of_kind.entry(seen.work.kind).or_default();
-        let party = of_party.entry((namespace_of(seen), party_of(seen), seen.work.kind)).or_default();
-        let namespace = of_namespace.entry(namespace_of(seen)).or_default();
-        positions.insert(
-            seen.work.uid.clone(),
-            Place { all: place, kind: *kind, party: *party, namespace: *namespace },
+        let kind = count(Some(of_kind.entry(seen.work.kind).or_default()));
+        let party = count(
+            budget
+                .party_cap(seen.work.kind)
+                .map(|_| of_party.entry((namespace_of(seen), party_of(seen), seen.work.kind)).or_default()),
         );
+        let namespace =
+            count(budget.namespace_cap().map(|_| of_namespace.entry(namespace_of(seen)).or_default()));
+        positions.insert(seen.work.uid.clone(), Place { all: place, kind, party, namespace });
         created.push((seen.work.created, seen.work.kind, blocked));
-        (*kind, *party, *namespace) = (*kind + 1, *party + 1, *namespace + 1);
         if !blocked {
             place += 1;
         }
