@@ -17,8 +17,7 @@ use mining_api::Work;
 use crate::admission::shares::shares;
 use crate::admission::{
     Budget, QueueEntry, Seen, Slots, Standing, WorkKind, Yield, freshest_phases, holders_over_share,
-    next_in_queue, party_in, preempt_in, queue_positions, should_yield, slots_for, taken_by_others,
-    yield_for,
+    next_in_queue, preempt_in, queue_positions, should_yield, slots_for, taken_by_others, yield_for,
 };
 use crate::memory::{InFlightKey, Memory, Reservation};
 use crate::metrics::{KindLabels, Metrics, NAMESPACES_SHOWN};
@@ -32,6 +31,8 @@ const RECLAIM_RECHECK: Duration = Duration::from_secs(5);
 trait Queued: Send + Sync {
     /// Its work with the freshest phases (`written`: what this operator wrote).
     fn seen(&self, written: &HashMap<String, Standing>, parties: &Parties) -> Vec<Seen>;
+    /// The party `name` in `namespace` queues as ("" when not cached).
+    fn party(&self, namespace: &str, name: &str, parties: &Parties) -> String;
     /// How many of its objects the cache holds.
     fn live(&self) -> usize;
     /// Reconciles `name` in `namespace` now.
@@ -55,6 +56,11 @@ impl<K: Work> Queued for Registered<K> {
             cached.retain(|work| parties.proves(work.as_ref()));
         }
         freshest_phases(&cached, written, |work| parties.of(work))
+    }
+
+    fn party(&self, namespace: &str, name: &str, parties: &Parties) -> String {
+        let work = self.store.get(&ObjectRef::new(name).within(namespace));
+        work.map(|work| parties.of(work.as_ref())).unwrap_or_default()
     }
 
     fn live(&self) -> usize {
@@ -158,14 +164,13 @@ impl WorkQueue {
     /// is written). The queue's order is shared by the reconciles that
     /// follow while nothing changed it (see `Memory::queue_positions`).
     pub fn admission(&self, me: &QueueEntry) -> (Slots, Reservation<'_>) {
-        let all = self.all();
-        let key = InFlightKey {
-            kind: me.kind,
-            namespace: me.namespace.clone(),
-            party: party_in(&all, me).to_string(),
-        };
+        // The party from the cache by name: one lookup, not a read of all work.
+        let party = self
+            .kind(me.kind)
+            .map(|kind| kind.party(&me.namespace, &me.name, &self.parties))
+            .unwrap_or_default();
+        let key = InFlightKey { kind: me.kind, namespace: me.namespace.clone(), party };
         self.memory.reserve_admission(key, |in_flight| {
-            // Read again under the lock: an admission that just ended is counted as written.
             let all = self.all();
             let positions = self.memory.queue_positions(&me.uid, || queue_positions(&all, &self.budget));
             let slots = slots_for(me, taken_by_others(&all, me) + in_flight, &positions, &self.budget);
