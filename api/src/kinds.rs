@@ -98,6 +98,10 @@ impl Work for MiningWorkflow {
     const NOUN: &'static str = "workflow";
     type Request<'a> = ProvenSpec;
 
+    fn preemptible(&self) -> bool {
+        true
+    }
+
     fn request(&self) -> ProvenSpec {
         self.spec.proven()
     }
@@ -148,6 +152,10 @@ pub struct ProvenToolRequest<'a> {
     /// Appended likewise: absent unless the tool asked who called.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<&'a crate::tool_caller::ToolCaller>,
+    /// Appended likewise: absent unless the tool's steps may be stopped
+    /// and run again (no one but the frontend may make a run preemptible).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
 }
 
 /// What version 1 of a tool run's proof bound, as one JSON document. Frozen:
@@ -169,6 +177,10 @@ impl Work for ToolRun {
     const NOUN: &'static str = "tool run";
     type Request<'a> = ProvenToolRequest<'a>;
 
+    fn preemptible(&self) -> bool {
+        self.spec.preemptible
+    }
+
     /// All but `cancel` and the answers (later writes, each answer with its own proof).
     fn request(&self) -> ProvenToolRequest<'_> {
         let ToolRunSpec {
@@ -181,6 +193,7 @@ impl Work for ToolRun {
             input_deadline_seconds,
             input_responses: _,
             caller,
+            preemptible,
         } = &self.spec;
         ProvenToolRequest {
             tool,
@@ -190,6 +203,7 @@ impl Work for ToolRun {
             ttl_seconds_after_finished: *ttl_seconds_after_finished,
             input_deadline_seconds: *input_deadline_seconds,
             caller: caller.as_ref(),
+            preemptible: *preemptible,
         }
     }
 

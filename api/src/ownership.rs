@@ -407,7 +407,7 @@ mod tests {
         assert!(keys.proves(&run));
         assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves(&run), "another key");
         type Forgery = fn(&mut crate::ToolRun);
-        let forgeries: [(&str, Forgery); 5] = [
+        let forgeries: [(&str, Forgery); 6] = [
             ("another caller", |r| {
                 r.metadata.labels.as_mut().unwrap().insert(labels::CALLER.into(), "bob-label".into());
             }),
@@ -421,6 +421,8 @@ mod tests {
                 pod.service_account_name = Some("admin".into());
             }),
             ("another name", |r| r.metadata.name = Some("mw-y".into())),
+            // Whoever may edit the run must not make its caller's work stoppable.
+            ("made preemptible", |r| r.spec.preemptible = true),
         ];
         for (what, forge) in forgeries {
             let mut forged = run.clone();

@@ -134,6 +134,7 @@ pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
         input_deadline_seconds: None,
         input_responses: Default::default(),
         caller: None,
+        preemptible: false,
     };
     let mut run = crate::ToolRun::new(name, spec);
     run.metadata.namespace = Some("ns".into());

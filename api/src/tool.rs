@@ -138,6 +138,14 @@ pub struct McpToolSpec {
     /// What the tool says it does, for hosts (MCP tool annotations); see `tool_hints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hints: Option<crate::tool_hints::ToolHints>,
+    /// Each step of a run can be stopped and run again from its start
+    /// (it is idempotent: it may run twice, and a file it hands over is
+    /// replaced by the next run's). The operator then takes a running
+    /// step's slot back for work that waited past the preemption delay
+    /// (`--preempt-after-seconds`), as it does a workflow's block; a run of
+    /// a tool that is not preemptible is never stopped for another's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]
@@ -221,6 +229,10 @@ pub struct ToolRunSpec {
     /// Who called, for a tool that asked to know (`callerIdentity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<ToolCaller>,
+    /// The tool was preemptible when the call was made: its running step
+    /// may be stopped and run again for work that waited (see `McpToolSpec`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
 }
 
 /// One answer to a tool's request, as the frontend wrote it.
@@ -329,6 +341,16 @@ pub struct ToolRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::tool_outputs::MAX_OUTPUTS))]
     pub outputs: Vec<crate::tool_outputs::ToolOutput>,
+    /// How many times a running step was stopped to give its slot to work
+    /// that waited (a preemptible tool's run only); each time the step ran
+    /// again from its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptions: Option<u32>,
+    /// The uid of the Job last stopped that way: while it is still seen
+    /// going, it is never taken for the step's new Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub preempted_job_uid: Option<String>,
     /// The uid of the Secret of the current step's answers and state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]

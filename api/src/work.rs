@@ -78,6 +78,12 @@ pub trait Work:
     /// Whether its caller (or anyone who may edit it) asked it to stop.
     fn cancel_requested(&self) -> bool;
 
+    /// Whether the slot it holds may be taken back while it runs, the part
+    /// running then done again from its start: a workflow's block always
+    /// (blocks already mined are kept); a tool run's step only when its
+    /// tool said its steps may run twice (`McpToolSpec::preemptible`).
+    fn preemptible(&self) -> bool;
+
     /// Seconds it is kept after it finished (the operator's default when `None`).
     fn ttl_seconds_after_finished(&self) -> Option<i64>;
 

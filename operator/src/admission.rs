@@ -54,6 +54,8 @@ pub struct QueueEntry {
     pub created: Option<Timestamp>,
     /// Cancel asked, or deleted (whatever finalizer keeps it stored).
     pub leaving: bool,
+    /// Its slot may be taken back while it runs ([`Work::preemptible`]).
+    pub preemptible: bool,
 }
 
 impl QueueEntry {
@@ -66,6 +68,7 @@ impl QueueEntry {
             name: meta.name.clone().unwrap_or_default(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             leaving: work.cancel_requested() || meta.deletion_timestamp.is_some(),
+            preemptible: work.preemptible(),
         }
     }
 }
@@ -633,11 +636,12 @@ fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a
 }
 
 /// The work holding slots that should give one to the head of the queue
-/// (each by [`should_yield`]): whom the head wakes when it may take a slot
-/// back mid-block, since a block that takes days sends no event before.
+/// (each by [`should_yield`]) and may while it runs: whom the head wakes
+/// when it may take a slot back mid-block, since a block that takes days
+/// sends no event before. (A tool run that is not preemptible keeps its slot.)
 pub fn holders_over_share<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
     all.iter()
-        .filter(|s| holds_slot(s))
+        .filter(|s| holds_slot(s) && s.work.preemptible)
         .filter(|s| should_yield(all, &s.work, budget))
         .map(|s| &s.work)
         .collect()

@@ -210,6 +210,7 @@ impl Core {
             input_deadline_seconds: tool.spec.input_deadline_seconds,
             input_responses: Default::default(),
             caller: who_called,
+            preemptible: tool.spec.preemptible,
         };
         let mut run = ToolRun::new(id.as_str(), spec);
         run.metadata.namespace = Some(self.namespace.clone());

@@ -24,6 +24,8 @@ fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lif
         name: name.into(),
         created: Some(at(created)),
         leaving: false,
+        // As `Work::preemptible` says of a workflow, and of a tool run by default.
+        preemptible: kind == WORKFLOW,
     };
     Seen { work, phase, started: None, party: String::new() }
 }
@@ -349,6 +351,36 @@ fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
     all[2].phase = Lifecycle::Active;
     assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(10_000)), Yield::Keep);
     assert!(holders_over_share(&all, &preempting).is_empty());
+}
+
+#[test]
+fn only_a_preemptible_tool_run_is_asked_for_its_slot_back_mid_step() {
+    // Issue #47: one caller's days-long tool runs hold both tool-run slots;
+    // another caller's short run waits. Only a run whose tool said its steps
+    // may run twice is woken to give its slot back, once the delay passed.
+    let run = |name: &str, created: i64, phase, caller: &str| {
+        let mut seen = seen_of(RUN, "tools", name, created, phase);
+        seen.party = caller.into();
+        seen
+    };
+    let mut all = vec![
+        run("long-kept", 0, Lifecycle::Active, "alice"),
+        run("long-stoppable", 1, Lifecycle::Active, "alice"),
+        run("short", 100, Lifecycle::Waiting, "bob"),
+    ];
+    all[1].work.preemptible = true;
+    let preempting = Budget::new(10).capping(RUN, 2).preempting_after(Duration::from_secs(60));
+    let woken = |all: &[Seen]| -> Vec<String> {
+        holders_over_share(all, &preempting).iter().map(|w| w.name.clone()).collect()
+    };
+    assert_eq!(woken(&all), ["long-stoppable"], "the run that may not be stopped is never asked");
+    // Both are over bob's share: which gives way is the tool's to say.
+    assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(160)), Yield::Now);
+    // Once it gave its slot back and bob's run holds one: 1 against 1, no more.
+    all[1].phase = Lifecycle::Waiting;
+    all[2].phase = Lifecycle::Active;
+    assert!(woken(&all).is_empty());
+    assert_eq!(yield_for(&all, &all[0].work.clone(), &preempting, at(10_000)), Yield::Keep);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -29,7 +29,7 @@ use mining_api::trace::TraceParent;
 use mining_api::{Lifecycle, ToolRun, ToolRunPhase, ToolRunStatus, annotations, labels, reasons};
 use tracing::{info, warn};
 
-use crate::admission::{QueueEntry, Slots, WorkKind};
+use crate::admission::{QueueEntry, Slots, WorkKind, Yield};
 use crate::api_calls::counting_calls;
 use crate::apply::{publish_events, write_status};
 use crate::controller::REPLAN_AFTER;
@@ -253,6 +253,19 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         other => other,
     };
+    // A preemptible run's running step gives its slot back once the head
+    // of the queue, having waited past the preemption delay, asked
+    // (`reclaim_for`) and the run is over its share: one yield decided at
+    // a time, as a workflow's block.
+    let now = Timestamp::now();
+    let running_step = run.phase() == ToolRunPhase::Running
+        && matches!(state, JobState::Ours { phase: JobPhase::Running, .. });
+    let asked = running_step && run.spec.preemptible && ctx.queue.memory.take_preemption_request(&uid);
+    let mut yield_turn = asked.then(|| ctx.queue.memory.yield_turn()).flatten();
+    let preempt = yield_turn.is_some() && ctx.queue.yield_for(&QueueEntry::of(run), now) == Yield::Now;
+    if !preempt {
+        yield_turn = None;
+    }
     let proven = ctx.queue.parties.proves(run);
     let waiting = matches!(state, JobState::Missing)
         && run.status.as_ref().is_none_or(|s| s.job_uid.is_none())
@@ -308,15 +321,24 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         job: state,
         pods,
         answers,
-        now: Timestamp::now(),
+        preempt,
+        now,
         default_ttl_seconds: ctx.default_ttl_seconds,
     };
     let mut plan = plan::plan(&observed);
     if plan.delete_job {
-        let background = DeleteParams::background();
+        // Only the Job observed: never one made under its name since.
+        let observed_uid = match &observed.job {
+            JobState::Ours { uid, .. } | JobState::Preempted { uid } => Some(uid.clone()),
+            JobState::Missing | JobState::Foreign => None,
+        };
+        let background = DeleteParams {
+            preconditions: observed_uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::background()
+        };
         match jobs.delete(&job_name, &background).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
             Err(err) => return Err(tool_error("delete the Job of", &name)(err)),
         }
     }
@@ -388,6 +410,8 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
             }
         }
         drop(admission);
+        // The yield is written: the next may be decided.
+        drop(yield_turn);
         announce(ctx, run, status);
         let ended_without_success =
             matches!(status.phase, Some(ToolRunPhase::Failed | ToolRunPhase::Cancelled));
@@ -496,6 +520,8 @@ fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
 fn event_for(before: Option<ToolRunPhase>, status: &ToolRunStatus) -> Option<PlannedEvent> {
     let phase = status.phase.filter(|phase| Some(*phase) != before)?;
     let (warning, reason) = match phase {
+        // Running, then queued again: it gave its slot back (preempted).
+        ToolRunPhase::Pending if before == Some(ToolRunPhase::Running) => (false, reasons::YIELDED),
         ToolRunPhase::Pending => (false, reasons::QUEUED),
         ToolRunPhase::Running if before.is_none() => return None,
         ToolRunPhase::Running => (false, reasons::RUN_STARTED),
@@ -539,6 +565,9 @@ fn job_state(run: &ToolRun, job: Option<&Job>, outputs: Option<&crate::outputs::
     let uid = job.metadata.uid.clone().unwrap_or_default();
     if !controlled || uid.is_empty() {
         return JobState::Foreign;
+    }
+    if run.status.as_ref().and_then(|s| s.preempted_job_uid.as_deref()) == Some(uid.as_str()) {
+        return JobState::Preempted { uid };
     }
     // The Job this operator created is the one whose uid the run recorded;
     // before that is recorded (a restart between create and status write),

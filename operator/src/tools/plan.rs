@@ -25,6 +25,9 @@ pub enum JobState {
     Foreign,
     /// The run's own Job.
     Ours { uid: String, phase: JobPhase, succeeded: i32 },
+    /// The Job of a step this run gave its slot back from, still seen
+    /// going: never the step's new Job, which comes once it is gone.
+    Preempted { uid: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +73,10 @@ pub struct Observed<'a> {
     pub pods: Vec<PodOutcome>,
     /// The caller's answers the frontend proved for this run, by key.
     pub answers: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Its running step gives its slot back now: the head of the queue has
+    /// waited past the preemption delay and the run is over its share
+    /// (`admission::yield_for`). Taken only of a preemptible run.
+    pub preempt: bool,
     pub now: Timestamp,
     pub default_ttl_seconds: u64,
 }
@@ -109,6 +116,8 @@ pub fn progress_line(log: &str) -> Option<String> {
 
 /// The message of a run whose Job runs and has said nothing yet.
 const RUNNING: &str = "running";
+/// How soon a run whose preempted Job is still seen looks again.
+pub const PREEMPTED_RECHECK: Duration = Duration::from_secs(1);
 
 pub fn plan(observed: &Observed) -> Plan {
     let run = observed.run;
@@ -186,6 +195,12 @@ pub fn plan(observed: &Observed) -> Plan {
                     }
                 }
             },
+            JobState::Preempted { .. } => {
+                // Deleted already; asked again in case that was lost.
+                plan.delete_job = true;
+                plan.requeue_after = Some(PREEMPTED_RECHECK);
+                current.clone()
+            }
             JobState::Foreign => finish(
                 ToolRunPhase::Failed,
                 format!(
@@ -210,6 +225,11 @@ pub fn plan(observed: &Observed) -> Plan {
                     ..current.clone()
                 };
                 match phase {
+                    JobPhase::Running if observed.preempt && run.spec.preemptible => {
+                        plan.delete_job = true;
+                        plan.requeue_after = Some(PREEMPTED_RECHECK);
+                        preempted(run, uid, seen)
+                    }
                     JobPhase::Running => {
                         // Status lines are read again while it runs.
                         plan.requeue_after = Some(PROGRESS_POLL);
@@ -279,6 +299,27 @@ pub fn plan(observed: &Observed) -> Plan {
         plan.status = Some(status);
     }
     plan
+}
+
+/// The status of a run whose running step (its Job `uid`) gives its slot
+/// back: queued again, the step to run again from its start.
+fn preempted(run: &ToolRun, uid: &str, seen: ToolRunStatus) -> ToolRunStatus {
+    let step = match run.step() {
+        0 => "it runs again from its start".to_string(),
+        step => format!("its step {step} runs again from its start"),
+    };
+    ToolRunStatus {
+        phase: Some(ToolRunPhase::Pending),
+        message: Some(format!(
+            "queued: gave its slot back to work that waited past the preemption delay (its tool is \
+             preemptible); {step} when its turn comes"
+        )),
+        progress: Some(format!("0/{}", run.parts())),
+        job_uid: None,
+        preempted_job_uid: Some(uid.to_string()),
+        preemptions: Some(seen.preemptions.unwrap_or(0).saturating_add(1)),
+        ..seen
+    }
 }
 
 /// The ask a finished step left instead of a result, if it left one (a run

@@ -104,6 +104,15 @@ fn a_job_the_run_does_not_control_is_foreign() {
     let mut replaced = job("run-uid");
     replaced.metadata.uid = Some("planted-uid".into());
     assert_eq!(job_state(&run, Some(&replaced), None), JobState::Foreign);
+    // The Job a preempted step left, still seen going: not the new step's,
+    // though the run records none and it runs what the run asks.
+    let mut preempted = run.clone();
+    let status = preempted.status.as_mut().unwrap();
+    (status.job_uid, status.preempted_job_uid) = (None, Some("job-uid".into()));
+    assert_eq!(
+        job_state(&preempted, Some(&job("run-uid")), None),
+        JobState::Preempted { uid: "job-uid".into() }
+    );
 }
 
 /// The Pod watch as it would hold `pods` (projected, first list done).

@@ -335,3 +335,105 @@ async fn one_callers_long_work_leaves_another_caller_a_slot_within_the_bound() {
     let seconds = settle(Sdk::Python, &url, ALICE, &second).await;
     assert_eq!(seconds["result"]["sum"], 3.0, "her next run starts when her first ends: {seconds:#}");
 }
+
+/// Issue #47, long tool runs: alice's ten-minute run holds the only
+/// tool-run slot. A tool that is not preemptible keeps it — bob's run waits
+/// past the delay and starts only when hers ends. A preemptible tool's run
+/// gives its slot back once bob's has waited the delay: bob's finishes
+/// within the bound, hers is queued again and runs its step from its start
+/// in a new Job, saying it was preempted once.
+#[tokio::test]
+#[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
+async fn a_preemptible_tools_long_run_gives_its_slot_to_another_callers_within_the_delay() {
+    use cluster_tests::tools::{ALICE, BOB, call, define, settle, tool};
+    use mining_api::{ToolRun, ToolRunPhase};
+    let limits = ["--max-concurrent-tool-runs", "1"];
+    let (ns, _operator, frontend) = patient_setup("fair-preempt", &limits).await;
+    let url = frontend.url();
+    let bound = Duration::from_secs(PREEMPT_AFTER) + START_SLACK;
+    let runs: Api<ToolRun> = ns.api();
+    let start = |tool: &'static str, token, delay: u64| {
+        let url = url.clone();
+        async move {
+            let arguments = json!({"numbers": [1, 2], "delay_seconds": delay});
+            let answer = call(Sdk::Python, &url, token, tool, arguments).await;
+            answer["workflow_id"].as_str().unwrap_or_else(|| panic!("{answer:#}")).to_string()
+        }
+    };
+    let running = |name: String| {
+        let runs = runs.clone();
+        async move {
+            eventually("the long run to run", Duration::from_secs(60), || async {
+                let run = runs.get(&name).await.ok()?;
+                (run.phase() == ToolRunPhase::Running && run.status.as_ref()?.job_uid.is_some())
+                    .then_some(run)
+            })
+            .await
+        }
+    };
+
+    // Not preemptible: alice's run keeps the slot whatever bob waits.
+    define(&ns, &url, tool("sum-kept", 0, json!({}))).await;
+    define(&ns, &url, tool("sum-preemptible", 0, json!({"preemptible": true}))).await;
+    let kept = start("sum-kept", ALICE, 600).await;
+    running(kept.clone()).await;
+    let bobs_first = start("sum-kept", BOB, 0).await;
+    let past_the_delay = Duration::from_secs(PREEMPT_AFTER + 10);
+    let waited =
+        eventually("bob's run to wait past the delay", past_the_delay + Duration::from_secs(20), || async {
+            let run = runs.get(&bobs_first).await.ok()?;
+            let created = run.metadata.creation_timestamp.as_ref()?.0;
+            let age = k8s_openapi::jiff::Timestamp::now().duration_since(created).unsigned_abs();
+            (age >= past_the_delay).then_some(run)
+        })
+        .await;
+    assert_eq!(waited.phase(), ToolRunPhase::Pending, "{:?}", waited.status);
+    let held = runs.get(&kept).await.unwrap();
+    assert_eq!(held.phase(), ToolRunPhase::Running, "a run that is not preemptible is never stopped");
+    assert_eq!(held.status.as_ref().and_then(|s| s.preemptions), None);
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": kept})).await;
+    let done = settle(Sdk::Python, &url, BOB, &bobs_first).await;
+    assert_eq!(done["result"]["sum"], 3.0, "bob's run starts when hers ends: {done:#}");
+
+    // Preemptible: the slot comes back within the delay.
+    let long = start("sum-preemptible", ALICE, 600).await;
+    let first = running(long.clone()).await;
+    let first_job = first.status.as_ref().and_then(|s| s.job_uid.clone()).unwrap();
+    let asked = std::time::Instant::now();
+    let bobs = start("sum-preemptible", BOB, 0).await;
+    let done = settle(Sdk::Python, &url, BOB, &bobs).await;
+    assert_eq!(done["result"]["sum"], 3.0, "{done:#}");
+    let took = asked.elapsed();
+    assert!(took < bound, "bob's run took {took:?}, more than {bound:?}");
+    assert!(
+        took >= Duration::from_secs(PREEMPT_AFTER - 1),
+        "no slot was free: it waited for the delay ({took:?})"
+    );
+    // Hers runs again, in a new Job, and says why it started over.
+    let again = eventually("alice's run to run again in a new Job", Duration::from_secs(60), || async {
+        let run = runs.get(&long).await.ok()?;
+        let status = run.status.clone()?;
+        let rerun = run.phase() == ToolRunPhase::Running
+            && status.job_uid.is_some()
+            && status.job_uid != Some(first_job.clone());
+        rerun.then_some(status)
+    })
+    .await;
+    assert_eq!(again.preemptions, Some(1), "{again:?}");
+    assert_eq!(again.preempted_job_uid.as_deref(), Some(first_job.as_str()));
+    let events: Api<Event> = ns.api();
+    let said = events.list(&ListParams::default()).await.unwrap().items;
+    let notes: Vec<String> = said
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(long.as_str()))
+        .filter(|e| e.reason.as_deref() == Some(mining_api::reasons::YIELDED))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|note| note.contains("gave its slot back") && note.contains("runs again from its start")),
+        "a Yielded Event says the run was preempted: {notes:?}"
+    );
+    call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": long})).await;
+}

@@ -34,6 +34,7 @@ fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observ
         job,
         pods,
         answers: Default::default(),
+        preempt: false,
         now: now(),
         default_ttl_seconds: 60,
     }
@@ -55,6 +56,76 @@ fn pod(index: i32, succeeded: bool, exit_code: i32, message: &str) -> PodOutcome
 
 fn status(plan: &Plan) -> &ToolRunStatus {
     plan.status.as_ref().expect("a status to write")
+}
+
+/// A run of `preemptible` tool whose step 0 runs as Job "job-uid".
+fn running(preemptible: bool) -> ToolRun {
+    let mut run = run(None, 1);
+    run.spec.preemptible = preemptible;
+    run.status = Some(ToolRunStatus {
+        phase: Some(ToolRunPhase::Running),
+        job_uid: Some("job-uid".into()),
+        progress: Some("0/1".into()),
+        message: Some(RUNNING.into()),
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
+        ..Default::default()
+    });
+    run
+}
+
+#[test]
+fn a_preemptible_runs_step_gives_its_slot_back_and_is_queued_to_run_again() {
+    let run = running(true);
+    let plan = plan(&Observed { preempt: true, ..observe(&run, ours(JobPhase::Running, 0), vec![]) });
+    assert!(plan.delete_job, "the running step's Job goes");
+    assert!(!plan.create_job);
+    let status = status(&plan);
+    assert_eq!(status.phase, Some(ToolRunPhase::Pending), "back in the queue, holding no slot");
+    assert_eq!(status.job_uid, None);
+    assert_eq!(status.preempted_job_uid.as_deref(), Some("job-uid"));
+    assert_eq!(status.preemptions, Some(1));
+    assert_eq!(status.started_at, run.status.as_ref().unwrap().started_at, "when it first started stays");
+    let message = status.message.as_deref().unwrap();
+    assert!(message.starts_with("queued: gave its slot back"), "{message}");
+    assert!(message.contains("runs again from its start"), "{message}");
+    // Preempted again later: counted.
+    let mut again = run.clone();
+    again.status.as_mut().unwrap().preemptions = Some(1);
+    let plan =
+        super::plan(&Observed { preempt: true, ..observe(&again, ours(JobPhase::Running, 0), vec![]) });
+    assert_eq!(plan.status.unwrap().preemptions, Some(2));
+}
+
+#[test]
+fn a_run_whose_tool_is_not_preemptible_keeps_running_whatever_it_is_asked() {
+    let run = running(false);
+    let plan = plan(&Observed { preempt: true, ..observe(&run, ours(JobPhase::Running, 0), vec![]) });
+    assert!(!plan.delete_job);
+    assert!(plan.status.is_none(), "still running: nothing to write");
+}
+
+#[test]
+fn the_preempted_steps_job_is_waited_out_never_adopted_nor_called_lost() {
+    let mut run = running(true);
+    let preempted = plan(&Observed { preempt: true, ..observe(&run, ours(JobPhase::Running, 0), vec![]) });
+    run.status = preempted.status;
+    // The watch still shows the old Job: it is deleted (again), nothing else.
+    let plan = super::plan(&observe(&run, JobState::Preempted { uid: "job-uid".into() }, vec![]));
+    assert!(plan.delete_job);
+    assert!(!plan.create_job);
+    assert!(plan.status.is_none(), "still queued: nothing to write");
+    assert_eq!(plan.requeue_after, Some(PREEMPTED_RECHECK));
+    // Gone: the run waits for a slot like any other, then makes the step's Job again.
+    let queued = Slots { taken: 1, limit: 1, ..Slots::OPEN };
+    let waiting = super::plan(&Observed { slots: queued, ..observe(&run, JobState::Missing, vec![]) });
+    assert!(!waiting.create_job);
+    assert_eq!(
+        waiting.status.as_ref().map_or(Some(ToolRunPhase::Pending), |s| s.phase),
+        Some(ToolRunPhase::Pending)
+    );
+    let admitted = super::plan(&observe(&run, JobState::Missing, vec![]));
+    assert!(admitted.create_job, "a preempted run is not a run whose Job was lost");
+    assert_eq!(status(&admitted).phase, Some(ToolRunPhase::Running));
 }
 
 #[test]
