@@ -56,7 +56,7 @@ pub enum Command {
     /// The logs of its Pods, each line prefixed with [pod/container].
     Logs {
         target: String,
-        /// Stream until its Pods end.
+        /// Stream them, and each Pod it makes next, until it has ended.
         #[arg(short, long)]
         follow: bool,
         /// Lines per container, from the end (default 1000).

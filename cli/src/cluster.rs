@@ -1,6 +1,9 @@
 //! The CLI's reads and writes against the API server: thin, with the
 //! user's own credentials (their RBAC decides what they see and may do).
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use futures::{AsyncBufReadExt as _, StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -221,38 +224,91 @@ pub async fn cancel(client: &Client, work: &WorkView) -> Result<(), CliError> {
 /// gigabytes; the API server keeps what the kubelet keeps.
 const DEFAULT_TAIL_LINES: i64 = 1000;
 
-/// Writes the logs of every container of `pods`, each line prefixed with
-/// `[pod/container]`; with `follow`, streams them until every Pod ends.
+/// How often `logs -f` looks for the work's new Pods (a workflow's next
+/// block, a run's next step or retry) and whether it ended.
+const NEW_PODS_EVERY: Duration = Duration::from_secs(2);
+
+/// Writes the logs of every container of the work's Pods, each line
+/// prefixed with `[pod/container]`. With `follow`, streams them and each
+/// Pod the work makes later, until the work has ended and its last Pod's
+/// log is read (or the work is deleted); a container not started yet is
+/// looked at again, not reported.
 pub async fn logs(
     client: &Client,
-    namespace: &str,
-    pods: &[Pod],
+    found: &Found,
     follow: bool,
     tail: Option<i64>,
     out: &mut (impl std::io::Write + Send),
 ) -> Result<(), CliError> {
-    let api = Api::<Pod>::namespaced(client.clone(), namespace);
-    let mut streams = Vec::new();
-    for pod in pods {
-        let containers = pod.spec.iter().flat_map(|s| s.containers.iter().map(|c| c.name.clone()));
-        for container in containers.collect::<Vec<_>>() {
-            let prefix = format!("[{}/{}]", pod.name_any(), container);
-            let params = LogParams {
-                container: Some(container),
-                follow,
-                tail_lines: Some(tail.unwrap_or(DEFAULT_TAIL_LINES)),
-                ..LogParams::default()
-            };
-            match api.log_stream(&pod.name_any(), &params).await {
-                Ok(stream) => {
-                    streams.push(stream.lines().map_ok(move |line| format!("{prefix} {line}")).boxed());
+    let (namespace, name, uid) =
+        (found.view.namespace.clone(), found.view.name.clone(), found.view.uid.clone());
+    let target = format!("{}/{name}", found.view.kind.short());
+    let api = Api::<Pod>::namespaced(client.clone(), &namespace);
+    let mut work = Some(Found { view: found.view.clone(), object: found.object.clone() });
+    let mut streamed: HashSet<(String, String)> = HashSet::new();
+    let mut merged = futures::stream::SelectAll::new();
+    let mut next_look = tokio::time::Instant::now();
+    loop {
+        if tokio::time::Instant::now() >= next_look {
+            let Some(current) = &work else { break };
+            let (_, pods) = jobs_and_pods(client, current).await?;
+            for pod in &pods {
+                let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+                let containers = pod.spec.iter().flat_map(|s| s.containers.iter().map(|c| c.name.clone()));
+                for container in containers.collect::<Vec<_>>() {
+                    if streamed.contains(&(pod_uid.clone(), container.clone())) {
+                        continue;
+                    }
+                    let prefix = format!("[{}/{}]", pod.name_any(), container);
+                    let params = LogParams {
+                        container: Some(container.clone()),
+                        follow,
+                        tail_lines: Some(tail.unwrap_or(DEFAULT_TAIL_LINES)),
+                        ..LogParams::default()
+                    };
+                    match api.log_stream(&pod.name_any(), &params).await {
+                        Ok(stream) => {
+                            streamed.insert((pod_uid.clone(), container));
+                            merged
+                                .push(stream.lines().map_ok(move |line| format!("{prefix} {line}")).boxed());
+                        }
+                        // Still pulling its image: followed, it is tried again.
+                        Err(_) if follow && !pod_ended(pod) => {}
+                        Err(err) => {
+                            streamed.insert((pod_uid.clone(), container));
+                            writeln!(out, "{prefix} (no log: {})", crate::error::api_reason(&err))?;
+                        }
+                    }
                 }
-                // A Pod still pulling its image has no log yet: say so and go on.
-                Err(err) => writeln!(out, "{prefix} (no log: {})", crate::error::api_reason(&err))?,
             }
+            if !follow {
+                break;
+            }
+            if current.view.finished && merged.is_empty() {
+                return Ok(());
+            }
+            next_look = tokio::time::Instant::now() + NEW_PODS_EVERY;
+            // Whether it ended, for the next look (deleted, or another of
+            // its name: nothing more of it will come).
+            work = match find(client, &namespace, &target).await {
+                Ok(again) if again.view.uid == uid => Some(again),
+                Ok(_) | Err(CliError::NotFound { .. }) => None,
+                Err(err) => return Err(err),
+            };
+        }
+        tokio::select! {
+            line = merged.next(), if !merged.is_empty() => match line {
+                Some(Ok(line)) => writeln!(out, "{}", crate::view::one_line(&line, 64 * 1024))?,
+                Some(Err(err)) => writeln!(out, "(log stream ended: {err})")?,
+                None => {}
+            },
+            _ = tokio::time::sleep_until(next_look), if follow => {}
+        }
+        if !follow && merged.is_empty() {
+            break;
         }
     }
-    let mut merged = futures::stream::select_all(streams);
+    // The streams already open are read to their end.
     while let Some(line) = merged.next().await {
         match line {
             Ok(line) => writeln!(out, "{}", crate::view::one_line(&line, 64 * 1024))?,
@@ -260,6 +316,11 @@ pub async fn logs(
         }
     }
     Ok(())
+}
+
+/// Whether every container of `pod` has ended (it will have no more log).
+fn pod_ended(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 #[cfg(test)]

@@ -108,7 +108,14 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Logs { target, follow, tail } => {
             let found = cluster::find(&client, &namespace, &target).await?;
             let (_, pods) = cluster::jobs_and_pods(&client, &found).await?;
-            if pods.is_empty() {
+            if pods.is_empty() && follow && !found.view.finished {
+                eprintln!(
+                    "{}/{} has no Pods yet ({}); waiting for them",
+                    found.view.kind.short(),
+                    found.view.name,
+                    found.view.phase
+                );
+            } else if pods.is_empty() {
                 eprintln!(
                     "{}/{} has no Pods now ({}): a finished run's Pods go once its result is stored, \
                      and a run waiting for answers has none",
@@ -119,7 +126,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 return Ok(0);
             }
             let mut out = std::io::stdout();
-            cluster::logs(&client, &namespace, &pods, follow, tail, &mut out).await?;
+            cluster::logs(&client, &found, follow, tail, &mut out).await?;
             Ok(0)
         }
         Command::Cancel { target } => {

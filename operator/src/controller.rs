@@ -401,8 +401,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // Between two blocks (no whole-block Job running), a workflow holding a
     // slot that waiting work should have yields it; mid-block only once the
     // head of the queue has waited past the preemption delay. (A block mined
-    // in ranges is decided while its other ranges still run: the plan
-    // yields only before a block no Job was made for.)
+    // in ranges has no whole-block Job, so it is told at each reconcile: the
+    // plan yields before a block no Job was made for, or, told "now", stops
+    // the block's running ranges and keeps what they searched.)
     let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
     let now = Timestamp::now();
     // Mid-block, only when the head of the queue asked (`reclaim_for`): a

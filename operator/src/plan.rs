@@ -351,6 +351,16 @@ impl Planner<'_> {
                 return self.yield_slot(block, total);
             }
             if !self.observed.jobs.contains_key(&block) && (in_ranges || self.parallelism() > 1) {
+                // The head of the queue waited past the preemption delay:
+                // the block's running ranges go; the nonces searched so far
+                // (`no_winner_below`, the ranges that reported) are kept.
+                if in_ranges && self.observed.yielding == Yield::Now {
+                    let running = ranges.iter().filter(|job| job.state == BlockJob::Running);
+                    let stop: Vec<Action> =
+                        running.map(|job| Action::DeleteJob { name: job.name.clone() }).collect();
+                    self.plan.actions.extend(stop);
+                    return self.preempted_in_ranges(block, total);
+                }
                 if self.mine_ranges(block, &prev, total) {
                     continue;
                 }
@@ -432,6 +442,18 @@ impl Planner<'_> {
         self.back_in_queue(format!(
             "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
              {} blocks mined so far are kept, block {block} is mined again when a slot frees",
+            block - 1
+        ));
+    }
+
+    /// [`Self::preempted`] for a block mined in ranges: what its ranges
+    /// searched is kept, the search goes on above that when a slot frees.
+    fn preempted_in_ranges(&mut self, block: u32, total: u32) {
+        let searched = self.plan.status.no_winner_below.unwrap_or(0);
+        self.back_in_queue(format!(
+            "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
+             {} blocks mined so far are kept, and block {block}'s search goes on above nonce {searched} when \
+             a slot frees",
             block - 1
         ));
     }

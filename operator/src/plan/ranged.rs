@@ -69,7 +69,11 @@ impl Planner<'_> {
                         note.push_str(&format!(" (spec.parallelism {asked} is above this operator's limit)"));
                     }
                     self.event(false, reasons::BLOCK_STARTED, note);
-                } else if refilled > 0 && self.phase() == WorkflowPhase::Mining {
+                } else if refilled > 0
+                    && self.phase() == WorkflowPhase::Mining
+                    && self.observed.workflow.phase() == WorkflowPhase::Mining
+                {
+                    // (Not when it resumes: ranges it gave back are not lost.)
                     let note = format!(
                         "{refilled} range Job(s) of block {block}/{total} are gone; creating them again"
                     );

@@ -565,6 +565,77 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
     panic!("the chain did not finish");
 }
 
+/// Issue #47: a block mined in ranges never reaches its boundary in days
+/// (a party could evade preemption with `parallelism: 2`). Told "now", its
+/// running ranges go and the searched prefix is kept: on resuming, the
+/// search goes on above it, and no range is called lost.
+#[test]
+fn mid_block_a_workflow_mined_in_ranges_gives_its_slot_back_and_keeps_what_it_searched() {
+    let mut limits = limits();
+    limits.nonce_range_size = Some(300);
+    let mut wf = workflow("w", 16, 2);
+    wf.spec.parallelism = 2;
+    let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
+    let step = |wf: &mut MiningWorkflow, ranges: &mut BTreeMap<u32, Vec<RangeJob>>, yielding| {
+        let observed = Observed {
+            workflow: wf,
+            jobs: BTreeMap::new(),
+            ranges: ranges.clone(),
+            slots: crate::admission::Slots {
+                taken: 0,
+                limit: 2,
+                ahead: 0,
+                binding: crate::admission::Limit::Kind,
+            },
+            yielding,
+            now: at(1),
+        };
+        let plan = plan(&observed, &limits);
+        for action in &plan.actions {
+            match action {
+                Action::CreateRangeJob { block, start, count, .. } => {
+                    let name = crate::naming::range_job_name("w", "uid-w", *block, *start);
+                    let job = RangeJob { name, start: *start, count: *count, state: BlockJob::Running };
+                    ranges.entry(*block).or_default().push(job);
+                }
+                Action::DeleteJob { name } | Action::CleanUpJob { name } => {
+                    ranges.values_mut().for_each(|jobs| jobs.retain(|j| &j.name != name));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        *wf = with_status(wf.clone(), &plan);
+        plan
+    };
+    step(&mut wf, &mut ranges, Yield::Keep);
+    // Range [0, 300) reports, as the real miner does: no winner in it.
+    let first = &mut ranges.get_mut(&1).unwrap()[0];
+    assert_eq!(first.start, 0);
+    let found = miner::mine_range(1, GENESIS, 16, 1, 0, 300).unwrap();
+    assert!(found.is_none(), "the test needs a range without a winner");
+    let report = miner::range_report(1, GENESIS, 16, (0, 300), None, 1).to_json_line();
+    first.state = BlockJob::Succeeded { message: Some(report), started: None, finished: None };
+    step(&mut wf, &mut ranges, Yield::Keep);
+    assert_eq!(wf.status.as_ref().unwrap().no_winner_below, Some(300));
+    let running: Vec<u64> = ranges[&1].iter().map(|j| j.start).collect();
+    assert_eq!(running, [300, 600]);
+
+    let preempted = step(&mut wf, &mut ranges, Yield::Now);
+    assert_eq!(preempted.status.phase, Some(WorkflowPhase::Pending));
+    assert!(ranges[&1].is_empty(), "both running ranges stopped: {:?}", preempted.actions);
+    let admitted = condition(&preempted, condition_types::ADMITTED);
+    assert_eq!(admitted.reason, reasons::YIELDED);
+    let message = &admitted.message;
+    assert!(message.contains("during block 1/2") && message.contains("above nonce 300"), "{message}");
+    assert_eq!(preempted.status.no_winner_below, Some(300), "what was searched is kept");
+
+    let resumed = step(&mut wf, &mut ranges, Yield::Keep);
+    assert_eq!(resumed.status.phase, Some(WorkflowPhase::Mining));
+    let starts: Vec<u64> = ranges[&1].iter().map(|j| j.start).collect();
+    assert_eq!(starts, [300, 600], "the search goes on above what was searched");
+    assert!(resumed.events.iter().all(|e| e.reason != reasons::JOB_RECREATED), "{:?}", resumed.events);
+}
+
 #[test]
 fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
     let mut limits = limits();

@@ -128,6 +128,29 @@ async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_
             "block {block}'s miner line in:\n{logs}"
         );
     }
+    // Followed from before its first Pod: each block's Pod as it comes,
+    // until the workflow ends (before, `-f` read only the Pods there were
+    // when it started, here none, and stopped).
+    let spec = MiningWorkflowSpec { blocks: 3, ..MiningWorkflowSpec::new(14) };
+    workflows.create(&PostParams::default(), &MiningWorkflow::new("followed", spec)).await.unwrap();
+    let following = tokio::process::Command::new(release_binary("kubectl-mining"))
+        .current_dir(repo_root())
+        .args(["logs", "-f", "mwf/followed", "-n", &ns.name])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), following)
+        .await
+        .expect("logs -f ends when the workflow has")
+        .expect("kubectl-mining runs");
+    let followed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{followed}{}", String::from_utf8_lossy(&output.stderr));
+    for block in 1..=3 {
+        assert!(
+            followed.lines().any(|l| l.starts_with('[') && l.contains(&format!("] miner: block={block} "))),
+            "block {block}'s miner line, followed:\n{followed}"
+        );
+    }
+    assert_eq!(workflows.get("followed").await.unwrap().phase(), WorkflowPhase::Succeeded);
     let shown = cli_ok(&ns, &["show", "mwf/chain"]);
     assert_eq!(shown.matches("Complete").count(), 3, "three Jobs, each complete:\n{shown}");
     // A namespace editor plants a Job with the workflow's label and a

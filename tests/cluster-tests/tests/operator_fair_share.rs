@@ -157,10 +157,10 @@ async fn all_on_block_two(api: &Api<MiningWorkflow>, names: &[String]) {
     .await;
 }
 
-/// Issue #47: every slot held by blocks that never end; a new MCP caller's
-/// small workflow, then its small tool run, each start within the
-/// preemption delay (not at a block boundary, which never comes), and the
-/// holders keep every block they mined.
+/// Issue #47: every slot held by blocks that never end, mined in ranges; a
+/// new MCP caller's small workflow, then its small tool run, each start
+/// within the preemption delay (not at a block boundary, which never
+/// comes), and the holders keep every block they mined.
 #[tokio::test]
 #[ignore = "needs the local cluster's local/patient image; tests/run.sh runs it there"]
 async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_run_within_the_delay() {
@@ -170,8 +170,10 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
     let (ns, _operator, frontend) = patient_setup("fair-long", &limits).await;
     let url = frontend.url();
     define(&ns, &url, tool("sum-numbers", 20, json!({}))).await;
-    // Direct creators take both slots: block 1 mined, block 2 for "days".
-    let long = json!({"difficulty": PATIENT, "blocks": 64});
+    // Direct creators take both slots: block 1 mined, block 2 for "days",
+    // in nonce ranges across two Pods each (a block mined in ranges has no
+    // whole-block Job to stop: its ranges are, and what they searched is kept).
+    let long = json!({"difficulty": PATIENT, "blocks": 64, "parallelism": 2});
     let api = create_workflow(&ns, "long-0", long.clone()).await;
     create_workflow(&ns, "long-1", long).await;
     let holders = ["long-0".to_string(), "long-1".to_string()];
@@ -197,7 +199,7 @@ async fn days_long_blocks_give_a_slot_back_to_a_new_callers_workflow_and_tool_ru
     // A holder gave its slot back mid-block, said so, and kept its block.
     let yielded = yielded_events(&ns).await;
     let note = yielded.first().and_then(|e| e.note.clone()).expect("a Yielded Event");
-    assert!(note.contains("during block 2/64"), "{note}");
+    assert!(note.contains("during block 2/64") && note.contains("search goes on above nonce"), "{note}");
     for name in ["long-0", "long-1"] {
         let workflow = api.get(name).await.unwrap();
         assert_eq!(workflow.mined_blocks().len(), 1, "{name} lost a mined block");
