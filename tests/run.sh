@@ -28,7 +28,12 @@ log "building the release binaries the tests run (the components, the miner, the
 # BENCHMARKS.md runs them), which saves a dozen LTO links.
 cargo build --release -p mining-operator --bin operator
 cargo build --release -p mcp-frontend
-cargo build --release -p miner -p kubectl-mining -p node-agent --bins
+# README's own install line (a test runs it again and finds it built): it
+# leaves the CLI in the target directory, where the tests run it. (A plain
+# `cargo build --release -p kubectl-mining` is not what `cargo install`
+# builds: each would link it again after the other.)
+cargo install --quiet --force --locked --path cli --root "${TMPDIR:-/tmp}/mining-operator-cli-install"
+cargo build --release -p miner -p node-agent --bins
 cargo nextest run --workspace --no-run --cargo-quiet
 
 log "installing the MCP clients the frontend tests use (official SDKs, Inspector, conformance suite)"

@@ -276,3 +276,39 @@ spec:
     drop(frontend);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// README's install line, as written (into a scratch root instead of
+/// ~/.cargo): it builds in the workspace's target directory, where
+/// tests/run.sh built the CLI the same way, so it installs what the tests
+/// ran, and the installed binary answers as `kubectl mining`.
+#[test]
+fn readmes_cargo_install_line_installs_the_cli() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let section = readme.split("## Follow runs from the command line").nth(1).expect("the section");
+    let line = section
+        .lines()
+        .find_map(|line| line.split('#').next()?.trim().strip_prefix("cargo install "))
+        .expect("README's cargo install line");
+    let root = tempdir("install");
+    // The target directory the tests were built in (CARGO_TARGET_DIR, or the workspace's).
+    let built = release_binary("kubectl-mining");
+    let target_dir = built.parent().and_then(|release| release.parent()).expect("the target directory");
+    let installed = Command::new("cargo")
+        .current_dir(repo_root())
+        .arg("install")
+        .args(line.split_whitespace())
+        .args(["--root", root.to_str().unwrap(), "--offline"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .output()
+        .expect("cargo runs");
+    let said = String::from_utf8_lossy(&installed.stderr);
+    assert!(installed.status.success(), "cargo install {line}: {said}");
+    let binary = root.join("bin").join("kubectl-mining");
+    let help = Command::new(&binary).arg("--help").output().expect("the installed CLI runs");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success() && text.contains("Usage: kubectl-mining"), "{text}");
+    for command in ["list", "show", "watch", "logs", "cancel", "validate"] {
+        assert!(text.contains(command), "{command} in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(root);
+}
