@@ -485,6 +485,46 @@ fn a_valid_but_not_smallest_nonce_is_an_invalid_result_and_the_smallest_is_recor
     assert!(!checked);
 }
 
+/// What the controller sees of the workflow `wf` mined in `ranges`, no
+/// other work holding a slot.
+fn in_ranges<'a>(
+    wf: &'a MiningWorkflow,
+    ranges: &BTreeMap<u32, Vec<RangeJob>>,
+    yielding: Yield,
+) -> Observed<'a> {
+    Observed {
+        workflow: wf,
+        jobs: BTreeMap::new(),
+        ranges: ranges.clone(),
+        slots: crate::admission::Slots {
+            taken: 0,
+            limit: 2,
+            ahead: 0,
+            binding: crate::admission::Limit::Kind,
+        },
+        yielding,
+        now: at(1),
+    }
+}
+
+/// The range Jobs as the plan leaves them: each created one running, each
+/// deleted one gone; any other action is a failure.
+fn apply_to_ranges(plan: &Plan, ranges: &mut BTreeMap<u32, Vec<RangeJob>>) {
+    for action in &plan.actions {
+        match action {
+            Action::CreateRangeJob { block, start, count, .. } => {
+                let name = crate::naming::range_job_name("w", "uid-w", *block, *start);
+                let job = RangeJob { name, start: *start, count: *count, state: BlockJob::Running };
+                ranges.entry(*block).or_default().push(job);
+            }
+            Action::DeleteJob { name } | Action::CleanUpJob { name } => {
+                ranges.values_mut().for_each(|jobs| jobs.retain(|j| &j.name != name));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
 /// A chain mined with `spec.parallelism` 2, every range's report computed
 /// by the real miner: the same blocks as one Pod per block, range Jobs
 /// cleaned up once each block is recorded, and the status telling how far
@@ -499,39 +539,17 @@ fn a_parallel_chain_is_mined_in_ranges_and_equals_the_sequential_one() {
     let mut prev: String;
     let mut created_for_block_one = Vec::new();
     for _round in 0..200 {
-        let observed = Observed {
-            workflow: &wf,
-            jobs: BTreeMap::new(),
-            ranges: ranges.clone(),
-            slots: crate::admission::Slots {
-                taken: 0,
-                limit: 2,
-                ahead: 0,
-                binding: crate::admission::Limit::Kind,
-            },
-            yielding: Yield::Keep,
-            now: at(1),
-        };
-        let plan = plan(&observed, &limits);
-        assert!(!plan.actions.iter().any(|a| matches!(a, Action::CreateJob { .. })), "{:?}", plan.actions);
+        let plan = plan(&in_ranges(&wf, &ranges, Yield::Keep), &limits);
         for action in &plan.actions {
-            match action {
-                Action::CreateRangeJob { block, prev: p, difficulty, start, count } => {
-                    let recorded = (*block > 1).then(|| plan.status.blocks[*block as usize - 2].hash.clone());
-                    assert_eq!((p.clone(), *difficulty), (recorded.unwrap_or(GENESIS.into()), 10));
-                    if *block == 1 {
-                        created_for_block_one.push(*start);
-                    }
-                    let name = crate::naming::range_job_name("w", "uid-w", *block, *start);
-                    let job = RangeJob { name, start: *start, count: *count, state: BlockJob::Running };
-                    ranges.entry(*block).or_default().push(job);
+            if let Action::CreateRangeJob { block, prev: p, difficulty, start, .. } = action {
+                let recorded = (*block > 1).then(|| plan.status.blocks[*block as usize - 2].hash.clone());
+                assert_eq!((p.clone(), *difficulty), (recorded.unwrap_or(GENESIS.into()), 10));
+                if *block == 1 {
+                    created_for_block_one.push(*start);
                 }
-                Action::DeleteJob { name } | Action::CleanUpJob { name } => {
-                    ranges.values_mut().for_each(|jobs| jobs.retain(|j| &j.name != name));
-                }
-                other => panic!("unexpected {other:?}"),
             }
         }
+        apply_to_ranges(&plan, &mut ranges);
         wf = with_status(wf, &plan);
         let status = wf.status.as_ref().unwrap();
         if status.phase == Some(WorkflowPhase::Succeeded) {
@@ -577,33 +595,8 @@ fn mid_block_a_workflow_mined_in_ranges_gives_its_slot_back_and_keeps_what_it_se
     wf.spec.parallelism = 2;
     let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
     let step = |wf: &mut MiningWorkflow, ranges: &mut BTreeMap<u32, Vec<RangeJob>>, yielding| {
-        let observed = Observed {
-            workflow: wf,
-            jobs: BTreeMap::new(),
-            ranges: ranges.clone(),
-            slots: crate::admission::Slots {
-                taken: 0,
-                limit: 2,
-                ahead: 0,
-                binding: crate::admission::Limit::Kind,
-            },
-            yielding,
-            now: at(1),
-        };
-        let plan = plan(&observed, &limits);
-        for action in &plan.actions {
-            match action {
-                Action::CreateRangeJob { block, start, count, .. } => {
-                    let name = crate::naming::range_job_name("w", "uid-w", *block, *start);
-                    let job = RangeJob { name, start: *start, count: *count, state: BlockJob::Running };
-                    ranges.entry(*block).or_default().push(job);
-                }
-                Action::DeleteJob { name } | Action::CleanUpJob { name } => {
-                    ranges.values_mut().for_each(|jobs| jobs.retain(|j| &j.name != name));
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let plan = plan(&in_ranges(wf, ranges, yielding), &limits);
+        apply_to_ranges(&plan, ranges);
         *wf = with_status(wf.clone(), &plan);
         plan
     };
