@@ -146,7 +146,15 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                         .message
                         .as_deref()
                         .and_then(|m| m.strip_prefix(mining_api::tool::RUNNING_PREFIX));
+                    // The operator's "queued: …" names the limit that holds
+                    // the run (never another caller), or that it gave its
+                    // slot back and runs its step again.
+                    let queued = status
+                        .message
+                        .as_deref()
+                        .filter(|m| run.phase() == ToolRunPhase::Pending && m.starts_with("queued"));
                     match (line, &status.progress) {
+                        _ if let Some(queued) = queued => format!("Waiting for a slot ({queued})"),
                         (Some(line), Some(progress)) => format!("Running ({progress} parts done): {line}"),
                         (Some(line), None) => format!("Running: {line}"),
                         (None, Some(progress)) => format!("Running ({progress} parts done)"),
@@ -415,6 +423,23 @@ mod tests {
             ..Default::default()
         });
         run
+    }
+
+    #[test]
+    fn a_queued_or_preempted_run_says_why_it_waits() {
+        let now: Timestamp = "2026-11-25T01:00:40Z".parse().unwrap();
+        let mut queued = run(ToolRunPhase::Pending, None, false);
+        let said = "queued: gave its slot back to work that waited past the preemption delay (its tool is \
+                    preemptible); it runs again from its start when its turn comes";
+        queued.status.as_mut().unwrap().message = Some(said.into());
+        queued.status.as_mut().unwrap().progress = Some("0/1".into());
+        let outcome = run_outcome(&queued, now);
+        assert_eq!(outcome.status, OutcomeStatus::Running);
+        assert_eq!(outcome.status_message, format!("Waiting for a slot ({said})"));
+        // Not yet said by the operator: waiting for its Job, as before.
+        queued.status.as_mut().unwrap().message = None;
+        queued.status.as_mut().unwrap().progress = None;
+        assert_eq!(run_outcome(&queued, now).status_message, "Waiting for the tool's Job to start");
     }
 
     #[test]

@@ -95,8 +95,10 @@ async fn budget_expiry_answers_running_and_polling_completes() {
 async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same_workflow() {
     let mut stack = Stack::start("mcp-restart", &[]).await;
     let url = stack.frontend.url();
-    // Hard enough (seconds a block) that the kill below lands during the wait.
-    let start = json!({"difficulty": 26, "blocks": 3, "wait_seconds": 0, "idempotency_key": "agent-run-1"});
+    // Long enough (seconds a block, eight blocks) that the kill below lands
+    // during the wait: with three, a fast run ended before the waiting
+    // client had registered its wait (seen once under load).
+    let start = json!({"difficulty": 26, "blocks": 8, "wait_seconds": 0, "idempotency_key": "agent-run-1"});
     let first = structured(&Sdk::TypeScript.call(&url, None, "start_mining", start.clone()).await).clone();
     let id = first["workflow_id"].as_str().unwrap().to_string();
 
@@ -128,7 +130,7 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
                 &url,
                 None,
                 "start_mining",
-                json!({"difficulty": 26, "blocks": 3, "wait_seconds": 20, "idempotency_key": "agent-run-1"}),
+                json!({"difficulty": 26, "blocks": 8, "wait_seconds": 20, "idempotency_key": "agent-run-1"}),
             )
             .await,
     )
@@ -145,9 +147,9 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
     // The same key with any argument that shapes the work changed is
     // refused, not silently answered with the first workflow.
     for changed in [
-        json!({"difficulty": 25, "blocks": 3}),
-        json!({"difficulty": 26, "blocks": 2}),
-        json!({"difficulty": 26, "blocks": 3, "parallelism": 2}),
+        json!({"difficulty": 25, "blocks": 8}),
+        json!({"difficulty": 26, "blocks": 7}),
+        json!({"difficulty": 26, "blocks": 8, "parallelism": 2}),
     ] {
         let mut arguments = changed.clone();
         arguments["idempotency_key"] = json!("agent-run-1");
@@ -156,7 +158,7 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
         assert!(text.contains("already started workflow") && text.contains(&id), "{changed}: {text}");
     }
     // How long to wait does not shape the work: the same key finds it.
-    let same = json!({"difficulty": 26, "blocks": 3, "wait_seconds": 1, "idempotency_key": "agent-run-1"});
+    let same = json!({"difficulty": 26, "blocks": 8, "wait_seconds": 1, "idempotency_key": "agent-run-1"});
     let found = structured(&Sdk::Python.call(&url, None, "start_mining", same).await).clone();
     assert_eq!(found["workflow_id"], id.as_str());
     assert_eq!(stack.workflows().await.len(), 1, "still one workflow for one idempotency key");
