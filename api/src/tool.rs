@@ -345,6 +345,7 @@ pub struct ToolRunStatus {
     /// that waited (a preemptible tool's run only); each time the step ran
     /// again from its start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = u32::MAX))]
     pub preemptions: Option<u32>,
     /// The uid of the Job last stopped that way: while it is still seen
     /// going, it is never taken for the step's new Job.
