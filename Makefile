@@ -45,7 +45,9 @@ images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy
 ifeq ($(BINARIES),prebuilt)
 	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate -p report
 	@mkdir -p target/images
-	@for image in $(IMAGES); do cp "$${CARGO_TARGET_DIR:-target}/$(MUSL)/release/$$image" target/images/ || exit 1; done
+	@# Without their symbol tables (a fifth of each binary): an image's binary
+	@# is for running; panics still say where (file and line are no symbols).
+	@for image in $(IMAGES); do strip --strip-all -o "target/images/$$image" "$${CARGO_TARGET_DIR:-target}/$(MUSL)/release/$$image" || exit 1; done
 endif
 	@for image in $(IMAGES); do \
 	  if [ '$(BINARIES)' = prebuilt ]; then context=target/images; else context=.; fi; \

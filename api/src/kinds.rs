@@ -36,7 +36,8 @@ impl ToolRunPhase {
 }
 
 /// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
-/// `spec.ttlSecondsAfterFinished`, `status.startedAt`), read the same way.
+/// `spec.ttlSecondsAfterFinished`, `status.startedAt`, `status.admittedAt`),
+/// read the same way.
 macro_rules! common_fields {
     () => {
         fn lifecycle(&self) -> Lifecycle {
@@ -53,6 +54,11 @@ macro_rules! common_fields {
 
         fn started_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
             self.status.as_ref()?.started_at.as_ref().map(|t| t.0)
+        }
+
+        fn admitted_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+            let status = self.status.as_ref()?;
+            status.admitted_at.as_ref().or(status.started_at.as_ref()).map(|t| t.0)
         }
     };
 }

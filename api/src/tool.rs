@@ -314,6 +314,11 @@ pub struct ToolRunStatus {
     pub arguments_secret_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When it last took a slot (its first start, or its rerun after it was
+    /// preempted): work that was already waiting then never takes this slot
+    /// back mid-step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
     /// The step running or last run: 0 for the first Job, one more after

@@ -90,6 +90,10 @@ pub trait Work:
     /// When the operator admitted it (took a slot for it), if it did.
     fn started_at(&self) -> Option<k8s_openapi::jiff::Timestamp>;
 
+    /// When it last took a slot (`startedAt` for work admitted before the
+    /// field was written), if it did.
+    fn admitted_at(&self) -> Option<k8s_openapi::jiff::Timestamp>;
+
     fn label(&self, key: &str) -> Option<&str> {
         self.meta().labels.as_ref()?.get(key).map(String::as_str)
     }

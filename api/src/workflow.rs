@@ -144,6 +144,11 @@ pub struct MiningWorkflowStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When it last took a slot (its first start, or its resume after it
+    /// gave its slot back): work that was already waiting then never takes
+    /// this slot back mid-block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
     /// For a block mined across Pods: it has no winning nonce below this

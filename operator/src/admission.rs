@@ -56,6 +56,8 @@ pub struct QueueEntry {
     pub leaving: bool,
     /// Its slot may be taken back while it runs ([`Work::preemptible`]).
     pub preemptible: bool,
+    /// When it last took a slot ([`Work::admitted_at`]).
+    pub admitted: Option<Timestamp>,
 }
 
 impl QueueEntry {
@@ -69,6 +71,7 @@ impl QueueEntry {
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             leaving: work.cancel_requested() || meta.deletion_timestamp.is_some(),
             preemptible: work.preemptible(),
+            admitted: work.admitted_at(),
         }
     }
 }
@@ -104,14 +107,18 @@ pub fn freshest_phases<W: Work>(
         .iter()
         .map(|work| {
             let entry = QueueEntry::of(work.as_ref());
-            let cached = Standing { phase: work.lifecycle(), started: work.started_at() };
+            let cached = Standing { phase: work.lifecycle(), started: work.admitted_at() };
             let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
             let phase = match work.meta().deletion_timestamp {
                 Some(_) if !fresh.phase.is_finished() => Lifecycle::Cancelled,
                 _ => fresh.phase,
             };
-            Seen { phase, started: fresh.started.or(cached.started), party: party(work), work: entry }
+            // Its last admission as this operator wrote it: the cache may
+            // not show a new one yet.
+            let started = fresh.started.or(cached.started);
+            let work_entry = QueueEntry { admitted: started, ..entry };
+            Seen { phase, started, party: party(work), work: work_entry }
         })
         .collect()
 }
@@ -567,17 +574,47 @@ pub enum Yield {
 /// Whether `me`, a workflow mining, should give its slot to the head of
 /// the queue ([`should_yield`]), and when: at its next block boundary, or
 /// now if the head has waited longer than the budget lets a boundary be
-/// waited for (`now` against the head's creation; work that yielded before
-/// has waited at least that long, so it takes a slot back at once — only
-/// from a group holding more than its own, so shares still settle).
+/// waited for (`now` against the head's creation or last admission: work
+/// that gave its slot back has waited at least that long) — but never now
+/// to work that was already waiting when `me` took the slot
+/// ([`may_take_back`]).
 pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp) -> Yield {
     let Some(head) = yield_to(all, me, budget) else {
         return Yield::Keep;
     };
-    let waited = head.work.created.map(|created| now.duration_since(created).unsigned_abs());
+    let waited = waiting_since(&head.work).map(|since| now.duration_since(since).unsigned_abs());
+    // `me` as the queue sees it: with its last admission this operator wrote.
+    let me = all.iter().find(|s| s.work.uid == me.uid).map_or(me, |s| &s.work);
     match (budget.preempt_after, waited) {
-        (Some(after), Some(waited)) if waited >= after => Yield::Now,
+        (Some(after), Some(waited)) if waited >= after && may_take_back(&head.work, me) => Yield::Now,
         _ => Yield::AtBlockBoundary,
+    }
+}
+
+/// Whether `head` may take `holder`'s slot back mid-step: only when the
+/// holder took it before `head` began to wait (was created, or last took a
+/// slot of its own). A slot given to other work while `head` waited was
+/// that work's turn, not a debt: taking it back at once would hand one
+/// slot to and fro between two parties, each preempted as soon as it
+/// starts, and neither would ever finish. `head` waits for that holder's
+/// next block boundary or its end instead; work that came later still
+/// takes a slot back after the delay.
+pub fn may_take_back(head: &QueueEntry, holder: &QueueEntry) -> bool {
+    match (holder.admitted, waiting_since(head)) {
+        (Some(taken), Some(waiting)) => taken <= waiting,
+        // Holding, yet no admission written that this copy shows: it was
+        // admitted a moment ago.
+        (None, _) => false,
+        (Some(_), None) => true,
+    }
+}
+
+/// When `work` began waiting for the slot it waits for: its creation, or
+/// its last admission when it held a slot since (it gave that slot back).
+fn waiting_since(work: &QueueEntry) -> Option<Timestamp> {
+    match (work.created, work.admitted) {
+        (Some(created), Some(admitted)) => Some(created.max(admitted)),
+        (created, admitted) => created.or(admitted),
     }
 }
 
@@ -586,7 +623,7 @@ pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp)
 /// from `now` (zero: already).
 pub fn preempt_in(head: &QueueEntry, budget: &Budget, now: Timestamp) -> Option<std::time::Duration> {
     let after = budget.preempt_after?;
-    let waited = head.created.map_or(after, |created| now.duration_since(created).unsigned_abs());
+    let waited = waiting_since(head).map_or(after, |since| now.duration_since(since).unsigned_abs());
     Some(after.saturating_sub(waited))
 }
 
@@ -638,10 +675,11 @@ fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a
 /// The work holding slots that should give one to the head of the queue
 /// (each by [`should_yield`]) and may while it runs: whom the head wakes
 /// when it may take a slot back mid-block, since a block that takes days
-/// sends no event before. (A tool run that is not preemptible keeps its slot.)
-pub fn holders_over_share<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
+/// sends no event before. (A tool run that is not preemptible keeps its
+/// slot, and so does work that took it while `head` waited.)
+pub fn holders_over_share<'a>(all: &'a [Seen], head: &QueueEntry, budget: &Budget) -> Vec<&'a QueueEntry> {
     all.iter()
-        .filter(|s| holds_slot(s) && s.work.preemptible)
+        .filter(|s| holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work))
         .filter(|s| should_yield(all, &s.work, budget))
         .map(|s| &s.work)
         .collect()

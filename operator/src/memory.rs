@@ -152,7 +152,7 @@ impl Memory {
     {
         let mut after = work.clone();
         *after.status_mut() = Some(status.clone());
-        let standing = Standing { phase: after.lifecycle(), started: after.started_at() };
+        let standing = Standing { phase: after.lifecycle(), started: after.admitted_at() };
         let written = Written {
             status: Box::new(status.clone()),
             resource_version: version,

@@ -285,6 +285,7 @@ impl Planner<'_> {
         // A workflow that yielded its slot resumes what it was admitted to
         // mine, and its deadline still counts from its first start.
         status.started_at.get_or_insert_with(|| self.now.clone());
+        status.admitted_at = Some(self.now.clone());
         status.admitted_difficulty.get_or_insert(difficulty);
         status.admitted_blocks.get_or_insert(blocks);
         // A start after a wait is news (the Queued Event said it waited); a

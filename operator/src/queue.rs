@@ -206,7 +206,7 @@ impl WorkQueue {
             return Some(left);
         }
         let all = self.all();
-        for holder in holders_over_share(&all, &self.budget) {
+        for holder in holders_over_share(&all, me, &self.budget) {
             if let Some(queued) = self.kind(holder.kind) {
                 self.memory.request_preemption(&holder.uid);
                 queued.wake(&holder.namespace, &holder.name);

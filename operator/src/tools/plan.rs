@@ -191,6 +191,7 @@ pub fn plan(observed: &Observed) -> Plan {
                         progress: Some(format!("0/{}", run.parts())),
                         message: Some(RUNNING.into()),
                         started_at: current.started_at.clone().or(Some(now.clone())),
+                        admitted_at: Some(now.clone()),
                         ..current.clone()
                     }
                 }

@@ -38,6 +38,35 @@ pub fn repo_root() -> PathBuf {
         .join("../..")
 }
 
+/// `command` as a user's shell would run it: the test runner's variables
+/// cleared, only a user's own and the target directory and cluster slot the
+/// suite built and started kept. A `cargo` run from a test needs this: the
+/// runner's `CARGO_MANIFEST_DIR` reaches the build scripts that watch it
+/// (ring's), so cargo would rebuild TLS and everything above it in the
+/// shared target directory, and the next user-like build rebuilt it back
+/// (minutes each: the README test timed out on it in CI).
+pub fn as_a_user(command: &mut std::process::Command) -> &mut std::process::Command {
+    command.env_clear();
+    for name in [
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "TMPDIR",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO_TARGET_DIR",
+        "CARGO_INCREMENTAL",
+        "MINING_CLUSTER_SLOT",
+    ] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command
+}
+
 /// A client for the cluster in `$KUBECONFIG`. Panics with a hint when there is none.
 pub async fn client() -> Client {
     assert!(

@@ -12,7 +12,7 @@ use cluster_tests::mcp::{Sdk, release_binary};
 use cluster_tests::tools::{
     ALICE, call, define, deploy_gate, report_tool, settle, setup_with_args, setup_with_embedded_store,
 };
-use cluster_tests::{TestNamespace, eventually, kubectl_with_input, repo_root};
+use cluster_tests::{TestNamespace, as_a_user, eventually, kubectl_with_input, repo_root};
 use kube::api::{Api, PostParams};
 use mining_api::{McpTool, MiningWorkflow, MiningWorkflowSpec, ToolRun, WorkflowPhase};
 use serde_json::json;
@@ -293,7 +293,9 @@ fn readmes_cargo_install_line_installs_the_cli() {
     // The target directory the tests were built in (CARGO_TARGET_DIR, or the workspace's).
     let built = release_binary("kubectl-mining");
     let target_dir = built.parent().and_then(|release| release.parent()).expect("the target directory");
-    let installed = Command::new("cargo")
+    // As a user types it: from the test runner's environment cargo would
+    // rebuild the shared TLS crates (see `as_a_user`).
+    let installed = as_a_user(&mut Command::new("cargo"))
         .current_dir(repo_root())
         .arg("install")
         .args(line.split_whitespace())

@@ -411,6 +411,10 @@ async fn a_preemptible_tools_long_run_gives_its_slot_to_another_callers_within_t
         took >= Duration::from_secs(PREEMPT_AFTER - 1),
         "no slot was free: it waited for the delay ({took:?})"
     );
+    // The slot bob took while alice's run waited is not taken back by hers
+    // (before, the two runs preempted each other every few seconds).
+    let bobs_run = runs.get(&bobs).await.unwrap();
+    assert_eq!(bobs_run.status.as_ref().and_then(|s| s.preemptions), None, "{:?}", bobs_run.status);
     // Hers runs again, in a new Job, and says why it started over.
     let again = eventually("alice's run to run again in a new Job", Duration::from_secs(60), || async {
         let run = runs.get(&long).await.ok()?;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster_tests::{reference_chain, repo_root};
+use cluster_tests::{as_a_user, reference_chain, repo_root};
 
 const SECTION: &str = "## Run the components yourself";
 
@@ -45,23 +45,7 @@ fn sh_blocks(readme: &str, heading: &str) -> Vec<String> {
 /// started, so `cargo run` and `cluster.sh` find what is already there.
 fn user_shell(script: &str, log: &Path) -> Command {
     let mut command = Command::new("bash");
-    command.args(["-euo", "pipefail", "-c", script]).current_dir(repo_root()).env_clear();
-    for name in [
-        "PATH",
-        "HOME",
-        "USER",
-        "LANG",
-        "TMPDIR",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
-        "CARGO_TARGET_DIR",
-        "MINING_CLUSTER_SLOT",
-    ] {
-        if let Some(value) = std::env::var_os(name) {
-            command.env(name, value);
-        }
-    }
+    as_a_user(command.args(["-euo", "pipefail", "-c", script]).current_dir(repo_root()));
     // Files, not pipes: a background process the block starts keeps its
     // stdout open long after the shell is gone.
     let out = File::create(log).expect("a log file");
