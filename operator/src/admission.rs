@@ -28,7 +28,7 @@
 //! ([`yield_for`]): a block can take days, and a share that waits for its
 //! end is no bound. (A tool run cannot resume, so it never yields.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::jiff::Timestamp;
 use mining_api::{Lifecycle, Work, labels};
@@ -81,7 +81,6 @@ impl QueueEntry {
 pub struct Seen {
     pub work: QueueEntry,
     pub phase: Lifecycle,
-    pub started: Served,
     /// The party it queues as within its namespace: its caller's label when
     /// the frontend's proof says so, else "" (the namespace's direct creators).
     pub party: String,
@@ -91,7 +90,7 @@ pub struct Seen {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
     pub phase: Lifecycle,
-    pub started: Served,
+    pub admitted: Served,
 }
 
 /// The freshest phase and admission time of each piece of `cached` work: a
@@ -107,7 +106,7 @@ pub fn freshest_phases<W: Work>(
         .iter()
         .map(|work| {
             let entry = QueueEntry::of(work.as_ref());
-            let cached = Standing { phase: work.lifecycle(), started: work.admitted_at() };
+            let cached = Standing { phase: work.lifecycle(), admitted: work.admitted_at() };
             let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
             let phase = match work.meta().deletion_timestamp {
@@ -116,9 +115,8 @@ pub fn freshest_phases<W: Work>(
             };
             // Its last admission as this operator wrote it: the cache may
             // not show a new one yet.
-            let started = fresh.started.or(cached.started);
-            let work_entry = QueueEntry { admitted: started, ..entry };
-            Seen { phase, started, party: party(work), work: work_entry }
+            let admitted = fresh.admitted.or(cached.admitted);
+            Seen { phase, party: party(work), work: QueueEntry { admitted, ..entry } }
         })
         .collect()
 }
@@ -169,7 +167,7 @@ impl<'a> Groups<'a> {
         if holds_slot(seen) {
             *self.holding.entry(group).or_default() += 1;
         }
-        if let Some(at) = seen.started {
+        if let Some(at) = seen.work.admitted {
             let served = self.served.entry(group).or_insert(at);
             *served = (*served).max(at);
         }
@@ -178,8 +176,13 @@ impl<'a> Groups<'a> {
 
 /// Orders `members` (one level's waiting work, each with its place in its
 /// own order so far) round-robin across the groups `group_of` names:
-/// rank = slots the group holds + the member's place within the group; on
-/// equal ranks the group served longest ago goes first, then the oldest.
+/// rank = slots the group holds + the member's place within the group. On
+/// equal ranks a group none of whose work is ahead in this order goes
+/// first, the one served longest ago first among them (never served
+/// before all); then the groups whose previous member is ahead, in that
+/// member's order (it will have been served since: so y's second waits
+/// behind x's first when both hold one slot, whoever was served before);
+/// then the oldest.
 fn round_robin<'a>(
     members: Vec<(usize, &'a Seen)>,
     group_of: impl Fn(&'a Seen) -> &'a str,
@@ -189,20 +192,30 @@ fn round_robin<'a>(
     for member in members {
         by_group.entry(group_of(member.1)).or_default().push(member);
     }
-    let mut ranked: Vec<(usize, Served, &Seen)> = Vec::new();
+    let mut by_rank: BTreeMap<usize, Vec<(&str, &Seen)>> = BTreeMap::new();
     for (group, mut queue) in by_group {
         queue.sort_by(|a, b| (a.0, queue_key(&a.1.work)).cmp(&(b.0, queue_key(&b.1.work))));
         let held = groups.holding.get(group).copied().unwrap_or(0);
-        let served = groups.served.get(group).copied();
-        ranked.extend(
-            queue
-                .into_iter()
-                .enumerate()
-                .map(|(place, (_, seen))| (held.saturating_add(place), served, seen)),
-        );
+        for (place, (_, seen)) in queue.into_iter().enumerate() {
+            by_rank.entry(held.saturating_add(place)).or_default().push((group, seen));
+        }
     }
-    ranked.sort_by(|a, b| (a.0, a.1, queue_key(&a.2.work)).cmp(&(b.0, b.1, queue_key(&b.2.work))));
-    ranked.into_iter().map(|(_, _, seen)| seen).collect()
+    // A member's rank is one above its group's previous member's, so each
+    // rank's ties are broken by positions the lower ranks already fixed.
+    let mut order: Vec<&Seen> = Vec::new();
+    let mut last_position: HashMap<&str, usize> = HashMap::new();
+    for (_, mut members) in by_rank {
+        members.sort_by_cached_key(|(group, seen)| {
+            let previous = last_position.get(group).copied();
+            let served = groups.served.get(group).copied();
+            (previous, served, queue_key(&seen.work))
+        });
+        for (group, seen) in members {
+            last_position.insert(group, order.len());
+            order.push(seen);
+        }
+    }
+    order
 }
 
 /// Every waiting piece of work, in the order slots go to them (fair; see above).

@@ -152,7 +152,7 @@ impl Memory {
     {
         let mut after = work.clone();
         *after.status_mut() = Some(status.clone());
-        let standing = Standing { phase: after.lifecycle(), started: after.admitted_at() };
+        let standing = Standing { phase: after.lifecycle(), admitted: after.admitted_at() };
         let written = Written {
             status: Box::new(status.clone()),
             resource_version: version,
@@ -382,7 +382,7 @@ mod tests {
         let written = |at| Written {
             status: Box::new(()),
             resource_version: None,
-            standing: Standing { phase: mining_api::Lifecycle::Active, started: None },
+            standing: Standing { phase: mining_api::Lifecycle::Active, admitted: None },
             at,
         };
         let mut all = WrittenStatuses::default();
@@ -488,7 +488,6 @@ mod tests {
                     crate::admission::Seen {
                         work: crate::admission::QueueEntry::of(&workflow),
                         phase: mining_api::Lifecycle::Waiting,
-                        started: None,
                         party: String::new(),
                     }
                 })

@@ -174,7 +174,7 @@ impl WorkQueue {
             let all = self.all();
             let positions = self.memory.queue_positions(&me.uid, || queue_positions(&all, &self.budget));
             let slots = slots_for(me, taken_by_others(&all, me) + in_flight, &positions, &self.budget);
-            let first = all.iter().any(|s| s.work.uid == me.uid && s.started.is_none());
+            let first = all.iter().any(|s| s.work.uid == me.uid && s.work.admitted.is_none());
             if let (true, true, Some(metrics), Some(created)) =
                 (slots.admits(), first, &self.metrics, me.created)
             {

@@ -29,7 +29,7 @@ fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lif
         // Work holding a slot took it when it was made.
         admitted: (phase == Lifecycle::Active).then(|| at(created)),
     };
-    Seen { work, phase, started: None, party: String::new() }
+    Seen { work, phase, party: String::new() }
 }
 
 fn seen(name: &str, created: i64, phase: Lifecycle) -> Seen {
@@ -150,21 +150,21 @@ fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_tur
 #[test]
 fn what_this_operator_wrote_wins_over_a_lagging_cache() {
     let mut written = HashMap::new();
-    written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(7)) });
-    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, started: None });
+    written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(7)) });
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, admitted: None });
     let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
     let seen = freshest_phases(&cached, &written, |_| String::new());
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
     // The fixtures carry no status, so the cache would say Waiting for both.
     assert_eq!(phases, [Lifecycle::Succeeded, Lifecycle::Active]);
-    assert_eq!(seen[1].started, Some(at(7)), "an admission the cache has not seen yet counts");
+    assert_eq!(seen[1].work.admitted, Some(at(7)), "an admission the cache has not seen yet counts");
 }
 
 #[test]
 fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
     let mut written = HashMap::new();
-    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, started: Some(at(1)) });
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(1)) });
     let mut deleted = workflow("a", 8, 1);
     deleted.metadata.deletion_timestamp = Some(Time(at(2)));
     deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
@@ -208,7 +208,7 @@ fn a_backlog_in_one_namespace_delays_another_by_at_most_one_turn() {
     assert_eq!(names(&queue(&all))[..3], ["x0", "y0", "x1"]);
     // The slot x held has just freed: x was served last, so y goes next.
     let mut done = seen_in("x", None, "x-done", -1, Lifecycle::Succeeded);
-    done.started = Some(at(500));
+    done.work.admitted = Some(at(500));
     all.push(done);
     assert_eq!(names(&queue(&all))[..4], ["y0", "x0", "y1", "x1"]);
 }
