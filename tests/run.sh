@@ -57,6 +57,15 @@ export S3S_FS
 # tests' cluster: its Pods would take the node's slots.
 case "${KUBECONFIG:-}" in /tmp/mining-operator-cluster*) unset KUBECONFIG ;; esac
 export MINING_CLUSTER_SLOT="${MINING_CLUSTER_SLOT:-1}"
+# README's two commands are `make demo`, then this: the demo left running
+# holds this host's ports 8080 (its forwarder) and 8081 (its operator Pod,
+# on the host's network), which README's "Run the components yourself" binds
+# as printed, and its Pods take the node's CPU. Stop it (`make demo` brings
+# it back in about a minute).
+if [ "$MINING_CLUSTER_SLOT" != 0 ] && [ -d "$(MINING_CLUSTER_SLOT=0 tests/cluster/cluster.sh state)" ]; then
+  log "make demo's cluster is there: stopping it (make demo-down), as its forwarder and Pods hold ports 8080 and 8081 that README's blocks, run by a test, bind"
+  MINING_CLUSTER_SLOT=0 tests/cluster/cluster.sh down
+fi
 if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
   log "using the cluster at KUBECONFIG=$KUBECONFIG"
 elif [ -x tests/cluster/cluster.sh ]; then

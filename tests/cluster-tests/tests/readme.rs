@@ -86,6 +86,42 @@ impl Drop for Leftovers {
     }
 }
 
+/// `Leftovers` goes on `Drop`, which a test killed at its timeout never
+/// runs; and nextest signals only the test's own process group, not the
+/// groups the blocks run in. So each such group gets a watcher of its own,
+/// inside it: when this test process is gone, it signals its whole group
+/// (itself included). On a normal end `Leftovers` ends it with the group.
+fn reaped_if_this_test_dies(group: u32) {
+    let watcher = "while kill -0 \"$0\" 2>/dev/null; do sleep 1; done; kill -TERM 0";
+    let spawned = Command::new("sh")
+        .args(["-c", watcher, &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(group as i32)
+        .spawn();
+    // Not reaping stays a leak after a timeout only; the test itself goes on.
+    if let Err(err) = spawned {
+        eprintln!("no watcher for process group {group}: {err}");
+    }
+}
+
+/// README's blocks bind the operator's 8081 and the frontend's 8080 and
+/// 9090 as printed. Something else holding one would fail a block with less
+/// said; `make demo` left running holds 8080 (its forwarder) and 8081 (its
+/// operator Pod, on this host's network), and tests/run.sh stops it first.
+fn ports_are_free_as_printed() {
+    for address in ["0.0.0.0:8081", "0.0.0.0:8080", "0.0.0.0:9090"] {
+        if let Err(err) = std::net::TcpListener::bind(address) {
+            panic!(
+                "{address} is taken ({err}), and README's blocks bind it as printed: \
+                 `make demo-down` stops make demo's forwarder and Pods (they hold 8080 and 8081); \
+                 otherwise `ss -ltnp` names what holds it"
+            );
+        }
+    }
+}
+
 fn read(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
@@ -129,6 +165,7 @@ fn readme_run_the_components_yourself_works_as_printed() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
     let blocks = sh_blocks(&readme, SECTION);
     assert_eq!(blocks.len(), 3, "{blocks:#?}");
+    ports_are_free_as_printed();
     let dir = std::env::temp_dir().join(format!("readme-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut leftovers = Leftovers { groups: Vec::new(), children: Vec::new(), dir: dir.clone() };
@@ -138,6 +175,7 @@ fn readme_run_the_components_yourself_works_as_printed() {
     let operator_log = dir.join("first-shell.log");
     let mut first = user_shell(&blocks[0], &operator_log).spawn().expect("bash runs");
     leftovers.groups.push(first.id());
+    reaped_if_this_test_dies(first.id());
     let status = first.wait().unwrap();
     let first_output = read(&operator_log);
     assert!(status.success(), "the first block failed:\n{}\n{first_output}", blocks[0]);
@@ -148,6 +186,7 @@ fn readme_run_the_components_yourself_works_as_printed() {
     let frontend_log = dir.join("second-shell.log");
     let mut second = user_shell(&blocks[1], &frontend_log).spawn().expect("bash runs");
     leftovers.groups.push(second.id());
+    reaped_if_this_test_dies(second.id());
     let deadline = Instant::now() + Duration::from_secs(300);
     while std::net::TcpStream::connect("127.0.0.1:8080").is_err() {
         if let Some(status) = second.try_wait().unwrap() {
