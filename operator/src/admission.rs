@@ -177,12 +177,11 @@ impl<'a> Groups<'a> {
 /// Orders `members` (one level's waiting work, each with its place in its
 /// own order so far) round-robin across the groups `group_of` names:
 /// rank = slots the group holds + the member's place within the group. On
-/// equal ranks a group none of whose work is ahead in this order goes
-/// first, the one served longest ago first among them (never served
-/// before all); then the groups whose previous member is ahead, in that
-/// member's order (it will have been served since: so y's second waits
-/// behind x's first when both hold one slot, whoever was served before);
-/// then the oldest.
+/// equal ranks, groups with no member ahead in this order go first (the
+/// one served longest ago first; never served, first of all), then groups
+/// whose previous member is ahead, in that member's order: by the time
+/// their turn comes that member will have been served, later than any
+/// service in the past. Then the oldest.
 fn round_robin<'a>(
     members: Vec<(usize, &'a Seen)>,
     group_of: impl Fn(&'a Seen) -> &'a str,
