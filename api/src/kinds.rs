@@ -5,6 +5,7 @@
 use k8s_openapi::api::batch::v1::JobTemplateSpec;
 use serde::Serialize;
 
+use crate::admitted::Reads;
 use crate::annotations;
 use crate::tool::{ToolRun, ToolRunPhase, ToolRunSpec};
 use crate::work::{Lifecycle, ProofVersion, Work};
@@ -102,6 +103,7 @@ impl MiningWorkflowSpec {
 
 impl Work for MiningWorkflow {
     const NOUN: &'static str = "workflow";
+    const READS: Reads = Reads::Nothing;
     type Request<'a> = ProvenSpec;
 
     fn preemptible(&self) -> bool {
@@ -181,6 +183,7 @@ struct ToolRunV1<'a> {
 
 impl Work for ToolRun {
     const NOUN: &'static str = "tool run";
+    const READS: Reads = Reads::Network;
     type Request<'a> = ProvenToolRequest<'a>;
 
     fn preemptible(&self) -> bool {

@@ -12,6 +12,12 @@ pub use result::{BlockResult, NoWinner, RangeReport};
 
 #[cfg(feature = "kubernetes")]
 mod accessors;
+/// What admission controllers may add to a Pod without changing its work.
+#[cfg(feature = "kubernetes")]
+pub mod admitted;
+/// Whether a Pod is one its Job made, for every kind and every reader.
+#[cfg(feature = "kubernetes")]
+pub mod provenance;
 #[cfg(feature = "kubernetes")]
 pub use accessors::{is_our_key, trim_for_cache, trim_for_cache_keeping};
 #[cfg(feature = "kubernetes")]

@@ -179,3 +179,28 @@ impl ToolRunExt for crate::ToolRun {
         self
     }
 }
+
+/// What an Istio-like injector adds to a Pod (without its CNI): an init
+/// container with NET_ADMIN and NET_RAW that sets up the network, a proxy,
+/// and Pod-local volumes.
+pub fn inject_mesh(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
+    use k8s_openapi::api::core::v1::{Container, Volume};
+    use serde_json::json;
+    let init: Container = serde_json::from_value(json!({
+        "name": "istio-init", "image": "istio/proxyv2", "args": ["istio-iptables"],
+        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]}}}))
+    .expect("a valid container");
+    let proxy: Container = serde_json::from_value(json!({
+        "name": "istio-proxy", "image": "istio/proxyv2", "args": ["proxy", "sidecar"],
+        "resources": {"requests": {"cpu": "10m"}},
+        "volumeMounts": [{"name": "istio-envoy", "mountPath": "/etc/istio/proxy"},
+                         {"name": "istio-podinfo", "mountPath": "/etc/istio/pod"}]}))
+    .expect("a valid container");
+    spec.init_containers.get_or_insert_with(Vec::new).push(init);
+    spec.containers.push(proxy);
+    let volumes: Vec<Volume> = serde_json::from_value(json!([
+        {"name": "istio-envoy", "emptyDir": {"medium": "Memory"}},
+        {"name": "istio-podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]))
+    .expect("valid volumes");
+    spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
+}

@@ -55,6 +55,10 @@ pub trait Work:
     /// What users call one, in messages ("workflow", "tool run").
     const NOUN: &'static str;
 
+    /// What its Pods' containers depend on besides their own files, so what
+    /// admission may add beside them ([`crate::provenance::pod_mismatch`]).
+    const READS: crate::admitted::Reads;
+
     /// The request an ownership proof binds (version 2's `spec`): every
     /// field of the caller's request, none the operator or a cancel writes.
     type Request<'a>: Serialize + PartialEq

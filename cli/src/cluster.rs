@@ -7,9 +7,9 @@ use std::time::Duration;
 use futures::{AsyncBufReadExt as _, StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt as _};
+use mining_api::provenance::{controlled_by, is_jobs_pod};
 use mining_api::{MiningWorkflow, ToolRun};
 use serde::de::DeserializeOwned;
 
@@ -118,12 +118,6 @@ where
     Api::<K>::namespaced(client.clone(), namespace).get_opt(name).await
 }
 
-/// Whether `meta`'s controller is the object with `uid`. Labels anyone in
-/// the namespace can write; the Jobs shown are those the work controls.
-fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references.iter().flatten().any(|owner| owner.controller == Some(true) && owner.uid == uid)
-}
-
 /// Whether `job` is one the operator made for the work `found`: controlled
 /// by it *and* named as the operator names its Jobs (a run's, once
 /// recorded, with the uid in its status). Labels and ownerReferences
@@ -140,7 +134,11 @@ pub fn is_own_job(found: &Found, job: &Job) -> bool {
         }
 }
 
-/// The Jobs the operator made for `found` and their Pods, oldest first.
+/// The Jobs the operator made for `found` and their Pods, oldest first: a
+/// Pod only when one of those Jobs controls it *and* it runs exactly that
+/// Job's template, as the operator checks before it reads one (anyone in
+/// the namespace may plant a Pod naming the Job as its controller; its log
+/// would otherwise print as the work's).
 pub async fn jobs_and_pods(client: &Client, found: &Found) -> Result<(Vec<Job>, Vec<Pod>), CliError> {
     let work = &found.view;
     let namespace = Scope::Namespace(work.namespace.clone());
@@ -151,11 +149,11 @@ pub async fn jobs_and_pods(client: &Client, found: &Found) -> Result<(Vec<Job>, 
         .filter(|job| is_own_job(found, job))
         .collect();
     jobs.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
-    let uids: Vec<String> = jobs.iter().filter_map(|job| job.metadata.uid.clone()).collect();
+    let reads = work.kind.reads();
     let mut pods: Vec<Pod> = list_all(&api::<Pod>(client, &namespace), selector)
         .await?
         .into_iter()
-        .filter(|pod| uids.iter().any(|uid| controlled_by(&pod.metadata, uid)))
+        .filter(|pod| jobs.iter().any(|job| is_jobs_pod(pod, job, reads)))
         .collect();
     pods.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
     Ok((jobs, pods))

@@ -38,6 +38,15 @@ impl Kind {
             Self::ToolRun => mining_api::labels::TOOL_RUN,
         }
     }
+
+    /// What its Pods depend on besides their own files: what the operator
+    /// lets admission add beside them ([`mining_api::provenance`]).
+    pub fn reads(self) -> mining_api::admitted::Reads {
+        match self {
+            Self::Workflow => MiningWorkflow::READS,
+            Self::ToolRun => ToolRun::READS,
+        }
+    }
 }
 
 /// One question a waiting run put to its caller.

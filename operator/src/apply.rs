@@ -17,8 +17,9 @@ use crate::job::{MANAGER, MinerSettings, build_block_job, build_range_job};
 use crate::memory::{ExpectedJob, Memory, Reservation};
 use crate::naming::workflow_label;
 use crate::plan::{Action, Plan, PlannedEvent, status_rejected};
-use crate::provenance::{controlled_by, job_mismatch};
+use crate::provenance::job_mismatch;
 use crate::{Error, Result};
+use mining_api::provenance::controlled_by;
 
 /// The workflow a plan is applied to, and what applying it needs.
 pub struct Target<'a> {

@@ -51,7 +51,7 @@ pub const MINER_ENV_NAMES: [&str; 3] = [TRACEPARENT_ENV, OTLP_ENDPOINT_ENV, OTLP
 
 /// Asks service meshes not to inject a proxy into a Pod (Istio's label and
 /// annotation, Linkerd's annotation): the first line; provenance tolerates
-/// a mesh that injects anyway ([`crate::admitted`]).
+/// a mesh that injects anyway ([`mining_api::admitted`]).
 pub const MESH_OPT_OUT_LABELS: [(&str, &str); 1] = [("sidecar.istio.io/inject", "false")];
 pub const MESH_OPT_OUT_ANNOTATIONS: [(&str, &str); 2] =
     [("sidecar.istio.io/inject", "false"), ("linkerd.io/inject", "disabled")];

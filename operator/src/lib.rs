@@ -6,7 +6,6 @@
 //! **status** (server-side apply on `/status`, skipped when unchanged).
 
 pub mod admission;
-pub mod admitted;
 pub mod api_calls;
 pub mod apply;
 pub mod caches;

@@ -11,12 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
-use mining_api::{MiningWorkflow, annotations, labels};
+use mining_api::provenance::is_jobs_pod;
+use mining_api::{MiningWorkflow, Work as _, annotations, labels};
 use tracing::warn;
 
 use crate::memory::Memory;
 use crate::naming::workflow_label;
-use crate::provenance::{controlled_by, job_mismatch, pod_mismatch};
+use crate::provenance::job_mismatch;
 use crate::{Error, Result};
 
 /// What a block's Job has come to.
@@ -188,8 +189,7 @@ async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
 /// Whether `pod` is one `job` made: controlled by the Job's uid and running
 /// exactly its template. The `job-name` label alone is anyone's to set.
 fn made_by(pod: &Pod, job: &Job) -> bool {
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    let ours = controlled_by(&pod.metadata, uid) && pod_mismatch(pod, job).is_none();
+    let ours = is_jobs_pod(pod, job, MiningWorkflow::READS);
     if !ours {
         warn!(job = %job.name_any(), pod = %pod.name_any(), "ignoring a Pod its Job did not make");
     }

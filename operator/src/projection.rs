@@ -105,9 +105,8 @@ pub fn project_pod(pod: &mut Pod) {
     pod.status = pod.status.take().map(read_status);
 }
 
-/// What provenance compares of a Pod spec, a block's
-/// (`provenance::pod_spec_mismatch`) or a tool run's
-/// (`tools::provenance::pod_mismatch`).
+/// What provenance compares of a Pod spec
+/// ([`mining_api::provenance::pod_mismatch`], for every kind).
 fn compared_spec(spec: PodSpec) -> PodSpec {
     let compared_container = |c: Container| Container {
         name: c.name,
@@ -174,8 +173,13 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
-    use crate::provenance::{job_mismatch, pod_mismatch};
+    use crate::provenance::job_mismatch;
     use crate::testing::built_block_job;
+
+    /// The check a block's reader makes, on what the caches keep.
+    fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
+        mining_api::provenance::pod_mismatch(pod, job, <MiningWorkflow as mining_api::Work>::READS)
+    }
 
     fn built() -> Job {
         let mut job = built_block_job();

@@ -1,28 +1,18 @@
-//! Whether a Job or Pod is one this operator's own Job made (pure).
+//! Whether a Job is one this operator built for a block (pure).
 //!
 //! Anyone who may create Jobs or Pods in a namespace can copy a block Job's
 //! labels, and even an ownerReference (uids are readable). What they cannot
 //! do is make the copy run anything but the operator's miner: so a Job is
 //! ours only when its Pod template runs exactly what `job.rs` builds, and a
 //! Pod's result is read only when the Job controls it and it runs exactly
-//! its Job's template. A copy that passes both checks computes the honest
-//! answer, which the operator verifies anyway.
+//! its Job's template ([`mining_api::provenance`], shared by every kind). A
+//! copy that passes both checks computes the honest answer, which the
+//! operator verifies anyway.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-/// Whether `meta` names `uid` as its controller.
-pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    !uid.is_empty()
-        && meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
-}
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 /// How a stored Job differs from the one the operator builds for its block
 /// (`None`: it is the operator's): in what its Pod runs, and in every field
@@ -153,30 +143,15 @@ fn quantity_micros(text: &str) -> Option<u128> {
     Some(micros.saturating_mul(multiplier) / divisor)
 }
 
-/// How a Pod differs from what its Job's template runs (`None`: it runs the
-/// template). What admission added beside the template's own containers is
-/// set aside when it cannot reach them ([`crate::admitted`]).
-pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
-    match (pod.spec.as_ref(), template_spec(job)) {
-        (Some(pod_spec), Some(template)) => {
-            match crate::admitted::strip(pod_spec, template, crate::admitted::Reads::Nothing) {
-                Ok(own) => pod_spec_mismatch(&own, template),
-                Err(why) => Some(why),
-            }
-        }
-        _ => Some("it has no spec".into()),
-    }
-}
-
 fn template_spec(job: &Job) -> Option<&PodSpec> {
     job.spec.as_ref()?.template.spec.as_ref()
 }
 
-/// The first difference that could change what a Pod prints, between a Pod
-/// spec as stored (with the API server's defaults) and the one expected.
-/// Fields the API server defaults are compared only where the expected spec
-/// sets them.
-pub fn pod_spec_mismatch(stored: &PodSpec, expected: &PodSpec) -> Option<String> {
+/// The first difference that could change what a Pod prints, between a
+/// stored Job's Pod template (with the API server's defaults) and the one
+/// built. Fields the API server defaults are compared only where the built
+/// spec sets them.
+fn pod_spec_mismatch(stored: &PodSpec, expected: &PodSpec) -> Option<String> {
     if stored.containers.len() != expected.containers.len() {
         return Some(format!(
             "it runs {} containers, not {}",
@@ -264,12 +239,19 @@ fn container_mismatch(got: &Container, want: &Container) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::EnvVar;
+    use k8s_openapi::api::core::v1::{EnvVar, Pod};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use mining_api::provenance::controlled_by;
+    use mining_api::{MiningWorkflow, Work};
 
     use super::*;
     use crate::testing::built_block_job;
+
+    /// The check every reader of a block's Pods makes.
+    fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
+        mining_api::provenance::pod_mismatch(pod, job, MiningWorkflow::READS)
+    }
 
     fn built() -> Job {
         built_block_job()
@@ -342,7 +324,7 @@ mod tests {
     fn a_mesh_s_sidecar_and_init_container_leave_a_pod_the_jobs_but_not_a_job_template() {
         let job = built();
         let mut pod = pod_of(&job, "job-uid");
-        crate::admitted::tests::inject_mesh(pod.spec.as_mut().unwrap());
+        mining_api::testing::inject_mesh(pod.spec.as_mut().unwrap());
         pod.metadata.labels = Some([("security.istio.io/tlsMode".into(), "istio".into())].into());
         assert_eq!(pod_mismatch(&pod, &job), None, "admission's additions reach nothing of the miner's");
         // The miner itself changed by admission is still not the Job's.
@@ -352,30 +334,34 @@ mod tests {
         // A Job is built by the operator alone: one whose template carries
         // more than it builds is not the operator's.
         let mut planted = built();
-        crate::admitted::tests::inject_mesh(planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap());
+        mining_api::testing::inject_mesh(planted.spec.as_mut().unwrap().template.spec.as_mut().unwrap());
         assert!(job_mismatch(&planted, &built()).is_some());
     }
 
     #[test]
-    fn trace_context_in_the_environment_is_read_by_name_and_nothing_else_passes() {
+    fn trace_context_in_a_jobs_environment_is_read_by_name_and_nothing_else_passes() {
         use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector};
-        let job = built();
         let with_env = |env: Vec<EnvVar>| {
-            let mut pod = pod_of(&job, "job-uid");
-            pod.spec.as_mut().unwrap().containers[0].env = Some(env);
-            pod
+            let mut job = built();
+            job.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].env = Some(env);
+            job
         };
         let plain = |name: &str, value: &str| EnvVar {
             name: name.into(),
             value: Some(value.into()),
             ..Default::default()
         };
-        // Another trace, another collector: the result cannot differ, so the Pod is the Job's.
+        // Another trace, another collector (the workflow's traceparent
+        // annotation edited since): the result cannot differ, so the Job is
+        // still the operator's.
         let traced = with_env(vec![
             plain("TRACEPARENT", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
             plain("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4318"),
         ]);
-        assert_eq!(pod_mismatch(&traced, &job), None);
+        assert_eq!(job_mismatch(&traced, &built()), None);
+        // Its Pods run exactly its template, values included.
+        assert_eq!(pod_mismatch(&pod_of(&traced, "job-uid"), &traced), None);
+        assert!(pod_mismatch(&pod_of(&built(), "job-uid"), &traced).is_some(), "another Job's trace");
         for forged in [
             vec![plain("LD_PRELOAD", "/tmp/evil.so")],
             vec![plain("TRACEPARENT", "x"), plain("RUST_MIN_STACK", "1")],
@@ -391,8 +377,7 @@ mod tests {
                 ..Default::default()
             }],
         ] {
-            let pod = with_env(forged.clone());
-            assert!(pod_mismatch(&pod, &job).is_some(), "{forged:?} passed");
+            assert!(job_mismatch(&with_env(forged.clone()), &built()).is_some(), "{forged:?} passed");
         }
     }
 

@@ -194,7 +194,7 @@ fn run_secret(run: &ToolRun, secret_name: String, data: BTreeMap<String, ByteStr
 /// and holding exactly the data it was to hold.
 pub fn is_secret_of(stored: &Secret, built: &Secret, run: &ToolRun) -> bool {
     let run_uid = run.metadata.uid.as_deref().unwrap_or_default();
-    crate::provenance::controlled_by(&stored.metadata, run_uid) && stored.data == built.data
+    mining_api::provenance::controlled_by(&stored.metadata, run_uid) && stored.data == built.data
 }
 
 /// Where the template says nothing: no ServiceAccount token (a tool that

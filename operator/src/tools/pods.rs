@@ -9,9 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
+use mining_api::{ToolRun, Work as _};
 
 use super::plan::{self, PodOutcome};
-use super::{provenance, tool_error};
+use super::tool_error;
 use crate::Result;
 
 pub(super) use crate::projection::COMPLETION_INDEX;
@@ -50,7 +51,7 @@ pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Fi
     let (own, unsure): (Vec<&Pod>, Vec<&Pod>) = of_job
         .iter()
         .map(AsRef::as_ref)
-        .filter(|pod| crate::provenance::controlled_by(&pod.metadata, job_uid))
+        .filter(|pod| mining_api::provenance::controlled_by(&pod.metadata, job_uid))
         .partition(|pod| made_by(pod, job));
     if !unsure.is_empty() {
         return None;
@@ -149,8 +150,7 @@ pub(super) async fn latest_progress(pods: &Api<Pod>, pod: &str, container: Strin
 /// Whether `pod` is one the Job controller made from `job`'s template: it
 /// names the Job as its controller and runs exactly what the template runs.
 pub(super) fn made_by(pod: &Pod, job: &Job) -> bool {
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    crate::provenance::controlled_by(&pod.metadata, uid) && provenance::pod_mismatch(pod, job).is_none()
+    mining_api::provenance::is_jobs_pod(pod, job, ToolRun::READS)
 }
 
 /// What each Pod controlled by the Job `job_uid` ended with. A Pod another

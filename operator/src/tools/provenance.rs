@@ -4,17 +4,15 @@
 //! labels and a controller ownerReference naming it, and the Job controller
 //! then adopts the copy and counts its success. So a Pod is read (result,
 //! exit code, status line) only when it runs exactly what its Job's stored
-//! template runs, and a Job is the run's only when its template runs what
+//! template runs ([`mining_api::provenance`], shared by every kind), and
+//! a Job is the run's only when its template runs what
 //! [`super::job::job_for_run`] builds. A copy that passes both checks runs
 //! the tool's own image on the caller's own arguments: it computes the
 //! honest answer.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume};
-
-/// Where the ServiceAccount admission mounts a Pod's token: the one volume
-/// (and mount) a Pod may have that its template has not.
-const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
+use mining_api::provenance::containers_mismatch;
 
 /// How a stored Job's Pod template differs from the one built for its run
 /// (`None`: it runs what the run asks). Only what decides what the Pods
@@ -55,136 +53,28 @@ fn defaulted_env(container: &Container) -> Vec<EnvVar> {
     env
 }
 
-/// How a Pod differs from what its Job's stored template runs (`None`: the
-/// Job controller made it from that template). Both were defaulted by the
-/// same API server, so fields are compared as stored; the token volume the
-/// ServiceAccount admission adds is the one addition allowed.
-pub fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
-    let (Some(stored), Some(want)) = (pod.spec.as_ref(), template(job)) else {
-        return Some("it has no spec".into());
-    };
-    // What admission added beside the template's containers, when it cannot reach them.
-    let own = match crate::admitted::strip(stored, want, crate::admitted::Reads::Network) {
-        Ok(own) => own,
-        Err(why) => return Some(why),
-    };
-    let got = &own;
-    if got.service_account_name.as_deref().unwrap_or("default")
-        != want.service_account_name.as_deref().unwrap_or("default")
-    {
-        return Some("it runs as another ServiceAccount".into());
-    }
-    if [got.host_network, got.host_pid, got.host_ipc] != [want.host_network, want.host_pid, want.host_ipc]
-        || got.share_process_namespace != want.share_process_namespace
-    {
-        return Some("it shares other namespaces".into());
-    }
-    if !keeps_what_is_set(&got.security_context, &want.security_context) {
-        return Some("its Pod security context differs".into());
-    }
-    if own_volumes(got) != want.volumes.iter().flatten().collect::<Vec<_>>() {
-        return Some("its volumes differ".into());
-    }
-    containers_mismatch(got, want, |got, want| {
-        if got.image != want.image {
-            return Some("image");
-        }
-        if got.command != want.command || got.args != want.args || got.working_dir != want.working_dir {
-            return Some("command");
-        }
-        if got.env != want.env || got.env_from != want.env_from {
-            return Some("environment");
-        }
-        if own_mounts(got) != own_mounts(want) {
-            return Some("volume mounts");
-        }
-        if got.termination_message_path != want.termination_message_path
-            || got.termination_message_policy != want.termination_message_policy
-        {
-            return Some("termination message");
-        }
-        if !keeps_what_is_set(&got.security_context, &want.security_context) {
-            return Some("security context");
-        }
-        None
-    })
-}
-
-/// Whether `got` has every field `want` sets, with the same value: what
-/// admission adds where the template is silent (a policy engine's default
-/// `seccompProfile` or `fsGroup`) is accepted, what it changes is not.
-fn keeps_what_is_set<T: serde::Serialize>(got: &T, want: &T) -> bool {
-    fn within(got: &serde_json::Value, want: &serde_json::Value) -> bool {
-        match (got, want) {
-            (serde_json::Value::Object(got), serde_json::Value::Object(want)) => want
-                .iter()
-                .all(|(key, value)| value.is_null() || got.get(key).is_some_and(|g| within(g, value))),
-            _ => got == want,
-        }
-    }
-    match (serde_json::to_value(got), serde_json::to_value(want)) {
-        (Ok(got), Ok(want)) => within(&got, &want),
-        _ => false,
-    }
-}
-
 fn template(job: &Job) -> Option<&PodSpec> {
     job.spec.as_ref()?.template.spec.as_ref()
-}
-
-/// A container's volume mounts less the ServiceAccount token's.
-fn own_mounts(container: &Container) -> Vec<&k8s_openapi::api::core::v1::VolumeMount> {
-    container.volume_mounts.iter().flatten().filter(|m| m.mount_path != TOKEN_MOUNT_PATH).collect()
-}
-
-/// A Pod's volumes less the ServiceAccount token's.
-fn own_volumes(pod: &PodSpec) -> Vec<&Volume> {
-    let token_volumes: Vec<&str> = pod
-        .containers
-        .iter()
-        .chain(pod.init_containers.iter().flatten())
-        .flat_map(|c| c.volume_mounts.iter().flatten())
-        .filter(|m| m.mount_path == TOKEN_MOUNT_PATH)
-        .map(|m| m.name.as_str())
-        .collect();
-    pod.volumes.iter().flatten().filter(|v| !token_volumes.contains(&v.name.as_str())).collect()
-}
-
-/// The first container (init containers first) whose `differs` names a
-/// difference, or a different set of containers.
-fn containers_mismatch(
-    got: &PodSpec,
-    want: &PodSpec,
-    differs: impl Fn(&Container, &Container) -> Option<&'static str>,
-) -> Option<String> {
-    let lists = [
-        (&got.init_containers, &want.init_containers),
-        (&Some(got.containers.clone()), &Some(want.containers.clone())),
-    ];
-    for (got, want) in lists {
-        let (got, want) = (got.as_deref().unwrap_or_default(), want.as_deref().unwrap_or_default());
-        if got.len() != want.len() {
-            return Some(format!("it runs {} containers where {} were expected", got.len(), want.len()));
-        }
-        for (got, want) in got.iter().zip(want) {
-            if got.name != want.name {
-                return Some(format!("container {:?} is not {:?}", got.name, want.name));
-            }
-            if let Some(what) = differs(got, want) {
-                return Some(format!("container {:?}: its {what} differs", got.name));
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::Pod;
+    use mining_api::{ToolRun, Work};
+
     use super::*;
     use crate::tools::job::job_for_run;
     use crate::tools::job::tests::run;
+
+    /// Where the ServiceAccount admission mounts a Pod's token.
+    const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+    /// The check every reader of a tool run's Pods makes.
+    fn pod_mismatch(pod: &Pod, job: &Job) -> Option<String> {
+        mining_api::provenance::pod_mismatch(pod, job, ToolRun::READS)
+    }
 
     fn tool_template() -> serde_json::Value {
         json!({"spec": {"backoffLimit": 0, "template": {"spec": {"containers": [
@@ -284,7 +174,7 @@ mod tests {
     fn a_mesh_in_cni_mode_leaves_the_pod_the_jobs() {
         let job = job_for_run(&run(tool_template(), r#"{"numbers":[1,2]}"#), None).unwrap();
         let mut pod = made_from(&job);
-        crate::admitted::tests::inject_mesh(pod.spec.as_mut().unwrap());
+        mining_api::testing::inject_mesh(pod.spec.as_mut().unwrap());
         let why = pod_mismatch(&pod, &job).unwrap();
         assert!(why.contains("NET_ADMIN"), "an init container that can redirect traffic: {why}");
         pod.spec.as_mut().unwrap().init_containers = None;

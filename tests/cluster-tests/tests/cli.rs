@@ -169,6 +169,53 @@ async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_
     let shown = cli_ok(&ns, &["show", "mwf/chain"]);
     assert!(!shown.contains("chain-planted"), "the planted Job shows as the workflow's:\n{shown}");
     assert_eq!(shown.matches("Complete").count(), 3, "{shown}");
+    // ...and a Pod naming one of its real Jobs as controller, with that
+    // Job's labels, running the miner on another block: neither `show` nor
+    // `logs` takes it for the workflow's (before, a controller reference
+    // was enough, so its forged line printed as the workflow's own).
+    let chain_jobs = ns
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&kube::api::ListParams::default().labels(&format!("{}=chain", mining_api::labels::WORKFLOW)))
+        .await
+        .unwrap();
+    let job =
+        chain_jobs.items.iter().find(|job| job.metadata.name.as_deref() != Some("chain-planted")).unwrap();
+    let template = job.spec.clone().unwrap().template;
+    let mut spec = template.spec.unwrap();
+    let args = spec.containers[0].args.as_mut().unwrap();
+    let index = args.iter().position(|arg| arg == "--index").unwrap() + 1;
+    args[index] = "9".into();
+    let planted_pod = k8s_openapi::api::core::v1::Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some("chain-planted-pod".into()),
+            labels: template.metadata.and_then(|m| m.labels),
+            owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                name: job.metadata.name.clone().unwrap(),
+                uid: job.metadata.uid.clone().unwrap(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        ..Default::default()
+    };
+    let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
+    pods.create(&PostParams::default(), &planted_pod).await.unwrap();
+    eventually("the planted Pod to print its forged block", Duration::from_secs(60), || async {
+        let phase = pods.get("chain-planted-pod").await.ok()?.status?.phase?;
+        (phase == "Succeeded" || phase == "Failed").then_some(())
+    })
+    .await;
+    let forged = pods.logs("chain-planted-pod", &Default::default()).await.unwrap();
+    assert!(forged.contains("block=9 "), "the planted Pod ran the miner on block 9: {forged}");
+    let shown = cli_ok(&ns, &["show", "mwf/chain"]);
+    assert!(!shown.contains("chain-planted-pod"), "the planted Pod shows as the workflow's:\n{shown}");
+    let logs = cli_ok(&ns, &["logs", "mwf/chain"]);
+    assert!(!logs.contains("block=9 "), "the planted Pod's line prints as the workflow's:\n{logs}");
+    assert!(logs.contains("] miner: block=3 "), "the workflow's own lines still print:\n{logs}");
 
     // Cancel: a workflow of many hard blocks stops; a finished one is left as it is.
     let spec = MiningWorkflowSpec { blocks: 40, ..MiningWorkflowSpec::new(32) };

@@ -13,7 +13,7 @@
 //! capabilities that stand for one), or by being attached to it later (an
 //! ephemeral container). So a Pod's additions are accepted when none does
 //! any of those, and the template's containers and volumes are then compared
-//! by each kind exactly as before ([`strip`] hands them back alone).
+//! ([`strip`] hands them back alone; [`crate::provenance`] compares).
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
@@ -141,32 +141,10 @@ fn mounted_by(pod: &PodSpec, volume: &str) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::testing::inject_mesh;
     use serde_json::json;
-
-    /// What an Istio-like injector adds (without its CNI): an init container
-    /// with NET_ADMIN and NET_RAW that sets up the network, a proxy, and
-    /// Pod-local volumes; labels and annotations besides.
-    pub(crate) fn inject_mesh(spec: &mut PodSpec) {
-        let init: Container = serde_json::from_value(json!({
-            "name": "istio-init", "image": "istio/proxyv2", "args": ["istio-iptables"],
-            "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]}}}))
-        .unwrap();
-        let proxy: Container = serde_json::from_value(json!({
-            "name": "istio-proxy", "image": "istio/proxyv2", "args": ["proxy", "sidecar"],
-            "resources": {"requests": {"cpu": "10m"}},
-            "volumeMounts": [{"name": "istio-envoy", "mountPath": "/etc/istio/proxy"},
-                             {"name": "istio-podinfo", "mountPath": "/etc/istio/pod"}]}))
-        .unwrap();
-        spec.init_containers.get_or_insert_with(Vec::new).push(init);
-        spec.containers.push(proxy);
-        let volumes: Vec<Volume> = serde_json::from_value(json!([
-            {"name": "istio-envoy", "emptyDir": {"medium": "Memory"}},
-            {"name": "istio-podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]))
-        .unwrap();
-        spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
-    }
 
     fn template() -> PodSpec {
         serde_json::from_value(json!({"containers": [{"name": "work", "image": "example/work"}]})).unwrap()
