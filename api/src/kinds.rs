@@ -164,6 +164,10 @@ pub struct ProvenToolRequest<'a> {
     /// and run again (no one but the frontend may make a run preemptible).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+    /// Appended likewise: absent unless the tool bounds its Pods' start
+    /// (no one but the frontend may shorten a run's wait).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_start_timeout_seconds: Option<u32>,
 }
 
 /// What version 1 of a tool run's proof bound, as one JSON document. Frozen:
@@ -203,6 +207,7 @@ impl Work for ToolRun {
             input_responses: _,
             caller,
             preemptible,
+            pod_start_timeout_seconds,
         } = &self.spec;
         ProvenToolRequest {
             tool,
@@ -213,6 +218,7 @@ impl Work for ToolRun {
             input_deadline_seconds: *input_deadline_seconds,
             caller: caller.as_ref(),
             preemptible: *preemptible,
+            pod_start_timeout_seconds: *pod_start_timeout_seconds,
         }
     }
 

@@ -15,6 +15,9 @@ mod accessors;
 /// What admission controllers may add to a Pod without changing its work.
 #[cfg(feature = "kubernetes")]
 pub mod admitted;
+/// Why a Job's Pods cannot start, and what the work then does, for every kind.
+#[cfg(feature = "kubernetes")]
+pub mod pod_start;
 /// Whether a Pod is one its Job made, for every kind and every reader.
 #[cfg(feature = "kubernetes")]
 pub mod provenance;

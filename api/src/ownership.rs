@@ -407,7 +407,7 @@ mod tests {
         assert!(keys.proves(&run));
         assert!(!OwnershipKeys::new(vec![8; 32], None).unwrap().proves(&run), "another key");
         type Forgery = fn(&mut crate::ToolRun);
-        let forgeries: [(&str, Forgery); 6] = [
+        let forgeries: [(&str, Forgery); 7] = [
             ("another caller", |r| {
                 r.metadata.labels.as_mut().unwrap().insert(labels::CALLER.into(), "bob-label".into());
             }),
@@ -423,6 +423,7 @@ mod tests {
             ("another name", |r| r.metadata.name = Some("mw-y".into())),
             // Whoever may edit the run must not make its caller's work stoppable.
             ("made preemptible", |r| r.spec.preemptible = true),
+            ("given a shorter start bound", |r| r.spec.pod_start_timeout_seconds = Some(1)),
         ];
         for (what, forge) in forgeries {
             let mut forged = run.clone();

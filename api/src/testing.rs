@@ -135,6 +135,7 @@ pub fn tool_run(name: &str, tool: &str) -> crate::ToolRun {
         input_responses: Default::default(),
         caller: None,
         preemptible: false,
+        pod_start_timeout_seconds: None,
     };
     let mut run = crate::ToolRun::new(name, spec);
     run.metadata.namespace = Some("ns".into());

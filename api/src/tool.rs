@@ -37,6 +37,9 @@ pub fn arguments_secret_name(run_name: &str) -> String {
 
 /// A running run's status message carries the tool's latest status line
 /// after this (the operator writes it, the frontend reads it).
+/// Longest bound a tool may set on waiting for its Pods to start (a day).
+pub const MAX_POD_START_TIMEOUT_SECONDS: u32 = 86_400;
+
 pub const RUNNING_PREFIX: &str = "running: ";
 
 /// The environment variable holding a run's name (its workflow id), so a
@@ -146,6 +149,13 @@ pub struct McpToolSpec {
     /// a tool that is not preemptible is never stopped for another's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+    /// How long a run waits for Pods that cannot start for a cause that may
+    /// clear (an image pull back-off, a used-up quota, no matching node)
+    /// before it fails, within the operator's `--pod-start-timeout-seconds`
+    /// (the shorter wins). Causes that cannot clear fail at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_POD_START_TIMEOUT_SECONDS))]
+    pub pod_start_timeout_seconds: Option<u32>,
     /// The Job each call runs, as in a CronJob: metadata and a batch/v1
     /// JobSpec. `completions` makes a run of that many indexed parts.
     #[schemars(schema_with = "any_object")]
@@ -233,6 +243,11 @@ pub struct ToolRunSpec {
     /// may be stopped and run again for work that waited (see `McpToolSpec`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+    /// The tool's bound on waiting for Pods to start when the call was made
+    /// (see `McpToolSpec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_POD_START_TIMEOUT_SECONDS))]
+    pub pod_start_timeout_seconds: Option<u32>,
 }
 
 /// One answer to a tool's request, as the frontend wrote it.

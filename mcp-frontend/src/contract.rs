@@ -346,7 +346,14 @@ fn running_message(workflow: &MiningWorkflow, phase: WorkflowPhase, done: u32, t
         return format!("Cancel requested; {mined}");
     }
     match phase {
-        WorkflowPhase::Mining => format!("{mined}; mining block {}", done.saturating_add(1).min(total)),
+        // Its Pods cannot start yet: the operator's words say what it waits for.
+        WorkflowPhase::Mining => match workflow
+            .condition(condition_types::MINING)
+            .filter(|c| c.reason == mining_api::pod_start::reasons::WAITING_TO_START)
+        {
+            Some(waiting) => format!("{mined}; {}", waiting.message),
+            None => format!("{mined}; mining block {}", done.saturating_add(1).min(total)),
+        },
         _ => {
             let queued = workflow
                 .condition(condition_types::ADMITTED)

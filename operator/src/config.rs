@@ -17,6 +17,10 @@ pub struct Config {
     pub miner_image: String,
     #[arg(long, env = "MINER_IMAGE_PULL_POLICY", default_value = "IfNotPresent")]
     pub miner_image_pull_policy: String,
+    /// Secrets (in each workflow's namespace) the block Jobs pull the miner
+    /// image with: their `imagePullSecrets`. Repeat, or separate with commas.
+    #[arg(long = "miner-image-pull-secret", env = "MINER_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+    pub miner_image_pull_secrets: Vec<String>,
     /// The OTLP/HTTP collector block Jobs report their spans to (the Jobs'
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`); unset: Jobs export nothing, and still
     /// log their trace id. Pods must be able to reach it.
@@ -257,6 +261,15 @@ pub struct Limits {
     /// tiny ranges would mean thousands of Jobs.
     #[arg(long, env = "NONCE_RANGE_SIZE", value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 62)))]
     pub nonce_range_size: Option<u64>,
+    /// How long work waits for Pods that cannot start for a cause that may
+    /// clear (an image pull back-off, a used-up ResourceQuota, no node that
+    /// matches) before it fails; causes that cannot clear (refused by
+    /// admission, an invalid image name, a missing Secret key) fail at
+    /// once, and full nodes are waited for without a bound. An McpTool's
+    /// `podStartTimeoutSeconds` may shorten it for its runs.
+    #[arg(long, env = "POD_START_TIMEOUT_SECONDS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub pod_start_timeout_seconds: u64,
 }
 
 /// Default of `--minimality-check-budget`: 2^24 hashes, about half a second
@@ -266,6 +279,10 @@ pub const DEFAULT_MINIMALITY_BUDGET: u64 = 1 << 24;
 impl Limits {
     pub fn default_ttl(&self) -> Duration {
         Duration::from_secs(self.default_ttl_seconds)
+    }
+
+    pub fn pod_start_timeout(&self) -> Duration {
+        Duration::from_secs(self.pod_start_timeout_seconds)
     }
 }
 
@@ -287,6 +304,7 @@ mod tests {
             &["operator", "--nonce-range-size", "1023"],
             &["operator", "--leader-election-lease-seconds", "2"],
             &["operator", "--leader-election-lease-seconds", "18446744073709551616"],
+            &["operator", "--pod-start-timeout-seconds", "0"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

@@ -27,7 +27,7 @@ use crate::job::{MANAGER, MinerSettings, job_for_block};
 use crate::leader::{self, Leadership};
 use crate::memory::Memory;
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::observe::{BlockJob, JobSources, observe_jobs};
+use crate::observe::{BlockJob, JobSources, ObservedJobs, observe_jobs};
 use crate::parties::Parties;
 use crate::plan::{Observed, PlannedEvent, plan};
 use crate::projection;
@@ -100,6 +100,7 @@ impl Context {
         MinerSettings {
             image: &self.config.miner_image,
             image_pull_policy: &self.config.miner_image_pull_policy,
+            pull_secrets: &self.config.miner_image_pull_secrets,
             threads: self.config.miner_threads,
             job: &self.config.job,
             otlp: self
@@ -237,6 +238,7 @@ pub async fn run(
         instance: instance.clone(),
         namespace: config.namespace.clone(),
         default_ttl_seconds: config.limits.default_ttl_seconds,
+        pod_start_timeout: config.limits.pod_start_timeout(),
         pods: pod_store.clone(),
         queue_name: config.job.queue_name.clone(),
         outputs: outputs.map(|store| crate::kinds::OutputsShared {
@@ -383,7 +385,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         memory: &ctx.memory,
         built: &built,
     };
-    let (jobs, ranges) = observe_jobs(workflow, &name, &namespace, &sources).await?;
+    let now = Timestamp::now();
+    let ObservedJobs { blocks: jobs, ranges, look_again } =
+        observe_jobs(workflow, &name, &namespace, &sources, now).await?;
     // A workflow that may be admitted counts the work holding slots (of
     // every kind), and that being admitted right now, and reserves a slot
     // until its status is written.
@@ -404,8 +408,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // in ranges has no whole-block Job, so it is told at each reconcile: the
     // plan yields before a block no Job was made for, or, told "now", stops
     // the block's running ranges and keeps what they searched.)
-    let between_blocks = !jobs.values().any(|job| matches!(job, BlockJob::Running));
-    let now = Timestamp::now();
+    let between_blocks = !jobs.values().any(BlockJob::is_running);
     // Mid-block, only when the head of the queue asked (`reclaim_for`): a
     // running block's other reconciles never sort the queue.
     let asked = !between_blocks && ctx.memory.take_preemption_request(&me.uid);
@@ -441,7 +444,11 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
     // Apply and write the status.
     let target = ctx.target(workflow, &name, &namespace, &settings);
     match apply::run(&target, &plan, admission).await? {
-        Applied::Done => {}
+        Applied::Done => {
+            for event in &plan.events {
+                ctx.metrics.count_start_event(MiningWorkflow::NOUN, event.reason);
+            }
+        }
         Applied::Replan => return Ok(Requeue::requeue(REPLAN_AFTER)),
         Applied::WorkflowDeleted | Applied::StatusRejected => return Ok(Requeue::await_change()),
     }
@@ -455,6 +462,9 @@ async fn reconcile_inner(workflow: &MiningWorkflow, ctx: &Context) -> Result<Req
         ctx.queue.wake_next();
     }
     let mut requeue_after = plan.requeue_after;
+    if let Some(again) = look_again.filter(|_| after == WorkflowPhase::Mining) {
+        requeue_after = Some(requeue_after.map_or(again, |planned| planned.min(again)));
+    }
     if after == WorkflowPhase::Pending && !slots.admits() && slots.ahead == 0 {
         // The head of the queue, every slot taken: look again when it may
         // take one back mid-block (see `WorkQueue::reclaim_for`).

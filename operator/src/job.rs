@@ -4,6 +4,7 @@ use mining_api::Work as _;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::LocalObjectReference;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Resource;
 use mining_api::trace::{TRACEPARENT_ENV, TraceParent};
@@ -22,6 +23,8 @@ pub const MANAGER: &str = "mining-operator";
 pub struct MinerSettings<'a> {
     pub image: &'a str,
     pub image_pull_policy: &'a str,
+    /// The block Jobs' `imagePullSecrets` (a private registry's credentials).
+    pub pull_secrets: &'a [String],
     pub threads: u32,
     pub job: &'a JobSettings,
     /// Where the miner reports its span, and in which protocol.
@@ -223,6 +226,12 @@ fn build_job(
         },
     });
     let mut job: Job = serde_json::from_value(job).expect("the block Job is a valid Job");
+    if let Some(pod) = job.spec.as_mut().and_then(|spec| spec.template.spec.as_mut())
+        && !settings.pull_secrets.is_empty()
+    {
+        let secrets = settings.pull_secrets.iter().map(|name| LocalObjectReference { name: name.clone() });
+        pod.image_pull_secrets = Some(secrets.collect());
+    }
     queue_job(&mut job, settings.job.queue_name.as_deref());
     job
 }
@@ -233,7 +242,14 @@ mod tests {
     use crate::testing::workflow;
 
     fn settings(job: &JobSettings) -> MinerSettings<'_> {
-        MinerSettings { image: "reg/miner:1", image_pull_policy: "IfNotPresent", threads: 2, job, otlp: None }
+        MinerSettings {
+            image: "reg/miner:1",
+            image_pull_policy: "IfNotPresent",
+            pull_secrets: &[],
+            threads: 2,
+            job,
+            otlp: None,
+        }
     }
 
     fn job_settings() -> JobSettings {

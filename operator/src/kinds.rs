@@ -35,6 +35,8 @@ pub struct Shared {
     pub namespace: Option<String>,
     /// Retention of finished work that sets none.
     pub default_ttl_seconds: u64,
+    /// How long work waits for Pods that cannot start yet (`--pod-start-timeout-seconds`).
+    pub pod_start_timeout: std::time::Duration,
     /// Every Pod with our label, projected ([`crate::projection::project_pod`]):
     /// what a kind's Pods said is read here before asking the API server.
     pub pods: Store<Pod>,
@@ -79,6 +81,7 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                 keys: shared.keys,
                 leadership: shared.leadership,
                 default_ttl_seconds: shared.default_ttl_seconds,
+                pod_start_timeout: shared.pod_start_timeout,
                 metrics: shared.metrics,
                 queue: shared.queue,
                 instance: shared.instance,

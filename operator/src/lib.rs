@@ -22,6 +22,7 @@ pub mod observe;
 pub mod outputs;
 pub mod parties;
 pub mod plan;
+pub mod pod_start;
 pub mod projection;
 pub mod provenance;
 pub mod queue;

@@ -28,6 +28,13 @@ pub struct ShareLabels {
     pub party: &'static str,
 }
 
+/// Work whose Pods could not start, by kind and reason (`CannotStart`, `StartTimedOut`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartLabels {
+    pub kind: &'static str,
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
@@ -66,6 +73,10 @@ pub struct Metrics {
     pub slots_held_by_namespace: Family<NamespaceLabels, Gauge>,
     pub unserved_wait: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub wait_for_first_slot: Family<KindLabels, Histogram>,
+    /// Work failed because its Pods could not start (see `mining_api::pod_start`).
+    pub start_failures: Family<StartLabels, Counter>,
+    /// Work whose Pods began to wait for a cause that may clear.
+    pub start_waits: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -141,6 +152,18 @@ impl Default for Metrics {
             "From creation to first admission, by kind",
             wait_for_first_slot.clone(),
         );
+        let start_failures = Family::<StartLabels, Counter>::default();
+        registry.register(
+            "start_failures",
+            "Work failed because its Pods could not start: refused, invalid image, missing config (CannotStart), or a wait past the bound (StartTimedOut)",
+            start_failures.clone(),
+        );
+        let start_waits = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "start_waits",
+            "Work whose Pods began to wait for a cause that may clear (image pull, quota, no matching node)",
+            start_waits.clone(),
+        );
         Self {
             registry,
             slots_held,
@@ -157,11 +180,28 @@ impl Default for Metrics {
             api_calls_per_reconcile,
             leader,
             watch_events,
+            start_failures,
+            start_waits,
         }
     }
 }
 
 impl Metrics {
+    /// Counts an Event of the Pod-start observation (`mining_api::pod_start::reasons`)
+    /// for work of `kind`: a failure by its reason, or the start of a wait.
+    pub fn count_start_event(&self, kind: &'static str, reason: &'static str) {
+        use mining_api::pod_start::reasons::{CANNOT_START, START_TIMED_OUT, WAITING_TO_START};
+        match reason {
+            CANNOT_START | START_TIMED_OUT => {
+                self.start_failures.get_or_create(&StartLabels { kind, reason }).inc();
+            }
+            WAITING_TO_START => {
+                self.start_waits.get_or_create(&KindLabels { kind }).inc();
+            }
+            _ => {}
+        }
+    }
+
     /// Sets the workflows-by-phase gauge from a count of phases.
     pub fn set_workflow_phases(&self, phases: impl IntoIterator<Item = WorkflowPhase>) {
         let mut counts = [0i64; 5];

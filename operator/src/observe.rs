@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -11,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
+use mining_api::pod_start::Blocked;
 use mining_api::provenance::is_jobs_pod;
 use mining_api::{MiningWorkflow, Work as _, annotations, labels};
 use tracing::warn;
@@ -29,6 +31,28 @@ pub enum BlockJob {
     Succeeded { message: Option<String>, started: Option<Time>, finished: Option<Time> },
     /// Failed for good (retries or deadline exhausted).
     Failed { reason: String, message: String },
+    /// Created and not finished, and its Pods cannot start (see
+    /// [`mining_api::pod_start`]): the plan decides whether it waits or fails.
+    Blocked(Blocked),
+}
+
+impl BlockJob {
+    /// Whether the Job still runs (or waits to): not finished either way.
+    pub fn is_running(&self) -> bool {
+        matches!(self, BlockJob::Running | BlockJob::Blocked(_))
+    }
+}
+
+/// What a reconcile observed of a workflow's Jobs.
+#[derive(Debug, Default)]
+pub struct ObservedJobs {
+    /// Whole-block Jobs by block.
+    pub blocks: BTreeMap<u32, BlockJob>,
+    /// Ranged Jobs by block.
+    pub ranges: BTreeMap<u32, Vec<RangeJob>>,
+    /// Look again after this long though nothing watched changes (a Job
+    /// that made no Pod yet, or whose Pods wait to start).
+    pub look_again: Option<Duration>,
 }
 
 /// One range's Job as observed.
@@ -73,7 +97,8 @@ pub async fn observe_jobs(
     name: &str,
     namespace: &str,
     sources: &JobSources<'_>,
-) -> Result<(BTreeMap<u32, BlockJob>, BTreeMap<u32, Vec<RangeJob>>)> {
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<ObservedJobs> {
     let label = workflow_label(name);
     let uid = workflow.metadata.uid.as_deref().unwrap_or_default();
     // Blocks already verified in the status need no second look (and no Pod
@@ -81,6 +106,7 @@ pub async fn observe_jobs(
     let verified = workflow.status.as_ref().map_or(0, |s| s.blocks.len() as u32);
     let mut observed = BTreeMap::new();
     let mut ranges: BTreeMap<u32, Vec<RangeJob>> = BTreeMap::new();
+    let mut look_again: Option<Duration> = None;
     let mut seen = Vec::new();
     for job in sources.jobs.state() {
         if job.metadata.namespace.as_deref() != Some(namespace)
@@ -108,12 +134,16 @@ pub async fn observe_jobs(
         if let Some(why) = job_mismatch(&job, &built) {
             return Err(Error::ForeignJob { name: job.name_any(), why });
         }
+        let (state, again) = classify_job(&job, &built, sources, now).await?;
+        look_again = match (look_again, again) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match range {
             None => {
-                observed.insert(block, classify_job(&job, sources).await?);
+                observed.insert(block, state);
             }
             Some((start, count)) => {
-                let state = classify_job(&job, sources).await?;
                 ranges.entry(block).or_default().push(RangeJob { name: job.name_any(), start, count, state });
             }
         }
@@ -132,7 +162,7 @@ pub async fn observe_jobs(
             }),
         }
     }
-    Ok((observed, ranges))
+    Ok(ObservedJobs { blocks: observed, ranges, look_again })
 }
 
 /// The nonce range a Job mines, from its annotations (`None`: a whole block).
@@ -146,7 +176,25 @@ fn job_range(job: &Job) -> std::result::Result<Option<(u64, u64)>, String> {
     }
 }
 
-async fn classify_job(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
+/// What `job` has come to, and when to look again at one that cannot start.
+async fn classify_job(
+    job: &Job,
+    built: &Job,
+    sources: &JobSources<'_>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<(BlockJob, Option<Duration>)> {
+    let state = finished_state(job, sources).await?;
+    if state != BlockJob::Running || job.metadata.deletion_timestamp.is_some() {
+        return Ok((state, None));
+    }
+    let own = cached_job_pods(job, sources.pods);
+    let own: Vec<&Pod> = own.iter().collect();
+    let starting = crate::pod_start::observe(sources.client, job, built, &own, now).await;
+    let state = starting.blocked.map_or(BlockJob::Running, BlockJob::Blocked);
+    Ok((state, starting.look_again))
+}
+
+async fn finished_state(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob> {
     let status = job.status.clone().unwrap_or_default();
     let condition = |type_: &str| {
         status.conditions.iter().flatten().find(|c| c.type_ == type_ && c.status == "True").cloned()

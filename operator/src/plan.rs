@@ -20,6 +20,7 @@ use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
 use crate::observe::{BlockJob, RangeJob};
+use mining_api::pod_start::{self, Blocked, Verdict};
 use crate::ranges::{RangeStep, decide, range_size};
 use crate::verify::{check_minimality, clip, verify_block_result};
 
@@ -356,14 +357,33 @@ impl Planner<'_> {
                 // the block's running ranges go; the nonces searched so far
                 // (`no_winner_below`, the ranges that reported) are kept.
                 if in_ranges && self.observed.yielding == Yield::Now {
-                    let running = ranges.iter().filter(|job| job.state == BlockJob::Running);
+                    let running = ranges.iter().filter(|job| job.state.is_running());
                     let stop: Vec<Action> =
                         running.map(|job| Action::DeleteJob { name: job.name.clone() }).collect();
                     self.plan.actions.extend(stop);
                     return self.preempted_in_ranges(block, total);
                 }
+                let blocked = ranges.iter().filter_map(|job| match &job.state {
+                    BlockJob::Blocked(blocked) => Some(blocked.clone()),
+                    _ => None,
+                });
+                let blocked = pod_start::first(blocked);
+                let running = ranges.iter().filter(|job| job.state.is_running()).map(|job| job.name.clone());
+                let running: Vec<String> = running.collect();
+                if let Some(blocked) = &blocked
+                    && matches!(self.start_verdict(blocked), Verdict::Fail { .. })
+                {
+                    self.cannot_start(block, total, running, blocked);
+                    return;
+                }
                 if self.mine_ranges(block, &prev, total) {
                     continue;
+                }
+                // Still on this block: say what its waiting ranges wait for.
+                if let Some(blocked) = &blocked
+                    && self.plan.status.phase == Some(WorkflowPhase::Mining)
+                {
+                    self.cannot_start(block, total, running, blocked);
                 }
                 return;
             }
@@ -387,12 +407,19 @@ impl Planner<'_> {
                 }
                 // The head of the queue waited past the preemption delay: the
                 // block's Job goes and it is mined again when this resumes.
-                Some(BlockJob::Running) if self.observed.yielding == Yield::Now && !in_ranges => {
+                Some(BlockJob::Running | BlockJob::Blocked(_))
+                    if self.observed.yielding == Yield::Now && !in_ranges =>
+                {
                     let job = block_job_name(&self.name, self.uid(), block);
                     self.plan.actions.push(Action::DeleteJob { name: job });
                     return self.preempted(block, total);
                 }
                 Some(BlockJob::Running) => return self.mining(block, total),
+                Some(BlockJob::Blocked(blocked)) => {
+                    let job = block_job_name(&self.name, self.uid(), block);
+                    self.cannot_start(block, total, vec![job], &blocked);
+                    return;
+                }
                 Some(BlockJob::Succeeded { message, started, finished }) => {
                     let budget = self.minimality_budget;
                     match verify_block_result(message.as_deref(), block, &prev, difficulty, budget) {
@@ -486,6 +513,41 @@ impl Planner<'_> {
         );
         self.event(true, reasons::RESULT_LOST, note);
         self.mining(block, total);
+    }
+
+    fn start_verdict(&self, blocked: &Blocked) -> Verdict {
+        pod_start::verdict(blocked, self.limits.pod_start_timeout(), self.observed.now)
+    }
+
+    /// The Pods of block `block`'s Jobs `jobs` cannot start: the block
+    /// fails (its Jobs deleted) when the cause cannot clear or waited past
+    /// the bound (true); else it keeps its slot and says what it waits for,
+    /// with an Event once (false).
+    fn cannot_start(&mut self, block: u32, total: u32, jobs: Vec<String>, blocked: &Blocked) -> bool {
+        match self.start_verdict(blocked) {
+            Verdict::Wait { message, look_again } => {
+                let message = format!("mining block {block}/{total}: {message}");
+                let said_before = (self.observed.workflow.status.as_ref())
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition_types::MINING))
+                    .is_some_and(|c| c.reason == pod_start::reasons::WAITING_TO_START);
+                if !said_before {
+                    self.event(true, pod_start::reasons::WAITING_TO_START, &message);
+                }
+                self.plan.status.message = Some(message.clone());
+                let waiting = pod_start::reasons::WAITING_TO_START;
+                self.condition(condition_types::MINING, ConditionStatus::True, waiting, &message);
+                self.condition(condition_types::READY, ConditionStatus::False, reasons::PENDING, message);
+                self.requeue(look_again);
+                false
+            }
+            Verdict::Fail { reason, message } => {
+                self.plan.actions.extend(jobs.into_iter().map(|name| Action::DeleteJob { name }));
+                let message = format!("block {block}: {message}");
+                self.event(true, reason, &message);
+                self.finish(WorkflowPhase::Failed, reason, message);
+                true
+            }
+        }
     }
 
     fn mining(&mut self, block: u32, total: u32) {

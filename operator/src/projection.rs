@@ -12,7 +12,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -138,11 +138,13 @@ fn compared_spec(spec: PodSpec) -> PodSpec {
     }
 }
 
-/// What a reconcile reads of a Pod's status: its phase, when it started and
-/// how each container ended.
+/// What a reconcile reads of a Pod's status: its phase, when it started,
+/// how each container ended, and why one cannot start (its waiting reason,
+/// the scheduler's `PodScheduled=False`: see [`mining_api::pod_start`]).
 fn read_status(status: PodStatus) -> PodStatus {
-    let ended = |s: ContainerStatus| {
-        let terminated = s.state.and_then(|state| state.terminated).map(|t| {
+    let kept = |s: ContainerStatus| {
+        let state = s.state.unwrap_or_default();
+        let terminated = state.terminated.map(|t| {
             let mut message = t.message;
             clip(&mut message);
             ContainerStateTerminated {
@@ -152,17 +154,32 @@ fn read_status(status: PodStatus) -> PodStatus {
                 ..Default::default()
             }
         });
-        ContainerStatus {
-            name: s.name,
-            state: terminated
-                .map(|terminated| ContainerState { terminated: Some(terminated), ..Default::default() }),
-            ..Default::default()
-        }
+        let waiting = state.waiting.map(|mut w| {
+            clip(&mut w.reason);
+            clip(&mut w.message);
+            w
+        });
+        let state = (terminated.is_some() || waiting.is_some())
+            .then(|| ContainerState { terminated, waiting, ..Default::default() });
+        ContainerStatus { name: s.name, state, ..Default::default() }
     };
+    let unscheduled = status.conditions.into_iter().flatten().filter(|c| {
+        c.type_ == "PodScheduled" && c.status == "False"
+    });
+    let conditions: Vec<PodCondition> = unscheduled
+        .take(1)
+        .map(|mut c| {
+            clip(&mut c.message);
+            clip(&mut c.reason);
+            PodCondition { type_: c.type_, status: c.status, reason: c.reason, message: c.message, ..Default::default() }
+        })
+        .collect();
     PodStatus {
         phase: status.phase,
         start_time: status.start_time,
-        container_statuses: status.container_statuses.map(|all| all.into_iter().map(ended).collect()),
+        container_statuses: status.container_statuses.map(|all| all.into_iter().map(kept).collect()),
+        init_container_statuses: status.init_container_statuses.map(|all| all.into_iter().map(kept).collect()),
+        conditions: (!conditions.is_empty()).then_some(conditions),
         ..Default::default()
     }
 }

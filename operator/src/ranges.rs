@@ -85,7 +85,7 @@ pub fn decide(
     let mut winner: Option<(&RangeJob, BlockResult)> = None;
     for job in jobs {
         match &job.state {
-            BlockJob::Running => {}
+            BlockJob::Running | BlockJob::Blocked(_) => {}
             BlockJob::Failed { reason, message } => {
                 let message = format!("block {block}: Job {} failed ({reason}): {message}", job.name);
                 return RangeStep::Failed { reason: reasons::JOB_FAILED, message };
@@ -132,13 +132,13 @@ pub fn decide(
     // Not decided: stop what lies wholly above the winner, fill what is
     // missing below it, then extend lowest first up to `parallelism`.
     let stop: Vec<String> = (jobs.iter())
-        .filter(|j| j.state == BlockJob::Running && j.start > bound)
+        .filter(|j| j.state.is_running() && j.start > bound)
         .map(|j| j.name.clone())
         .collect();
     let kept: Vec<Range<u64>> = (jobs.iter().filter(|j| !stop.contains(&j.name)).map(RangeJob::nonces))
         .chain(std::iter::once(0..cleared_before))
         .collect();
-    let running = jobs.iter().filter(|j| j.state == BlockJob::Running && !stop.contains(&j.name)).count();
+    let running = jobs.iter().filter(|j| j.state.is_running() && !stop.contains(&j.name)).count();
     let frontier = kept.iter().map(|r| r.end).max().unwrap_or(0);
     let holes = gaps(kept, frontier.min(bound));
     let refilled = holes.len();
@@ -152,7 +152,7 @@ pub fn decide(
     let slots = (parallelism.max(1) as usize).saturating_sub(running);
     let create: Vec<Range<u64>> =
         holes.into_iter().flat_map(|hole| split(hole, size)).chain(fresh).take(slots).collect();
-    if running == 0 && create.is_empty() && jobs.iter().all(|j| j.state != BlockJob::Running) {
+    if running == 0 && create.is_empty() && jobs.iter().all(|j| !j.state.is_running()) {
         let message = format!("block {block}: no nonce below {bound} reaches difficulty {difficulty}");
         return RangeStep::Failed { reason: reasons::INVALID_RESULT, message };
     }

@@ -22,6 +22,7 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
     let settings = crate::job::MinerSettings {
         image: "miner:1",
         image_pull_policy: "IfNotPresent",
+        pull_secrets: &[],
         threads: 1,
         job: &job_settings,
         otlp: None,

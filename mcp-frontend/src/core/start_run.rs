@@ -211,6 +211,7 @@ impl Core {
             input_responses: Default::default(),
             caller: who_called,
             preemptible: tool.spec.preemptible,
+            pod_start_timeout_seconds: tool.spec.pod_start_timeout_seconds,
         };
         let mut run = ToolRun::new(id.as_str(), spec);
         run.metadata.namespace = Some(self.namespace.clone());

@@ -140,6 +140,7 @@ fn settings(config: &Config) -> MinerSettings<'_> {
     MinerSettings {
         image: &config.miner_image,
         image_pull_policy: &config.miner_image_pull_policy,
+        pull_secrets: &config.miner_image_pull_secrets,
         threads: config.miner_threads,
         job: &config.job,
         otlp: None,

@@ -28,11 +28,11 @@ impl Planner<'_> {
 
     pub(super) fn delete_unfinished_jobs(&mut self) {
         let mut running: Vec<String> = (self.observed.jobs.iter())
-            .filter(|(_, job)| **job == BlockJob::Running)
+            .filter(|(_, job)| job.is_running())
             .map(|(block, _)| block_job_name(&self.name, self.uid(), *block))
             .collect();
         let ranges = self.observed.ranges.values().flatten();
-        running.extend(ranges.filter(|j| j.state == BlockJob::Running).map(|j| j.name.clone()));
+        running.extend(ranges.filter(|j| j.state.is_running()).map(|j| j.name.clone()));
         self.plan.actions.extend(running.into_iter().map(|name| Action::DeleteJob { name }));
     }
 

@@ -19,6 +19,7 @@ fn limits() -> Limits {
         minimality_check_budget: 1 << 24,
         max_parallelism: 8,
         nonce_range_size: None,
+        pod_start_timeout_seconds: 600,
     }
 }
 

@@ -199,22 +199,22 @@ pub fn is_secret_of(stored: &Secret, built: &Secret, run: &ToolRun) -> bool {
 
 /// Where the template says nothing: no ServiceAccount token (a tool that
 /// needs the API asks for it), and the Pod Security "restricted" settings
-/// (non-root, the runtime's seccomp profile, no privilege escalation, no
-/// capabilities). What the template sets is kept; the namespace's Pod
-/// Security admission decides whether it may run.
+/// field by field (non-root, the runtime's seccomp profile, no privilege
+/// escalation, no capabilities). Every field the template sets is kept,
+/// even one "restricted" refuses: the namespace's Pod Security admission
+/// decides, and the run fails at once with its words (`pod_start`).
 fn secure_defaults(pod: &mut k8s_openapi::api::core::v1::PodSpec) {
     pod.automount_service_account_token.get_or_insert(false);
-    pod.security_context.get_or_insert_with(|| PodSecurityContext {
-        run_as_non_root: Some(true),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
-        ..Default::default()
-    });
+    let context = pod.security_context.get_or_insert_with(PodSecurityContext::default);
+    context.run_as_non_root.get_or_insert(true);
+    context
+        .seccomp_profile
+        .get_or_insert_with(|| SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None });
     for container in pod.init_containers.iter_mut().flatten().chain(pod.containers.iter_mut()) {
-        container.security_context.get_or_insert_with(|| SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
-            ..Default::default()
-        });
+        let context = container.security_context.get_or_insert_with(SecurityContext::default);
+        context.allow_privilege_escalation.get_or_insert(false);
+        let capabilities = context.capabilities.get_or_insert_with(Capabilities::default);
+        capabilities.drop.get_or_insert_with(|| vec!["ALL".into()]);
     }
 }
 
@@ -379,14 +379,33 @@ pub(crate) mod tests {
         assert_eq!(container.allow_privilege_escalation, Some(false));
         assert_eq!(container.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
 
-        // What the author set is kept.
+        // What the author set is kept; what it left unset is completed,
+        // field by field (a Pod context with only a user, as the demo's
+        // tools have, still gets the seccomp profile "restricted" needs).
         let mut own = template();
         own["spec"]["template"]["spec"]["automountServiceAccountToken"] = json!(true);
-        own["spec"]["template"]["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
+        own["spec"]["template"]["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsNonRoot": false});
+        own["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"runAsUser": 1000, "capabilities": {"add": ["NET_BIND_SERVICE"]}});
         let pod = job_for_run(&run(own, "{}"), None).unwrap().spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(true));
-        assert_eq!(pod.containers[0].security_context.as_ref().unwrap().run_as_user, Some(1000));
-        assert_eq!(pod.containers[0].security_context.as_ref().unwrap().allow_privilege_escalation, None);
+        let context = pod.security_context.unwrap();
+        assert_eq!((context.run_as_user, context.run_as_non_root), (Some(1000), Some(false)));
+        assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let container = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(container.run_as_user, Some(1000));
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        let capabilities = container.capabilities.unwrap();
+        assert_eq!(capabilities.add, Some(vec!["NET_BIND_SERVICE".to_string()]));
+        assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+        // An explicit value is the author's, even one "restricted" refuses.
+        let mut loose = template();
+        loose["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"allowPrivilegeEscalation": true, "capabilities": {"drop": ["NET_RAW"]}});
+        let pod = job_for_run(&run(loose, "{}"), None).unwrap().spec.unwrap().template.spec.unwrap();
+        let container = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(container.allow_privilege_escalation, Some(true));
+        assert_eq!(container.capabilities.unwrap().drop, Some(vec!["NET_RAW".to_string()]));
     }
 
     #[test]

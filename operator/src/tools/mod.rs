@@ -59,6 +59,8 @@ pub struct ToolContext {
     pub keys: Option<OwnershipKeys>,
     pub leadership: Leadership,
     pub default_ttl_seconds: u64,
+    /// How long a run waits for Pods that cannot start yet (`--pod-start-timeout-seconds`).
+    pub pod_start_timeout: Duration,
     pub metrics: Arc<Metrics>,
     /// The one queue runs and workflows wait in.
     pub queue: Arc<WorkQueue>,
@@ -245,6 +247,17 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         }
         _ => (Vec::new(), None),
     };
+    // A running step's Pods that cannot start (or a Job that made none):
+    // why, from the node, the scheduler or the API server itself.
+    let now = Timestamp::now();
+    let starting = match (&state, &job) {
+        (JobState::Ours { phase: JobPhase::Running, .. }, Some(job)) if !run.is_finished() => {
+            let own = pods::cached_own(&ctx.pods, job);
+            let own: Vec<&Pod> = own.iter().map(AsRef::as_ref).collect();
+            crate::pod_start::observe(&ctx.client, job, job, &own, now).await
+        }
+        _ => Default::default(),
+    };
     let state = match state {
         JobState::Ours { uid, phase, .. } => {
             let parts: std::collections::BTreeSet<i32> =
@@ -257,7 +270,6 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // of the queue, having waited past the preemption delay, asked
     // (`reclaim_for`) and the run is over its share: one yield decided at
     // a time, as a workflow's block.
-    let now = Timestamp::now();
     let running_step = run.phase() == ToolRunPhase::Running
         && matches!(state, JobState::Ours { phase: JobPhase::Running, .. });
     let asked = running_step && run.spec.preemptible && ctx.queue.memory.take_preemption_request(&uid);
@@ -324,8 +336,14 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         preempt,
         now,
         default_ttl_seconds: ctx.default_ttl_seconds,
+        start: starting.blocked,
+        pod_start_timeout: ctx.pod_start_timeout,
     };
     let mut plan = plan::plan(&observed);
+    let finishes = plan.status.as_ref().and_then(|s| s.phase).is_some_and(ToolRunPhase::is_finished);
+    if let Some(again) = starting.look_again.filter(|_| !finishes && !run.is_finished()) {
+        plan.requeue_after = Some(plan.requeue_after.map_or(again, |planned| planned.min(again)));
+    }
     if plan.delete_job {
         // Only the Job observed: never one made under its name since.
         let observed_uid = match &observed.job {
@@ -412,7 +430,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
         drop(admission);
         // The yield is written: the next may be decided.
         drop(yield_turn);
-        announce(ctx, run, status);
+        announce(ctx, run, status, plan.start_event);
         let ended_without_success =
             matches!(status.phase, Some(ToolRunPhase::Failed | ToolRunPhase::Cancelled));
         if let (true, Some(outputs)) = (ended_without_success, &ctx.outputs) {
@@ -479,7 +497,7 @@ async fn record_status(
                 Err(err) => return Err(tool_error("write the status of", &name)(err)),
             };
             remember(ctx, run, &ended, written);
-            announce(ctx, run, &ended);
+            announce(ctx, run, &ended, None);
             return Ok(Recorded::Refused);
         }
         Err(err) => return Err(tool_error("write the status of", &name)(err)),
@@ -503,12 +521,21 @@ fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus, version: O
 }
 
 /// Logs a change of phase and says it as an Event on the run.
-fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus) {
+fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus, start_event: Option<&'static str>) {
     let before = run.status.as_ref().and_then(|s| s.phase);
     if let Some(phase) = status.phase.filter(|phase| phase.is_finished() && Some(*phase) != before) {
         info!(run = %run.name_any(), phase = phase.as_str(), "tool run finished");
     }
-    if let Some(event) = event_for(before, status) {
+    // Its Pods cannot start: the Event says so under the reason of its own.
+    let event = match start_event {
+        Some(reason) => {
+            ctx.metrics.count_start_event(ToolRun::NOUN, reason);
+            let note = mining_api::pow::clip(status.message.as_deref().unwrap_or_default(), 1024).to_string();
+            Some(PlannedEvent { warning: true, reason, note })
+        }
+        None => event_for(before, status),
+    };
+    if let Some(event) = event {
         publish_events(&ctx.client, &ctx.instance, run, &run.name_any(), vec![event]);
     }
 }

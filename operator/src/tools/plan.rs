@@ -9,6 +9,7 @@ use mining_api::tool::{MAX_RESULT_BYTES, MAX_STORED_RESULT_BYTES};
 use mining_api::tool_input::{Ask, MAX_ROUNDS, input_document};
 use mining_api::tool_schema::Schema;
 use mining_api::tool_template::template_problem;
+use mining_api::pod_start::{self, Blocked, Verdict};
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
 use crate::admission::Slots;
@@ -79,6 +80,11 @@ pub struct Observed<'a> {
     pub preempt: bool,
     pub now: Timestamp,
     pub default_ttl_seconds: u64,
+    /// Why the running step's Pods cannot start, if they cannot
+    /// (`crate::pod_start::observe`).
+    pub start: Option<Blocked>,
+    /// The operator's bound on waiting for them (the tool's may be shorter).
+    pub pod_start_timeout: Duration,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -91,6 +97,9 @@ pub struct Plan {
     pub delete_run: bool,
     /// The status to write, when it changes.
     pub status: Option<ToolRunStatus>,
+    /// The Pod-start reason of this change (`mining_api::pod_start::reasons`):
+    /// its Event's reason, and what the metrics count.
+    pub start_event: Option<&'static str>,
     pub requeue_after: Option<Duration>,
 }
 
@@ -231,6 +240,30 @@ pub fn plan(observed: &Observed) -> Plan {
                         plan.requeue_after = Some(PREEMPTED_RECHECK);
                         preempted(run, uid, seen)
                     }
+                    JobPhase::Running if let Some(blocked) = &observed.start => {
+                        match pod_start::verdict(blocked, start_bound(observed), observed.now) {
+                            Verdict::Wait { message, look_again } => {
+                                plan.requeue_after = Some(look_again.min(PROGRESS_POLL));
+                                let message = format!("{RUNNING_PREFIX}{message}");
+                                // An Event when it begins to wait for this cause, not at each look.
+                                let said = current.message.as_deref().is_some_and(|m| m.contains(blocked.cause.said()));
+                                if !said {
+                                    plan.start_event = Some(pod_start::reasons::WAITING_TO_START);
+                                }
+                                ToolRunStatus { phase: Some(ToolRunPhase::Running), message: Some(message), ..seen }
+                            }
+                            Verdict::Fail { reason, message } => {
+                                plan.delete_job = true;
+                                plan.start_event = Some(reason);
+                                ToolRunStatus {
+                                    phase: Some(ToolRunPhase::Failed),
+                                    message: Some(format!("the tool's Pod cannot start ({reason}): {message}")),
+                                    finished_at: Some(now.clone()),
+                                    ..seen
+                                }
+                            }
+                        }
+                    }
                     JobPhase::Running => {
                         // Status lines are read again while it runs.
                         plan.requeue_after = Some(PROGRESS_POLL);
@@ -300,6 +333,13 @@ pub fn plan(observed: &Observed) -> Plan {
         plan.status = Some(status);
     }
     plan
+}
+
+/// How long this run waits for Pods that cannot start yet: the operator's
+/// bound, or the tool's when shorter.
+fn start_bound(observed: &Observed) -> Duration {
+    let tool = observed.run.spec.pod_start_timeout_seconds.map(|s| Duration::from_secs(s.into()));
+    tool.map_or(observed.pod_start_timeout, |tool| tool.min(observed.pod_start_timeout))
 }
 
 /// The status of a run whose running step (its Job `uid`) gives its slot

@@ -70,6 +70,22 @@ pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Fi
     Some((outcomes, running))
 }
 
+/// The Pods of `job` its Job made, as the Pod watch holds them (empty
+/// before its first list): what the start observation reads.
+pub(super) fn cached_own(store: &Store<Pod>, job: &Job) -> Vec<std::sync::Arc<Pod>> {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let namespace = job.metadata.namespace.as_deref();
+    store
+        .state()
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata.namespace.as_deref() == namespace
+                && pod.labels().get("job-name").map(String::as_str) == Some(name)
+                && made_by(pod, job)
+        })
+        .collect()
+}
+
 /// How a run's Job finished, for what its Pods must show before the watch's
 /// copy of them is taken.
 #[derive(Clone, Copy, Debug)]

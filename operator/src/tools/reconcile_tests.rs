@@ -149,6 +149,7 @@ impl Scenario {
             keys: Some(keys()),
             leadership,
             default_ttl_seconds: 60,
+            pod_start_timeout: Duration::from_secs(600),
             metrics,
             queue,
             instance: "operator-0".into(),

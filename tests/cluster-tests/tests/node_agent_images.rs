@@ -1,6 +1,7 @@
 //! The local node agent runs Pods from the images `make images` built, as a
 //! kubelet would: confined as the Pod's securityContext says, and a missing
-//! image is `ErrImageNeverPull`, never a host binary standing in.
+//! image waits as a kubelet says it (`ErrImagePull`, `ImagePullBackOff`,
+//! `ErrImageNeverPull`, `InvalidImageName`), never a host binary standing in.
 
 use std::time::Duration;
 
@@ -93,26 +94,45 @@ async fn a_pod_from_an_image_runs_as_its_security_context_says() {
 
 #[ignore = "the local node agent's image store; tests/run.sh runs it there"]
 #[tokio::test]
-async fn a_missing_image_leaves_the_pod_pending_with_err_image_never_pull() {
+async fn a_missing_image_leaves_the_pod_pending_as_a_kubelet_says_it() {
     let ns = TestNamespace::new("no-image").await;
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "absent"},
-        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
-                 "containers": [{"name": "main", "image": "mining-operator/not-built:dev"}]},
-    }))
-    .unwrap();
     let pods: Api<Pod> = ns.api();
-    create_pod(&pods, &pod, TIMEOUT).await;
-    let waiting = |pod: Option<&Pod>| {
-        pod.and_then(|p| {
-            p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.waiting.clone()
-        })
-        .is_some_and(|w| w.reason.as_deref() == Some("ErrImageNeverPull"))
+    let waiting_with = |reason: &'static str| {
+        move |pod: Option<&Pod>| {
+            pod.and_then(|p| {
+                p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.waiting.clone()
+            })
+            .is_some_and(|w| w.reason.as_deref() == Some(reason))
+        }
     };
-    let pod = wait_for(&pods, "absent", waiting, TIMEOUT).await.expect("the Pod");
+    let absent = |name: &str, policy: &str| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
+                     "containers": [{"name": "main", "image": "mining-operator/not-built:dev",
+                                     "imagePullPolicy": policy}]},
+        }))
+        .unwrap()
+    };
+    // Never pulled: ErrImageNeverPull, naming the image as the runtime normalized it.
+    create_pod(&pods, &absent("never", "Never"), TIMEOUT).await;
+    let pod = wait_for(&pods, "never", waiting_with("ErrImageNeverPull"), TIMEOUT).await.expect("the Pod");
     let status = pod.status.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Pending"), "it waits for the image, as a kubelet does");
     let message =
         status.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap().message.unwrap();
     assert!(message.contains("docker.io/mining-operator/not-built:dev"), "{message}");
+    // Pulled (the default policy): ErrImagePull, then ImagePullBackOff, still Pending.
+    create_pod(&pods, &absent("pulled", "IfNotPresent"), TIMEOUT).await;
+    let pod = wait_for(&pods, "pulled", waiting_with("ImagePullBackOff"), TIMEOUT).await.expect("the Pod");
+    let status = pod.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let message =
+        status.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap().message.unwrap();
+    assert!(message.contains("mining-operator/not-built:dev"), "{message}");
+    // A reference that does not parse: InvalidImageName at once.
+    let mut invalid = absent("invalid", "IfNotPresent");
+    invalid.spec.as_mut().unwrap().containers[0].image = Some("Mining-Operator/Not Valid".into());
+    create_pod(&pods, &invalid, TIMEOUT).await;
+    wait_for(&pods, "invalid", waiting_with("InvalidImageName"), TIMEOUT).await.expect("the Pod");
 }

@@ -84,6 +84,8 @@ struct Agent {
     finished: HashSet<String>,
     /// Unbound pods waiting for a free slot, by uid.
     unscheduled: HashMap<String, Queued>,
+    /// Pods this node can never take (said so once), by uid.
+    unschedulable: HashSet<String>,
     /// The running Pod deleted to make room for a higher-priority one, until it ends.
     preempting: Option<String>,
     /// Pods bound here (by us or someone else) not started yet: waiting for a slot.
@@ -118,6 +120,7 @@ pub async fn run(
         running: HashMap::new(),
         finished: HashSet::new(),
         unscheduled: HashMap::new(),
+        unschedulable: HashSet::new(),
         preempting: None,
         waiting: HashMap::new(),
         binding: HashSet::new(),
@@ -192,7 +195,20 @@ impl Agent {
         match spec.node_name.as_deref() {
             None => {
                 let ours = spec.scheduler_name.as_deref().is_none_or(|s| s == "default-scheduler");
-                if ours && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
+                let pending = pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod);
+                if ours && pending && let Some(why) = crate::node::cannot_take(&self.config, &pod) {
+                    // As kube-scheduler says it: the Pod stays Pending, unscheduled.
+                    if self.unschedulable.insert(uid.clone()) {
+                        tracing::info!(pod = %key_of(&pod), %why, "unschedulable");
+                        let now = Time(Timestamp::now());
+                        let patch = json!({"status": {"phase": "Pending", "conditions": [
+                            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                             "message": why, "lastTransitionTime": now}]}});
+                        patch_status(&self.client, &pod, patch).await;
+                    }
+                    return;
+                }
+                if ours && pending {
                     let queued = Queued {
                         rank: std::cmp::Reverse(priority_of(&pod)),
                         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -255,6 +271,7 @@ impl Agent {
     fn on_pod_gone(&mut self, pod: &Pod) {
         let uid = uid_of(pod);
         self.unscheduled.remove(&uid);
+        self.unschedulable.remove(&uid);
         self.waiting.remove(&uid);
         self.binding.remove(&uid);
         self.finished.remove(&uid);
@@ -390,6 +407,7 @@ impl Agent {
             services: self.services.clone(),
             client: self.client.clone(),
             images: self.config.images.clone(),
+            registries: self.config.registries.clone(),
             image_store: self.image_store.clone(),
             dir: self.pod_dir(&pod),
             pod,

@@ -37,15 +37,34 @@ fn status(config: &Config) -> serde_json::Value {
     })
 }
 
+/// The Node's labels: what a Pod's `nodeSelector` is matched against.
+pub fn labels(config: &Config) -> std::collections::BTreeMap<String, String> {
+    [
+        ("kubernetes.io/hostname", config.node_name.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("node.kubernetes.io/instance-type", "node-agent"),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), value.to_string()))
+    .collect()
+}
+
+/// Why this node cannot take `pod`, in kube-scheduler's words, if it
+/// cannot: a `nodeSelector` its labels do not match. (Affinity, taints and
+/// resources are not looked at.)
+pub fn cannot_take(config: &Config, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
+    let labels = labels(config);
+    let matches = selector.iter().all(|(key, value)| labels.get(key) == Some(value));
+    (!matches).then(|| "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.".into())
+}
+
 pub async fn register(client: &kube::Client, config: &Config) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let params = PatchParams::apply(MANAGER).force();
     let node = json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": config.node_name, "labels": {
-            "kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux",
-            "node.kubernetes.io/instance-type": "node-agent",
-        }},
+        "metadata": {"name": config.node_name, "labels": labels(config)},
         "spec": {"podCIDR": format!("{}/16", config.pod_cidr), "podCIDRs": [format!("{}/16", config.pod_cidr)]},
     });
     nodes.patch(&config.node_name, &params, &Patch::Apply(node)).await?;

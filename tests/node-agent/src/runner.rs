@@ -49,6 +49,8 @@ pub struct PodRunner {
     pub client: kube::Client,
     /// Test doubles: image names mapped to host binaries.
     pub images: Vec<(String, PathBuf)>,
+    /// Private registries: host → the USER:PASSWORD a pull secret must hold.
+    pub registries: Vec<(String, String)>,
     /// Every other image, from podman's store (when the agent runs as root).
     pub image_store: Option<std::sync::Arc<ImageStore>>,
     pub dir: PathBuf,
@@ -74,16 +76,34 @@ impl PodRunner {
             volumes: Default::default(),
             secrets: Default::default(),
         };
-        match crate::volumes::secret_env(&self.client, &self.pod).await {
-            Ok(secrets) => sandbox.secrets = secrets,
-            Err(message) => {
-                return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message).await;
-            }
-        }
-        match crate::volumes::prepare(&self.client, &self.pod, &self.dir).await {
-            Ok(volumes) => sandbox.volumes = volumes,
-            Err(message) => {
-                return fail_pod(&self.client, &self.pod, "CreateContainerConfigError", &message).await;
+        // A Secret, ConfigMap or key the Pod needs and cannot have: Pending,
+        // each container waiting with `CreateContainerConfigError`, tried
+        // again every few seconds (it may be created), as a kubelet does.
+        let mut reported: Option<String> = None;
+        loop {
+            let config = match crate::volumes::secret_env(&self.client, &self.pod).await {
+                Ok(secrets) => crate::volumes::prepare(&self.client, &self.pod, &self.dir)
+                    .await
+                    .map(|volumes| (secrets, volumes)),
+                Err(message) => Err(message),
+            };
+            match config {
+                Ok((secrets, volumes)) => {
+                    sandbox.secrets = secrets;
+                    sandbox.volumes = volumes;
+                    break;
+                }
+                Err(message) => {
+                    if reported.as_ref() != Some(&message) {
+                        tracing::warn!(pod = %key_of(&self.pod), problem = %message, "waiting for its configuration");
+                        self.report_waiting("CreateContainerConfigError", &message).await;
+                        reported = Some(message);
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(3)) => {}
+                        _ = stop_rx.changed() => return finalize_deletion(&self.client, &self.pod).await,
+                    }
+                }
             }
         }
         if let Some(services) = &self.services {
@@ -274,18 +294,24 @@ impl PodRunner {
         }
     }
 
-    /// How each container starts. While an image is missing the Pod stays
-    /// Pending with the kubelet's waiting reason (`ErrImageNeverPull`: the
-    /// agent pulls nothing) and the images are looked for again every few
+    /// How each container starts. While an image cannot be had the Pod
+    /// stays Pending with the kubelet's waiting reason (see [`crate::pull`]:
+    /// `InvalidImageName`; `ErrImagePull`, then `ImagePullBackOff`; or
+    /// `ErrImageNeverPull`) and the images are looked for again every few
     /// seconds; `None` when the Pod is deleted meanwhile.
     async fn wait_for_images(&self, stop_rx: &mut watch::Receiver<Option<Duration>>) -> Option<Vec<Launch>> {
         let containers = self.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
-        let mut reported = false;
+        let mut reported: Option<Vec<(String, &'static str, String)>> = None;
+        let mut tried_once = std::collections::HashSet::new();
         loop {
             let mut launches = Vec::with_capacity(containers.len());
             let mut missing: Vec<(String, &'static str, String)> = Vec::new();
             for container in &containers {
                 let image = container.image.clone().unwrap_or_default();
+                if let Some(problem) = self.pull_problem(container, &image, &mut tried_once).await {
+                    missing.push((container.name.clone(), problem.0, problem.1));
+                    continue;
+                }
                 if let Some(path) = container::resolve_image(&self.images, &image) {
                     launches.push(Launch::Binary(path.to_path_buf()));
                     continue;
@@ -296,13 +322,17 @@ impl PodRunner {
                 };
                 match resolved {
                     Ok(image) => launches.push(Launch::Image(image)),
+                    Err(err @ ImageError::NotPresent { .. }) => {
+                        let (reason, message) = self.not_pulled(container, &image, &mut tried_once);
+                        missing.push((container.name.clone(), reason, message.unwrap_or_else(|| err.to_string())));
+                    }
                     Err(err) => missing.push((container.name.clone(), err.reason(), err.to_string())),
                 }
             }
             if missing.is_empty() {
                 return Some(launches);
             }
-            if !reported {
+            if reported.as_ref() != Some(&missing) {
                 tracing::warn!(pod = %key_of(&self.pod), problem = %missing[0].2, "waiting for an image");
                 let statuses: Vec<_> = containers
                     .iter()
@@ -318,12 +348,75 @@ impl PodRunner {
                     "podIP": self.pod_ip.to_string(), "podIPs": [{"ip": self.pod_ip.to_string()}],
                     "containerStatuses": statuses}});
                 patch_status(&self.client, &self.pod, patch).await;
-                reported = true;
+                reported = Some(missing);
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3)) => {}
                 _ = stop_rx.changed() => return None,
             }
+        }
+    }
+
+    /// Pending, every container waiting with `reason` and `message`.
+    async fn report_waiting(&self, reason: &str, message: &str) {
+        let containers = self.pod.spec.iter().flat_map(|s| &s.containers);
+        let statuses: Vec<_> = containers
+            .map(|c| {
+                json!({"name": c.name, "image": c.image, "imageID": "", "ready": false, "restartCount": 0,
+                       "state": {"waiting": {"reason": reason, "message": message}}})
+            })
+            .collect();
+        let patch = json!({"status": {"phase": "Pending", "hostIP": "127.0.0.1", "containerStatuses": statuses}});
+        patch_status(&self.client, &self.pod, patch).await;
+    }
+
+    /// Why `image` cannot be pulled before it is even looked for: a
+    /// reference that does not parse, or a private registry's image
+    /// without the Pod's credentials for it.
+    async fn pull_problem(
+        &self,
+        container: &k8s_openapi::api::core::v1::Container,
+        image: &str,
+        tried_once: &mut std::collections::HashSet<String>,
+    ) -> Option<(&'static str, String)> {
+        if !crate::pull::valid_reference(image) {
+            let message = format!(
+                "Failed to apply default image tag {image:?}: couldn't parse image reference {image:?}: invalid reference format"
+            );
+            return Some(("InvalidImageName", message));
+        }
+        let host = crate::pull::registry_of(image)?;
+        let (_, credentials) = self.registries.iter().find(|(registry, _)| registry == host)?;
+        if crate::pull::has_credentials(&self.client, &self.pod, host, credentials).await {
+            return None;
+        }
+        let denied = format!(
+            "failed to pull and unpack image {image:?}: failed to resolve reference {image:?}: pull access denied, \
+             repository does not exist or may require authorization: authorization failed: no basic auth credentials"
+        );
+        let (reason, message) = self.not_pulled(container, image, tried_once);
+        Some((reason, if reason == "ErrImagePull" { denied } else { message.unwrap_or(denied) }))
+    }
+
+    /// The kubelet's reason for an image it could not pull: `ErrImagePull`
+    /// the first time, `ImagePullBackOff` after; `ErrImageNeverPull` when
+    /// the policy forbids pulling. The message, when the reason has its own.
+    fn not_pulled(
+        &self,
+        container: &k8s_openapi::api::core::v1::Container,
+        image: &str,
+        tried_once: &mut std::collections::HashSet<String>,
+    ) -> (&'static str, Option<String>) {
+        if container.image_pull_policy.as_deref() == Some("Never") {
+            return ("ErrImageNeverPull", None);
+        }
+        if tried_once.insert(container.name.clone()) {
+            let message = format!(
+                "failed to pull and unpack image {image:?}: not found (the node agent pulls nothing: build it with `make images`)"
+            );
+            ("ErrImagePull", Some(message))
+        } else {
+            ("ImagePullBackOff", Some(format!("Back-off pulling image {image:?}")))
         }
     }
 

@@ -37,6 +37,8 @@ fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observ
         preempt: false,
         now: now(),
         default_ttl_seconds: 60,
+        start: None,
+        pod_start_timeout: Duration::from_secs(600),
     }
 }
 
