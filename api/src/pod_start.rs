@@ -190,7 +190,9 @@ pub fn of_refusal(message: &str, since: Timestamp) -> Option<Blocked> {
     if message.contains("cannot create resource") {
         return None;
     }
-    let cause = if message.contains("exceeded quota") { Cause::Quota } else { Cause::Refused };
+    // A quota used up, or not yet counted by its controller: both clear.
+    let quota = message.contains("exceeded quota") || message.contains("status unknown for quota");
+    let cause = if quota { Cause::Quota } else { Cause::Refused };
     Some(Blocked::new(cause, &format!("the API server refused the Pod: {message}"), since))
 }
 
@@ -202,7 +204,8 @@ pub fn of_pod(pod: &Pod) -> Option<Blocked> {
         return None;
     }
     let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0)?;
-    let statuses = status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
+    let statuses =
+        status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
     let waiting = statuses.filter_map(|s| Some((s.name.as_str(), s.state.as_ref()?.waiting.as_ref()?)));
     for (container, waiting) in waiting {
         let reason = waiting.reason.as_deref().unwrap_or_default();
@@ -295,7 +298,8 @@ mod tests {
         assert_eq!(full.cause, Cause::NoCapacity);
         let too_many = of_pod(&unschedulable("0/1 nodes are available: 1 Too many pods.")).unwrap();
         assert_eq!(too_many.cause, Cause::NoCapacity);
-        let never = unschedulable("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.");
+        let never =
+            unschedulable("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.");
         let never = of_pod(&never).unwrap();
         assert_eq!(never.cause, Cause::Unschedulable);
         assert!(never.detail.contains("didn't match Pod's node affinity/selector"), "{}", never.detail);
@@ -303,7 +307,8 @@ mod tests {
 
     #[test]
     fn a_quota_may_clear_and_admission_does_not_and_rbac_is_not_the_pods_fault() {
-        let quota = "pods \"x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=0, limited: pods=0";
+        let quota =
+            "pods \"x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=0, limited: pods=0";
         assert_eq!(of_refusal(quota, at(0)).unwrap().cause, Cause::Quota);
         let webhook = "admission webhook \"deny.example.com\" denied the request: no";
         assert_eq!(of_refusal(webhook, at(0)).unwrap().cause, Cause::Refused);
@@ -318,7 +323,9 @@ mod tests {
         let bound = Duration::from_secs(60);
         let refused = Blocked::new(Cause::Refused, "no", at(0));
         let failed = verdict(&refused, bound, at(0));
-        assert!(matches!(&failed, Verdict::Fail { reason: reasons::CANNOT_START, message } if message.contains("no")));
+        assert!(
+            matches!(&failed, Verdict::Fail { reason: reasons::CANNOT_START, message } if message.contains("no"))
+        );
         let pull = Blocked::new(Cause::ImagePull, "ImagePullBackOff", at(0));
         match verdict(&pull, bound, at(10)) {
             Verdict::Wait { message, look_again } => {
@@ -327,8 +334,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(verdict(&pull, bound, at(58)), Verdict::Wait { look_again, .. } if look_again == Duration::from_secs(2)));
-        assert!(matches!(verdict(&pull, bound, at(60)), Verdict::Fail { reason: reasons::START_TIMED_OUT, .. }));
+        assert!(
+            matches!(verdict(&pull, bound, at(58)), Verdict::Wait { look_again, .. } if look_again == Duration::from_secs(2))
+        );
+        assert!(matches!(
+            verdict(&pull, bound, at(60)),
+            Verdict::Fail { reason: reasons::START_TIMED_OUT, .. }
+        ));
         let full = Blocked::new(Cause::NoCapacity, "Insufficient cpu", at(0));
         assert!(matches!(verdict(&full, bound, at(100_000)), Verdict::Wait { .. }), "capacity is waited for");
     }

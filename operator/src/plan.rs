@@ -20,9 +20,9 @@ use crate::conditions::set_condition;
 use crate::config::Limits;
 use crate::naming::block_job_name;
 use crate::observe::{BlockJob, RangeJob};
-use mining_api::pod_start::{self, Blocked, Verdict};
 use crate::ranges::{RangeStep, decide, range_size};
 use crate::verify::{check_minimality, clip, verify_block_result};
+use mining_api::pod_start::{self, Blocked, Verdict};
 
 /// How often a queued workflow looks again on its own. A freed slot wakes
 /// the oldest queued workflows at once; this timer only refreshes the

@@ -37,9 +37,11 @@ pub struct Starting {
 /// Whether a Job still has Pods to start: not finished, suspended or being deleted.
 fn starting(job: &Job) -> bool {
     let status = job.status.clone().unwrap_or_default();
-    let ended = status.conditions.iter().flatten().any(|c| {
-        matches!(c.type_.as_str(), "Complete" | "Failed") && c.status == "True"
-    });
+    let ended = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| matches!(c.type_.as_str(), "Complete" | "Failed") && c.status == "True");
     let suspended = job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false);
     !ended && !suspended && job.metadata.deletion_timestamp.is_none()
 }
@@ -56,7 +58,9 @@ pub async fn observe(client: &Client, job: &Job, template: &Job, own: &[&Pod], n
     let unfinished: Vec<&Pod> = own
         .iter()
         .copied()
-        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+        .filter(|p| {
+            !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
         .collect();
     if !unfinished.is_empty() {
         let blocked = pod_start::first(unfinished.iter().filter_map(|pod| pod_start::of_pod(pod)));

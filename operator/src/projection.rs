@@ -12,7 +12,8 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodSpec,
+    PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -159,26 +160,36 @@ fn read_status(status: PodStatus) -> PodStatus {
             clip(&mut w.message);
             w
         });
-        let state = (terminated.is_some() || waiting.is_some())
-            .then(|| ContainerState { terminated, waiting, ..Default::default() });
+        let state = (terminated.is_some() || waiting.is_some()).then(|| ContainerState {
+            terminated,
+            waiting,
+            ..Default::default()
+        });
         ContainerStatus { name: s.name, state, ..Default::default() }
     };
-    let unscheduled = status.conditions.into_iter().flatten().filter(|c| {
-        c.type_ == "PodScheduled" && c.status == "False"
-    });
+    let unscheduled =
+        status.conditions.into_iter().flatten().filter(|c| c.type_ == "PodScheduled" && c.status == "False");
     let conditions: Vec<PodCondition> = unscheduled
         .take(1)
         .map(|mut c| {
             clip(&mut c.message);
             clip(&mut c.reason);
-            PodCondition { type_: c.type_, status: c.status, reason: c.reason, message: c.message, ..Default::default() }
+            PodCondition {
+                type_: c.type_,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+                ..Default::default()
+            }
         })
         .collect();
     PodStatus {
         phase: status.phase,
         start_time: status.start_time,
         container_statuses: status.container_statuses.map(|all| all.into_iter().map(kept).collect()),
-        init_container_statuses: status.init_container_statuses.map(|all| all.into_iter().map(kept).collect()),
+        init_container_statuses: status
+            .init_container_statuses
+            .map(|all| all.into_iter().map(kept).collect()),
         conditions: (!conditions.is_empty()).then_some(conditions),
         ..Default::default()
     }

@@ -131,10 +131,8 @@ pub fn decide(
     }
     // Not decided: stop what lies wholly above the winner, fill what is
     // missing below it, then extend lowest first up to `parallelism`.
-    let stop: Vec<String> = (jobs.iter())
-        .filter(|j| j.state.is_running() && j.start > bound)
-        .map(|j| j.name.clone())
-        .collect();
+    let stop: Vec<String> =
+        (jobs.iter()).filter(|j| j.state.is_running() && j.start > bound).map(|j| j.name.clone()).collect();
     let kept: Vec<Range<u64>> = (jobs.iter().filter(|j| !stop.contains(&j.name)).map(RangeJob::nonces))
         .chain(std::iter::once(0..cleared_before))
         .collect();

@@ -40,6 +40,10 @@ SERVICE_PREFIX="10.$((96 + SLOT))"
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 KUBECONFIG_PATH="$STATE/kubeconfig"
 NODE_NAME="${MINING_CLUSTER_NODE:-local-node}"
+# A private registry the node agent plays (tests/node-agent/src/pull.rs): its
+# images are pulled only with a pull secret holding these credentials.
+PRIVATE_REGISTRY="registry.mining.test:5000"
+PRIVATE_REGISTRY_CREDENTIALS="puller:pull-s3cret"
 # Components in start order; `down` stops them in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager node-agent)
 
@@ -102,7 +106,8 @@ start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' 
     --image "local/shell=/bin/sh" \
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
     --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh" \
-    --image "local/patient=$HERE/fake-miners/patient.sh"
+    --image "local/patient=$HERE/fake-miners/patient.sh" \
+    --registry-credentials "$PRIVATE_REGISTRY=$PRIVATE_REGISTRY_CREDENTIALS"
 }
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers

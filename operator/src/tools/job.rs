@@ -384,7 +384,8 @@ pub(crate) mod tests {
         // tools have, still gets the seccomp profile "restricted" needs).
         let mut own = template();
         own["spec"]["template"]["spec"]["automountServiceAccountToken"] = json!(true);
-        own["spec"]["template"]["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsNonRoot": false});
+        own["spec"]["template"]["spec"]["securityContext"] =
+            json!({"runAsUser": 1000, "runAsNonRoot": false});
         own["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
             json!({"runAsUser": 1000, "capabilities": {"add": ["NET_BIND_SERVICE"]}});
         let pod = job_for_run(&run(own, "{}"), None).unwrap().spec.unwrap().template.spec.unwrap();

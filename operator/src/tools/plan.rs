@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use mining_api::pod_start::{self, Blocked, Verdict};
 use mining_api::tool::{MAX_RESULT_BYTES, MAX_STORED_RESULT_BYTES};
 use mining_api::tool_input::{Ask, MAX_ROUNDS, input_document};
 use mining_api::tool_schema::Schema;
 use mining_api::tool_template::template_problem;
-use mining_api::pod_start::{self, Blocked, Verdict};
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
 use crate::admission::Slots;
@@ -246,18 +246,27 @@ pub fn plan(observed: &Observed) -> Plan {
                                 plan.requeue_after = Some(look_again.min(PROGRESS_POLL));
                                 let message = format!("{RUNNING_PREFIX}{message}");
                                 // An Event when it begins to wait for this cause, not at each look.
-                                let said = current.message.as_deref().is_some_and(|m| m.contains(blocked.cause.said()));
+                                let said = current
+                                    .message
+                                    .as_deref()
+                                    .is_some_and(|m| m.contains(blocked.cause.said()));
                                 if !said {
                                     plan.start_event = Some(pod_start::reasons::WAITING_TO_START);
                                 }
-                                ToolRunStatus { phase: Some(ToolRunPhase::Running), message: Some(message), ..seen }
+                                ToolRunStatus {
+                                    phase: Some(ToolRunPhase::Running),
+                                    message: Some(message),
+                                    ..seen
+                                }
                             }
                             Verdict::Fail { reason, message } => {
                                 plan.delete_job = true;
                                 plan.start_event = Some(reason);
                                 ToolRunStatus {
                                     phase: Some(ToolRunPhase::Failed),
-                                    message: Some(format!("the tool's Pod cannot start ({reason}): {message}")),
+                                    message: Some(format!(
+                                        "the tool's Pod cannot start ({reason}): {message}"
+                                    )),
                                     finished_at: Some(now.clone()),
                                     ..seen
                                 }

@@ -26,6 +26,7 @@ pub mod s3;
 pub mod sse;
 pub mod tasks;
 pub mod tools;
+pub mod webhook;
 
 /// Label on every namespace a test creates, for cleaning up after a crash.
 pub const TEST_LABEL: &str = "mining-operator.dev/test";

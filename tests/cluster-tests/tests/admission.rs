@@ -12,117 +12,27 @@
 //! so (the waiting is covered by `provenance::tests` there).
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster_tests::mcp::Sdk;
 use cluster_tests::tools::{ALICE, call, define, setup_with, tool};
-use cluster_tests::{
-    TestNamespace, assert_chain_verifies, create_workflow, eventually, free_port, phase, reference_chain,
-    repo_root,
-};
+use cluster_tests::webhook::{Admission, Webhook, create_rule};
+use cluster_tests::{TestNamespace, assert_chain_verifies, create_workflow, phase, reference_chain};
 use futures::StreamExt as _;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use mining_api::{MiningWorkflow, WorkflowPhase, labels};
 use serde_json::json;
 
-/// The webhook process and its configuration; both go when dropped (the
-/// configuration by kubectl: a drop may run while the test's runtime unwinds).
-struct MeshWebhook {
-    process: Child,
-    name: String,
-}
-
-impl Drop for MeshWebhook {
-    fn drop(&mut self) {
-        let _ = Command::new("kubectl")
-            .args([
-                "delete",
-                "mutatingwebhookconfiguration",
-                &self.name,
-                "--ignore-not-found",
-                "--wait=false",
-            ])
-            .stdout(Stdio::null())
-            .status();
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-/// Starts the webhook for the Pods and Jobs of `ns` (labelled to select it).
-async fn mesh_webhook(ns: &TestNamespace) -> MeshWebhook {
-    let dir = std::env::temp_dir().join(format!("mesh-webhook-{}", ns.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(made.success(), "a self-signed certificate");
-    let port = free_port().port();
-    let process = Command::new("python3")
-        .arg(repo_root().join("tests/cluster-tests/webhook/mesh_injector.py"))
-        .arg(port.to_string())
-        .arg(&cert)
-        .arg(&key)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the webhook");
-    eventually("the webhook to listen", Duration::from_secs(20), || async {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ())
-    })
-    .await;
-    let namespaces: Api<Namespace> = Api::all(ns.client.clone());
-    let label = json!({"metadata": {"labels": {"mesh-test": ns.name}}});
-    namespaces.patch(&ns.name, &PatchParams::default(), &Patch::Merge(label)).await.unwrap();
-    let name = format!("mesh-{}", ns.name);
-    let ca = base64_of(&std::fs::read(&cert).unwrap());
-    let rule = |group: &str, resource: &str| json!({"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]});
-    let configuration: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "mesh.example.com",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": ca},
-            "rules": [rule("", "pods"), rule("batch", "jobs")],
-            "namespaceSelector": {"matchLabels": {"mesh-test": ns.name}},
-            // Fail, not Ignore: a webhook that does not answer must not let
-            // this test pass on Pods nobody mutated.
-            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10,
-        }],
-    }))
-    .unwrap();
-    let api: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
-    api.create(&PostParams::default(), &configuration).await.unwrap();
-    MeshWebhook { process, name }
-}
-
-fn base64_of(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
+/// Starts the mesh webhook for the Pods and Jobs of `ns`.
+async fn mesh_webhook(ns: &TestNamespace) -> Webhook {
+    let rules = vec![create_rule("", "pods"), create_rule("batch", "jobs")];
+    cluster_tests::webhook::start(ns, "mesh_injector.py", "mesh.example.com", Admission::Mutating, rules)
+        .await
 }
 
 /// What Kueue does once a queue admits a Job: unsuspend it. Counts the Jobs admitted.

@@ -196,7 +196,10 @@ impl Agent {
             None => {
                 let ours = spec.scheduler_name.as_deref().is_none_or(|s| s == "default-scheduler");
                 let pending = pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod);
-                if ours && pending && let Some(why) = crate::node::cannot_take(&self.config, &pod) {
+                if ours
+                    && pending
+                    && let Some(why) = crate::node::cannot_take(&self.config, &pod)
+                {
                     // As kube-scheduler says it: the Pod stays Pending, unscheduled.
                     if self.unschedulable.insert(uid.clone()) {
                         tracing::info!(pod = %key_of(&pod), %why, "unschedulable");

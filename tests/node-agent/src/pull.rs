@@ -9,6 +9,9 @@
 //! store or among the test doubles as any other) only when one of the
 //! Pod's `imagePullSecrets` is a `kubernetes.io/dockerconfigjson` Secret
 //! whose `auths[HOST]` holds those credentials, as a registry would check.
+//! The registry serves what the host's store (or the test doubles) hold
+//! under the same path: `HOST/mining-operator/miner:dev` is
+//! `mining-operator/miner:dev`.
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -115,7 +118,9 @@ mod tests {
         ] {
             assert!(valid_reference(good), "{good}");
         }
-        for bad in ["", "Mining/Miner:dev", "a//b", "a/b:", "a/b:-x", "-a/b", "a b", "a/b@sha256:xyz", "a/b:t:u"] {
+        for bad in
+            ["", "Mining/Miner:dev", "a//b", "a/b:", "a/b:-x", "-a/b", "a b", "a/b@sha256:xyz", "a/b:t:u"]
+        {
             assert!(!valid_reference(bad), "{bad}");
         }
     }

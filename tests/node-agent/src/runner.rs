@@ -312,6 +312,14 @@ impl PodRunner {
                     missing.push((container.name.clone(), problem.0, problem.1));
                     continue;
                 }
+                // A private registry serves what this host's store holds
+                // under the same path (its credentials checked above).
+                let image = match crate::pull::registry_of(&image) {
+                    Some(host) if self.registries.iter().any(|(registry, _)| registry == host) => {
+                        image[host.len() + 1..].to_string()
+                    }
+                    _ => image,
+                };
                 if let Some(path) = container::resolve_image(&self.images, &image) {
                     launches.push(Launch::Binary(path.to_path_buf()));
                     continue;
@@ -324,7 +332,11 @@ impl PodRunner {
                     Ok(image) => launches.push(Launch::Image(image)),
                     Err(err @ ImageError::NotPresent { .. }) => {
                         let (reason, message) = self.not_pulled(container, &image, &mut tried_once);
-                        missing.push((container.name.clone(), reason, message.unwrap_or_else(|| err.to_string())));
+                        missing.push((
+                            container.name.clone(),
+                            reason,
+                            message.unwrap_or_else(|| err.to_string()),
+                        ));
                     }
                     Err(err) => missing.push((container.name.clone(), err.reason(), err.to_string())),
                 }
@@ -366,7 +378,8 @@ impl PodRunner {
                        "state": {"waiting": {"reason": reason, "message": message}}})
             })
             .collect();
-        let patch = json!({"status": {"phase": "Pending", "hostIP": "127.0.0.1", "containerStatuses": statuses}});
+        let patch =
+            json!({"status": {"phase": "Pending", "hostIP": "127.0.0.1", "containerStatuses": statuses}});
         patch_status(&self.client, &self.pod, patch).await;
     }
 
