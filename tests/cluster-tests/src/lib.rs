@@ -20,6 +20,7 @@ pub use fixtures::*;
 pub mod helm;
 pub mod mcp;
 pub mod otlp;
+pub mod pod_security;
 pub mod reaction;
 pub mod release;
 pub mod s3;

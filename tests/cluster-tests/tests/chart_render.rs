@@ -49,6 +49,8 @@ fn the_chart_lints_and_its_values_schema_refuses_bad_values() {
         ("frontend.auth.mode=oauth", "frontend/auth/mode"),
         ("frontend.waitBudgetSeconds=51", "frontend/waitBudgetSeconds"),
         ("operator.image.pullPolicy=Sometimes", "operator/image/pullPolicy"),
+        ("operator.podStartTimeoutSeconds=0", "operator/podStartTimeoutSeconds"),
+        ("imagePullSecrets[0].name=Not_A_Secret", "imagePullSecrets/0/name"),
         ("tracing.otlpEndpoint=collector:4318", "tracing/otlpEndpoint"),
         ("tracing.protocol=grpc", "tracing/protocol"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
@@ -299,8 +301,24 @@ fn images_come_from_the_registry_and_digest_asked_for_and_miners_get_their_resou
             &format!("frontend.image.digest={digest}"),
             "--set",
             "operator.minerResources.limits.cpu=2",
+            "--set",
+            "imagePullSecrets[0].name=regcred",
+            "--set",
+            "imagePullSecrets[1].name=mirror-pull",
         ],
     );
+    // A private registry's pull secrets reach the components' Pods and the
+    // miner Jobs (through the operator), each once.
+    for secret in ["regcred", "mirror-pull"] {
+        assert_eq!(
+            manifests.matches(&format!("- --miner-image-pull-secret={secret}\n")).count(),
+            1,
+            "{secret}"
+        );
+        assert!(manifests.contains(&format!("- name: {secret}\n")), "the components pull with {secret}");
+    }
+    let default = render(&helm, "default", &[]);
+    assert!(!default.contains("--miner-image-pull-secret"), "none unless asked for");
     // Every image, the miner image the operator passes to its Jobs included.
     for image in [
         format!("image: mirror.example.com:5000/mining-operator/mcp-frontend@{digest}\n"),
