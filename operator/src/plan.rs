@@ -592,6 +592,8 @@ mod ranged;
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod start_tests;
 
 #[cfg(test)]
 mod tests;

@@ -61,10 +61,7 @@ const SAFE_SYSCTLS: [&str; 9] = [
     "net.ipv4.tcp_keepalive_intvl",
 ];
 
-fn first(
-    pod: &PodSpec,
-    broken: impl Fn(&SecurityContext, &Container) -> Option<String>,
-) -> Option<String> {
+fn first(pod: &PodSpec, broken: impl Fn(&SecurityContext, &Container) -> Option<String>) -> Option<String> {
     containers(pod).into_iter().find_map(|(name, context, container)| {
         let context = context.cloned().unwrap_or_default();
         broken(&context, container).map(|why| format!("container {name}: {why}"))

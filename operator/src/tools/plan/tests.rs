@@ -479,3 +479,55 @@ fn a_success_records_the_files_stored_and_files_it_cannot_take_fail_the_run() {
     assert_eq!(status(&refused).message.as_deref(), Some("the run stored more than 16 files"));
     assert_eq!(status(&refused).result, None);
 }
+
+/// `now()` plus `seconds`.
+fn later(seconds: i64) -> Timestamp {
+    now().checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds)).unwrap()
+}
+
+#[test]
+fn a_running_step_whose_pod_cannot_start_fails_at_once_or_after_the_shorter_bound() {
+    use mining_api::pod_start::{Blocked, Cause, reasons as start};
+    let mut run = run(None, 1);
+    let blocked = |cause| Some(Blocked::new(cause, "what the node said", now()));
+    let refused = Observed {
+        start: blocked(Cause::MissingConfig),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    };
+    let plan_ = plan(&refused);
+    assert!(plan_.delete_job && plan_.start_event == Some(start::CANNOT_START));
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Failed));
+    assert!(status(&plan_).message.as_deref().unwrap().contains("(CannotStart): its Pod needs a Secret"));
+    // A pull back-off waits, saying so, its slot kept; the tool's own
+    // bound (30 s) is shorter than the operator's (600 s) and wins.
+    run.spec.pod_start_timeout_seconds = Some(30);
+    let waiting = Observed {
+        start: blocked(Cause::ImagePull),
+        now: later(10),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    };
+    let plan_ = plan(&waiting);
+    assert!(!plan_.delete_job && plan_.start_event == Some(start::WAITING_TO_START));
+    let said = status(&plan_).message.clone().unwrap();
+    assert!(
+        said.starts_with("running: waiting for its image to be pulled") && said.contains("30 s"),
+        "{said}"
+    );
+    assert!(plan_.requeue_after.is_some_and(|after| after <= Duration::from_secs(5)));
+    // Said already: no second Event.
+    run.status = Some(status(&plan_).clone());
+    let again = Observed {
+        start: blocked(Cause::ImagePull),
+        now: later(15),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    };
+    assert_eq!(plan(&again).start_event, None);
+    let past = Observed {
+        start: blocked(Cause::ImagePull),
+        now: later(30),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    };
+    let plan_ = plan(&past);
+    assert!(plan_.delete_job && plan_.start_event == Some(start::START_TIMED_OUT));
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Failed));
+}

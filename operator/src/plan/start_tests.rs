@@ -1,0 +1,93 @@
+//! A block whose Pods cannot start (`BlockJob::Blocked`): it fails at once
+//! when the cause cannot clear, waits with the cause in its message within
+//! the bound, fails after it, and waits for full nodes without one.
+
+use super::*;
+use crate::admission::{Limit, Slots, Yield};
+use crate::naming::block_job_name;
+use crate::testing::{at, workflow};
+use mining_api::pod_start::{Blocked, Cause, reasons as start};
+
+fn limits() -> Limits {
+    let mut limits = <crate::config::Config as clap::Parser>::parse_from(["operator"]).limits;
+    limits.pod_start_timeout_seconds = 60;
+    limits
+}
+
+fn observe(wf: &MiningWorkflow, job: Option<BlockJob>, now: Timestamp) -> Plan {
+    let observed = Observed {
+        workflow: wf,
+        jobs: job.map(|job| (1, job)).into_iter().collect(),
+        ranges: BTreeMap::new(),
+        slots: Slots { taken: 0, limit: 2, ahead: 0, binding: Limit::Kind },
+        yielding: Yield::Keep,
+        now,
+    };
+    plan(&observed, &limits())
+}
+
+/// A workflow mining its first block (its start written at 0).
+fn mining() -> MiningWorkflow {
+    let mut wf = workflow("w", 8, 2);
+    let first = observe(&wf, None, at(0));
+    wf.status = Some(first.status);
+    wf
+}
+
+fn blocked(cause: Cause, since: i64) -> BlockJob {
+    BlockJob::Blocked(Blocked::new(cause, "what the cluster said", at(since)))
+}
+
+fn ready(plan: &Plan) -> &mining_api::Condition {
+    plan.status.conditions.iter().find(|c| c.type_ == condition_types::READY).unwrap()
+}
+
+#[test]
+fn a_refused_pod_fails_the_block_at_once_and_deletes_its_job() {
+    let wf = mining();
+    let plan = observe(&wf, Some(blocked(Cause::Refused, 1)), at(4));
+    assert_eq!(plan.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(ready(&plan).reason, start::CANNOT_START);
+    assert!(ready(&plan).message.contains("the cluster refuses its Pod: what the cluster said"), "{plan:?}");
+    let job = block_job_name("w", wf.metadata.uid.as_deref().unwrap(), 1);
+    assert!(plan.actions.contains(&Action::DeleteJob { name: job }), "{:?}", plan.actions);
+    assert!(plan.events.iter().any(|e| e.warning && e.reason == start::CANNOT_START));
+}
+
+#[test]
+fn a_pull_back_off_is_said_within_the_bound_and_fails_after_it() {
+    let wf = mining();
+    let waiting = observe(&wf, Some(blocked(Cause::ImagePull, 1)), at(11));
+    assert_eq!(waiting.status.phase, Some(WorkflowPhase::Mining), "it keeps its slot");
+    let message = waiting.status.message.clone().unwrap();
+    assert!(message.starts_with("mining block 1/2: waiting for its image to be pulled"), "{message}");
+    assert!(waiting.actions.is_empty());
+    assert!(waiting.requeue_after.is_some_and(|after| after <= Duration::from_secs(5)));
+    assert_eq!(waiting.events.iter().filter(|e| e.reason == start::WAITING_TO_START).count(), 1);
+    // Said once: the next look, the wait already written, makes no Event.
+    let mut written = wf.clone();
+    written.status = Some(waiting.status.clone());
+    let again = observe(&written, Some(blocked(Cause::ImagePull, 1)), at(16));
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    // Past the bound (60 s since the Pod was made): failed, the Job deleted.
+    let ended = observe(&written, Some(blocked(Cause::ImagePull, 1)), at(61));
+    assert_eq!(ended.status.phase, Some(WorkflowPhase::Failed));
+    assert_eq!(ready(&ended).reason, start::START_TIMED_OUT);
+    assert!(matches!(ended.actions.as_slice(), [Action::DeleteJob { .. }]), "{:?}", ended.actions);
+}
+
+#[test]
+fn full_nodes_are_waited_for_without_a_bound_and_a_cleared_cause_mines_on() {
+    let wf = mining();
+    let full = observe(&wf, Some(blocked(Cause::NoCapacity, 1)), at(100_000));
+    assert_eq!(full.status.phase, Some(WorkflowPhase::Mining));
+    assert!(full.status.message.unwrap().contains("waiting for room on the cluster's nodes"));
+    let mut written = wf.clone();
+    written.status = Some(observe(&wf, Some(blocked(Cause::Quota, 1)), at(5)).status);
+    let cleared = observe(&written, Some(BlockJob::Running), at(9));
+    assert_eq!(cleared.status.message.as_deref(), Some("mining block 1/2"));
+    assert_eq!(
+        cleared.status.conditions.iter().find(|c| c.type_ == condition_types::MINING).unwrap().reason,
+        reasons::BLOCK_STARTED
+    );
+}
