@@ -8,6 +8,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::view::{WorkView, one_line};
 
+/// Longest message `show` prints (a status message is at most a few KiB).
+const MAX_MESSAGE_CHARS: usize = 4096;
+
 /// Text in aligned columns: each row's cells joined by tabs, as kubectl's
 /// printers do with Go's tabwriter.
 pub fn columns(rows: &[Vec<String>]) -> String {
@@ -104,13 +107,15 @@ pub fn describe(work: &WorkView, jobs: &[JobLine], pods: &[PodLine], now: Timest
     field("Phase", phase);
     field("Progress", format!("{}/{}", work.done, work.total));
     field("Age", age(work.created, now));
-    if let Some(message) = &work.message {
-        field("Message", message.clone());
-    }
     if let Some(result) = &work.result {
         field(if work.kind == crate::view::Kind::Workflow { "Last hash" } else { "Result" }, result.clone());
     }
     let mut out = columns(&fields);
+    // Whole, not clipped to a column: why work waits or failed is in its
+    // tail (the cluster's own words).
+    if let Some(message) = &work.message {
+        out.push_str(&format!("{:<13}{}\n", "Message:", one_line(message, MAX_MESSAGE_CHARS)));
+    }
     if !work.questions.is_empty() {
         let since = work.waiting_since.map(|t| format!(" (for {})", age(Some(t), now))).unwrap_or_default();
         out.push_str(&format!("\nWaiting for its caller's answers{since}:\n"));

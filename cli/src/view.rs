@@ -119,7 +119,6 @@ fn base(kind: Kind, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Objec
 
 impl From<&MiningWorkflow> for WorkView {
     fn from(workflow: &MiningWorkflow) -> Self {
-        let status = workflow.status.as_ref();
         let total = workflow.total_blocks();
         let blocks = if total == 1 { "block" } else { "blocks" };
         WorkView {
@@ -129,12 +128,22 @@ impl From<&MiningWorkflow> for WorkView {
             succeeded: workflow.lifecycle() == mining_api::Lifecycle::Succeeded,
             done: workflow.mined_blocks().len() as u32,
             total,
-            message: status.and_then(|s| s.message.clone()),
+            message: whole_message(workflow),
             cancel_requested: workflow.cancel_requested(),
             result: workflow.mined_blocks().last().map(|block| block.hash.clone()),
             ..base(Kind::Workflow, &workflow.metadata)
         }
     }
+}
+
+/// A workflow's message whole: `status.message` is a short column, clipped
+/// with '…'; the condition it was clipped from (Ready, else Mining) has it all.
+fn whole_message(workflow: &MiningWorkflow) -> Option<String> {
+    let short = workflow.status.as_ref()?.message.clone()?;
+    let Some(start) = short.strip_suffix('…') else { return Some(short) };
+    let conditions = workflow.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let whole = conditions.iter().find(|c| c.message.starts_with(start) && c.message.len() > start.len());
+    Some(whole.map_or(short.clone(), |c| c.message.clone()))
 }
 
 impl From<&ToolRun> for WorkView {
@@ -249,6 +258,27 @@ mod tests {
                 },
                 Question { key: "note".into(), method: "sampling".into(), text: "Write a note.".into() },
             ]
+        );
+    }
+
+    #[test]
+    fn a_workflows_clipped_message_is_shown_whole_from_its_condition() {
+        let mut workflow = MiningWorkflow::new("w", MiningWorkflowSpec::new(12));
+        let whole = "block 1: the cluster refuses its Pod: admission webhook \"deny\" denied the request";
+        workflow.status = Some(
+            serde_json::from_value(json!({
+                "message": "block 1: the cluster refuses its Pod: adm…",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "CannotStart", "message": whole,
+                                "lastTransitionTime": "2026-11-28T00:00:00Z"}],
+            }))
+            .unwrap(),
+        );
+        assert_eq!(WorkView::from(&workflow).message.as_deref(), Some(whole));
+        workflow.status.as_mut().unwrap().message = Some("mining block 1/3".into());
+        assert_eq!(
+            WorkView::from(&workflow).message.as_deref(),
+            Some("mining block 1/3"),
+            "an unclipped one as it is"
         );
     }
 

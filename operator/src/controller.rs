@@ -201,8 +201,9 @@ pub async fn run(
         .reflect(job_writer)
         .inspect_ok(move |event| seen.saw(Watched::Jobs, event))
         .touched_objects();
-    // Pod events trigger nothing (a Job's own status says when it finished);
-    // the store only saves reading a finished Job's Pods from the API.
+    // A Pod's status wakes its Job's owner only when it says the Pod cannot
+    // start (`pod_start`): a Job's own status says when it finished, and
+    // the store saves reading a finished Job's Pods from the API.
     let pods_api: Api<Pod> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -215,7 +216,18 @@ pub async fn run(
             projection::project_pod(pod)
         })
         .reflect(pod_writer);
-    tokio::spawn(pod_events.for_each(|_| std::future::ready(())));
+    let (blocked_jobs, _) = tokio::sync::broadcast::channel(crate::pod_start::BLOCKED_JOBS_BACKLOG);
+    let sighted = blocked_jobs.clone();
+    tokio::spawn(pod_events.for_each(move |event| {
+        if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = &event
+            && let Some(job) = crate::pod_start::blocked_job(pod)
+        {
+            let _ = sighted.send(job);
+        }
+        std::future::ready(())
+    }));
+    let blocked_workflows =
+        crate::pod_start::owners_of_blocked::<MiningWorkflow>(&blocked_jobs, job_store.clone());
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let memory = Arc::new(Memory::default());
     let mut kinds = Kinds::default();
@@ -240,6 +252,7 @@ pub async fn run(
         default_ttl_seconds: config.limits.default_ttl_seconds,
         pod_start_timeout: config.limits.pod_start_timeout(),
         pods: pod_store.clone(),
+        blocked_jobs,
         queue_name: config.job.queue_name.clone(),
         outputs: outputs.map(|store| crate::kinds::OutputsShared {
             store,
@@ -272,6 +285,7 @@ pub async fn run(
         .with_config(kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns_stream(job_events)
         .reconcile_on(woken)
+        .reconcile_on(blocked_workflows)
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {

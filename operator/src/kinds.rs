@@ -40,6 +40,8 @@ pub struct Shared {
     /// Every Pod with our label, projected ([`crate::projection::project_pod`]):
     /// what a kind's Pods said is read here before asking the API server.
     pub pods: Store<Pod>,
+    /// Jobs whose Pods cannot start, as the Pod watch sees them (`crate::pod_start`).
+    pub blocked_jobs: crate::pod_start::BlockedJobs,
     /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
     pub queue_name: Option<String>,
     /// Where runs' files go, when configured (`--outputs-store`).
@@ -76,6 +78,7 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
     Box::new(move |shared: Shared| {
         Box::pin(async move {
             let (jobs, job_writer) = reflector::store::<Job>();
+            let jobs_for_wakes = jobs.clone();
             let context = crate::tools::ToolContext {
                 client: shared.client,
                 keys: shared.keys,
@@ -106,6 +109,9 @@ fn tool_runs(kinds: &mut Kinds) -> Start {
                     OUTPUTS_SWEEP,
                 ));
             }
+            let blocked =
+                crate::pod_start::owners_of_blocked::<ToolRun>(&shared.blocked_jobs, jobs_for_wakes);
+            let woken = futures::stream::select(woken, blocked);
             crate::tools::run(shared.namespace.as_deref(), context, (store, writer), job_writer, woken).await;
         })
     })

@@ -17,14 +17,66 @@
 
 use std::time::Duration;
 
+use futures::Stream;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::{Client, ResourceExt as _};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt as _};
 use mining_api::pod_start::{self, Blocked, NO_POD_GRACE};
+use tokio::sync::broadcast;
 use tracing::{debug, warn};
+
+/// Jobs whose Pods the Pod watch saw unable to start, for every kind's
+/// controller to wake the Job's owner: the node's report changes nothing a
+/// kind watches (its Job stays as it was).
+pub type BlockedJobs = broadcast::Sender<ObjectRef<Job>>;
+
+/// How many sightings a slow controller may fall behind on (it then only
+/// misses wakes: its timers still look again).
+pub const BLOCKED_JOBS_BACKLOG: usize = 1024;
+
+/// The Job whose Pod `pod` is, when its status says it cannot start. A
+/// Pod's labels and owner are anyone's to write: this only wakes the
+/// Job's owner, whose reconcile reads only the Job's own Pods.
+pub fn blocked_job(pod: &Pod) -> Option<ObjectRef<Job>> {
+    pod_start::of_pod(pod)?;
+    let owner = pod.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "Job")?;
+    Some(ObjectRef::new(&owner.name).within(&pod.namespace()?))
+}
+
+/// The owners of kind `K` of the Jobs `blocked` names, as `jobs` (the
+/// kind's Job store) holds them: a stream to reconcile on.
+pub fn owners_of_blocked<K>(
+    blocked: &BlockedJobs,
+    jobs: Store<Job>,
+) -> impl Stream<Item = ObjectRef<K>> + use<K>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    futures::stream::unfold((blocked.subscribe(), jobs), |(mut seen, jobs)| async move {
+        loop {
+            match seen.recv().await {
+                Ok(job) => {
+                    let Some(stored) = jobs.get(&job) else { continue };
+                    let owner = stored.owner_references().iter().find(|o| {
+                        o.controller == Some(true)
+                            && o.kind == K::kind(&())
+                            && o.api_version == K::api_version(&())
+                    });
+                    if let (Some(owner), Some(namespace)) = (owner, stored.namespace()) {
+                        let owner = ObjectRef::new(&owner.name).within(&namespace);
+                        return Some((owner, (seen, jobs)));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
 
 /// What the observation found, and when to look again without a change
 /// to wake the work (a Job that made no Pod yet changes nothing watched).
