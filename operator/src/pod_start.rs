@@ -78,6 +78,9 @@ where
     })
 }
 
+/// How often a Job that made no Pod, though admission takes it, is asked again.
+const ADMITTED_RECHECK: Duration = Duration::from_secs(30);
+
 /// What the observation found, and when to look again without a change
 /// to wake the work (a Job that made no Pod yet changes nothing watched).
 #[derive(Debug, Default, PartialEq)]
@@ -132,7 +135,11 @@ pub async fn observe(client: &Client, job: &Job, template: &Job, own: &[&Pod], n
         return Starting { blocked: None, look_again: Some(left.max(Duration::from_millis(200))) };
     }
     let blocked = dry_run(client, job, template, created).await;
-    Starting { blocked, look_again: Some(pod_start::WAITING_RECHECK) }
+    // Admitted: the Job controller is only slow (its Pod's creation wakes
+    // the work), or it backs off from a refusal that has cleared; look
+    // again now and then, not every few seconds.
+    let look_again = if blocked.is_some() { pod_start::WAITING_RECHECK } else { ADMITTED_RECHECK };
+    Starting { blocked, look_again: Some(look_again) }
 }
 
 /// The API server's answer to the Pod the Job controller would create for
