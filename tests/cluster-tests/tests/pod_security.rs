@@ -11,7 +11,7 @@ use std::path::Path;
 use cluster_tests::pod_security::{RESTRICTED, restricted_violations};
 use cluster_tests::repo_root;
 use k8s_openapi::api::core::v1::PodSpec;
-use mining_api::{McpTool, ToolRun, ToolRunSpec};
+use mining_api::McpTool;
 use serde_json::{Value, json};
 
 /// A Pod that passes every control: the profile's own minimal example.
@@ -172,22 +172,9 @@ fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_
         assert!(sources.contains(expected), "no McpTool found in {expected}: {sources:?}");
     }
     for (file, tool) in &tools {
-        let spec = ToolRunSpec {
-            tool: tool.metadata.name.clone().unwrap_or_default(),
-            arguments: "{}".into(),
-            output_schema: None,
-            job_template: tool.spec.job_template.clone(),
-            ttl_seconds_after_finished: None,
-            cancel: false,
-            input_deadline_seconds: None,
-            input_responses: Default::default(),
-            caller: None,
-            preemptible: false,
-            pod_start_timeout_seconds: None,
-        };
-        let mut run = ToolRun::new("mw-check", spec);
-        run.metadata.namespace = Some("mining-workflows".into());
-        run.metadata.uid = Some("uid".into());
+        // A call of the tool: its template, as the frontend snapshots it.
+        let mut run = mining_api::testing::tool_run("mw-check", tool.metadata.name.as_deref().unwrap_or("tool"));
+        run.spec.job_template = tool.spec.job_template.clone();
         let job = mining_operator::tools::job::job_for_run(&run, None).expect("a Job for the tool");
         let pod = job.spec.unwrap().template.spec.unwrap();
         let violations = restricted_violations(&pod);

@@ -14,10 +14,9 @@ Usage: python3 mesh_injector.py PORT CERT KEY  (HTTPS, AdmissionReview v1).
 """
 
 import base64
-import http.server
 import json
-import ssl
-import sys
+
+import admission_server
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -62,39 +61,16 @@ def job_patch(job):
     return [{"op": "add", "path": "/spec/suspend", "value": True}]
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        length = int(self.headers.get("Content-Length", "0"))
-        review = json.loads(self.rfile.read(length))
-        request = review["request"]
-        kind = request["kind"]["kind"]
-        obj = request["object"]
-        ops = pod_patch(obj) if kind == "Pod" else job_patch(obj) if kind == "Job" else []
-        response = {"uid": request["uid"], "allowed": True}
-        if ops:
-            response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": response}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-def main():
-    port, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    print("listening", flush=True)
-    server.serve_forever()
+def respond(request):
+    kind = request["kind"]["kind"]
+    obj = request["object"]
+    ops = pod_patch(obj) if kind == "Pod" else job_patch(obj) if kind == "Job" else []
+    response = {"allowed": True}
+    if ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+    return response
 
 
 if __name__ == "__main__":
-    main()
+    admission_server.main(respond)
