@@ -173,7 +173,8 @@ fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_
     }
     for (file, tool) in &tools {
         // A call of the tool: its template, as the frontend snapshots it.
-        let mut run = mining_api::testing::tool_run("mw-check", tool.metadata.name.as_deref().unwrap_or("tool"));
+        let mut run =
+            mining_api::testing::tool_run("mw-check", tool.metadata.name.as_deref().unwrap_or("tool"));
         run.spec.job_template = tool.spec.job_template.clone();
         let job = mining_operator::tools::job::job_for_run(&run, None).expect("a Job for the tool");
         let pod = job.spec.unwrap().template.spec.unwrap();
