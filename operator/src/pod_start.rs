@@ -131,7 +131,8 @@ pub async fn observe(client: &Client, job: &Job, template: &Job, own: &[&Pod], n
     let age = now.duration_since(created);
     let grace = k8s_openapi::jiff::SignedDuration::try_from(NO_POD_GRACE).unwrap_or_default();
     if age < grace {
-        let left = (grace - age).unsigned_abs();
+        // A creation time ahead of this clock waits the grace, no longer.
+        let left = (grace - age).unsigned_abs().min(NO_POD_GRACE);
         return Starting { blocked: None, look_again: Some(left.max(Duration::from_millis(200))) };
     }
     let blocked = dry_run(client, job, template, created).await;
