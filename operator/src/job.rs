@@ -16,7 +16,7 @@ use crate::naming::{block_job_name, range_job_name, workflow_label};
 
 /// The distroless `nonroot` user the miner image runs as.
 const MINER_UID: i64 = 65532;
-pub const MANAGER: &str = "mining-operator";
+pub use crate::work::MANAGER;
 
 /// What a block Job needs beyond the workflow itself.
 #[derive(Debug, Clone)]
@@ -59,18 +59,7 @@ pub const MESH_OPT_OUT_LABELS: [(&str, &str); 1] = [("sidecar.istio.io/inject", 
 pub const MESH_OPT_OUT_ANNOTATIONS: [(&str, &str); 2] =
     [("sidecar.istio.io/inject", "false"), ("linkerd.io/inject", "disabled")];
 
-/// Puts `job` in the queue controller's LocalQueue `queue`, when there is one.
-pub fn queue_job(job: &mut Job, queue: Option<&str>) {
-    if let Some(queue) = queue {
-        job.metadata.labels.get_or_insert_default().insert(labels::KUEUE_QUEUE_NAME.into(), queue.into());
-    }
-}
-
-/// Whether `built` (a Job the operator built) was put in a queue
-/// controller's queue: then suspension and scheduling are that controller's.
-pub fn is_queued(built: &Job) -> bool {
-    built.metadata.labels.as_ref().is_some_and(|l| l.contains_key(labels::KUEUE_QUEUE_NAME))
-}
+pub use crate::work::{is_queued, queue_job};
 
 /// Labels on a block's Job and its Pods.
 pub fn block_labels(workflow: &str, block: u32) -> BTreeMap<String, String> {

@@ -8,7 +8,6 @@
 pub mod admission;
 pub mod api_calls;
 pub mod apply;
-pub mod caches;
 pub mod conditions;
 pub mod config;
 pub mod controller;
@@ -31,6 +30,7 @@ pub mod ranges;
 mod testing;
 pub mod tools;
 pub mod verify;
+pub mod work;
 
 /// Everything a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -61,9 +61,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("writing the status of workflow {workflow}")]
+    #[error("writing the status of {noun} {name}")]
     WriteStatus {
-        workflow: String,
+        noun: &'static str,
+        name: String,
         #[source]
         source: kube::Error,
     },

@@ -12,8 +12,8 @@ use axum::routing::get;
 use clap::Parser;
 use mining_operator::api_calls::{CountCalls, counted_client};
 use mining_operator::config::Config;
-use mining_operator::controller;
 use mining_operator::metrics::Metrics;
+use mining_operator::{kinds, work};
 
 #[derive(Clone)]
 struct HttpState {
@@ -87,7 +87,9 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %config.http_addr, namespace = config.namespace.as_deref().unwrap_or("(all)"), image = %config.miner_image, "starting");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    controller::run(client, config, keys, outputs, state.metrics, state.ready).await;
+    let registered = config.clone();
+    let register = move |registry: &mut work::Registry| kinds::register(registry, &registered);
+    work::run(client, config, keys, outputs, state.metrics, state.ready, register).await;
     server.abort();
     tracing::info!("stopped");
     Ok(())

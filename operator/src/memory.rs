@@ -144,8 +144,9 @@ impl Memory {
         work
     }
 
-    /// Records the status written for `work` and the version it produced.
-    pub fn remember<W>(&self, work: &W, status: &W::Status, version: Option<String>)
+    /// Records the status written for `work` and the version it produced;
+    /// the lifecycle that status puts it in.
+    pub fn remember<W>(&self, work: &W, status: &W::Status, version: Option<String>) -> mining_api::Lifecycle
     where
         W: Work + HasStatus,
         W::Status: Clone + Send + 'static,
@@ -160,6 +161,7 @@ impl Memory {
             at: Instant::now(),
         };
         lock(&self.written).insert(uid_of(work), written, WRITTEN_KEPT);
+        standing.phase
     }
 
     /// Someone else wrote since: plan from the cache next time.

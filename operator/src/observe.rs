@@ -9,11 +9,10 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use mining_api::pod_start::Blocked;
-use mining_api::provenance::is_jobs_pod;
 use mining_api::{MiningWorkflow, Work as _, annotations, labels};
 use tracing::warn;
 
@@ -187,8 +186,8 @@ async fn classify_job(
     if state != BlockJob::Running || job.metadata.deletion_timestamp.is_some() {
         return Ok((state, None));
     }
-    let own = cached_job_pods(job, sources.pods);
-    let own: Vec<&Pod> = own.iter().collect();
+    let own = crate::work::pods::cached_own(sources.pods, job, MiningWorkflow::READS);
+    let own: Vec<&Pod> = own.iter().map(AsRef::as_ref).collect();
     let starting = crate::pod_start::observe(sources.client, job, built, &own, now).await;
     let state = starting.blocked.map_or(BlockJob::Running, BlockJob::Blocked);
     Ok((state, starting.look_again))
@@ -234,38 +233,23 @@ async fn finished_state(job: &Job, sources: &JobSources<'_>) -> Result<BlockJob>
     Ok(BlockJob::Running)
 }
 
-/// Whether `pod` is one `job` made: controlled by the Job's uid and running
-/// exactly its template. The `job-name` label alone is anyone's to set.
-fn made_by(pod: &Pod, job: &Job) -> bool {
-    let ours = is_jobs_pod(pod, job, MiningWorkflow::READS);
-    if !ours {
-        warn!(job = %job.name_any(), pod = %pod.name_any(), "ignoring a Pod its Job did not make");
-    }
-    ours
-}
-
 /// The Job's Pods as the Pod store has them.
 fn cached_job_pods(job: &Job, pods: &Store<Pod>) -> Vec<Pod> {
-    let name = job.name_any();
-    let namespace = job.metadata.namespace.as_deref();
-    pods.state()
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == namespace && p.labels().get("job-name") == Some(&name))
-        .filter(|p| made_by(p, job))
-        .map(|p| p.as_ref().clone())
-        .collect()
+    let own = crate::work::pods::cached_own(pods, job, MiningWorkflow::READS);
+    own.into_iter().map(|pod| pod.as_ref().clone()).collect()
 }
 
+/// The Job's own Pods from the API server, a page at a time (a Job's own
+/// are few: its backoff limit bounds them; anyone's look-alikes are not).
 async fn job_pods(job: &Job, client: &Client) -> Result<Vec<Pod>> {
-    let name = job.name_any();
     let pods: Api<Pod> =
         Api::namespaced(client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
-    let listed = pods
-        .list(&ListParams::default().labels(&format!("job-name={name}")))
-        .await
-        .map_err(|source| Error::ListPods { job: name, source })?
-        .items;
-    Ok(listed.into_iter().filter(|pod| made_by(pod, job)).collect())
+    let mut own = Vec::new();
+    crate::work::pods::each_own_page(&pods, job, MiningWorkflow::READS, |page| {
+        own.extend(page.into_iter().cloned());
+    })
+    .await?;
+    Ok(own)
 }
 
 fn terminated_message(pod: &Pod) -> Option<String> {

@@ -22,6 +22,7 @@ use crate::naming::block_job_name;
 use crate::observe::{BlockJob, RangeJob};
 use crate::ranges::{RangeStep, decide, range_size};
 use crate::verify::{check_minimality, clip, verify_block_result};
+pub use crate::work::PlannedEvent;
 use mining_api::pod_start::{self, Blocked, Verdict};
 
 /// How often a queued workflow looks again on its own. A freed slot wakes
@@ -76,13 +77,6 @@ pub enum Action {
     },
     /// Retention is over: delete the workflow.
     DeleteWorkflow,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedEvent {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

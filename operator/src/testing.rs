@@ -87,3 +87,39 @@ pub fn counted_scripted_client(
     });
     kube::Client::new(service, "ns")
 }
+
+/// What every kind shares, as tests build it: one queue over `kinds` (with
+/// `budget` and `keys`), the Pod watch `pods`, every watch listed, and a
+/// client answering from a script.
+pub fn shared(
+    client: kube::Client,
+    kinds: crate::queue::Kinds,
+    budget: crate::admission::Budget,
+    keys: Option<mining_api::ownership::OwnershipKeys>,
+    pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    leadership: crate::leader::Leadership,
+) -> crate::work::Shared {
+    use std::sync::Arc;
+    let memory = Arc::new(crate::memory::Memory::default());
+    let parties = crate::parties::Parties::new(keys.clone());
+    let queue = Arc::new(crate::queue::WorkQueue::new(kinds, parties, memory.clone(), budget));
+    let readiness = crate::work::Readiness::new(Arc::default());
+    readiness.register("everything").saw::<()>(&kube::runtime::watcher::Event::InitDone);
+    crate::work::Shared {
+        client,
+        keys,
+        leadership,
+        metrics: Arc::new(crate::metrics::Metrics::default()),
+        queue,
+        memory,
+        readiness,
+        instance: "operator-0".into(),
+        namespace: None,
+        default_ttl_seconds: 60,
+        pod_start_timeout: std::time::Duration::from_secs(600),
+        pods,
+        blocked_jobs: tokio::sync::broadcast::channel(1).0,
+        queue_name: None,
+        outputs: None,
+    }
+}

@@ -1,15 +1,14 @@
 //! A Job that is not the operator's, standing where a block's Job should.
 
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action as Requeue;
 use mining_api::Work as _;
 use mining_api::{MiningWorkflow, reasons};
 use tracing::warn;
 
-use super::{Context, REPLAN_AFTER};
-use crate::apply::{publish_events, record_status};
+use super::WorkflowShell;
 use crate::metrics::ErrorLabels;
-use crate::plan::{PlannedEvent, status_foreign_job};
+use crate::plan::status_foreign_job;
+use crate::work::{Outcome, PlannedEvent, REPLAN_AFTER, Recorded, publish_events};
 use crate::{Error, Result};
 
 /// A Job that is not the operator's stands where a block's Job should: the
@@ -17,28 +16,24 @@ use crate::{Error, Result};
 /// nothing of that Job is ever read.
 pub(super) async fn fail_for_foreign_job(
     workflow: &MiningWorkflow,
-    ctx: &Context,
+    shell: &WorkflowShell,
     job: &str,
     why: &str,
-) -> Result<Requeue> {
+) -> Result<Outcome> {
     let name = workflow.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
-    let namespace = workflow.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
-    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "foreign_job" }).inc();
+    shell.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: "foreign_job" }).inc();
     if workflow.is_finished() {
-        return Ok(Requeue::await_change());
+        return Ok(Outcome::AWAIT_CHANGE);
     }
     warn!(workflow = %name, %job, %why, "a Job the operator did not build stands for a block; failing the workflow");
     let status = status_foreign_job(workflow, job, why, Timestamp::now());
-    let settings = ctx.miner_settings();
-    let target = ctx.target(workflow, &name, &namespace, &settings);
-    match record_status(&target, &status).await {
-        Ok(true) => {}
-        Ok(false) => return Ok(Requeue::requeue(REPLAN_AFTER)),
-        Err(source) => return Err(Error::WriteStatus { workflow: name, source }),
+    match shell.record_status(workflow, &status).await? {
+        Recorded::Written => {}
+        Recorded::Conflict => return Ok(Outcome::after(REPLAN_AFTER)),
+        Recorded::Refused => return Ok(Outcome::AWAIT_CHANGE),
     }
     let note = status.message.clone().unwrap_or_default();
     let event = PlannedEvent { warning: true, reason: reasons::FOREIGN_JOB, note };
-    publish_events(&ctx.client, &ctx.instance, workflow, &name, vec![event]);
-    ctx.queue.wake_next();
-    Ok(Requeue::await_change())
+    publish_events(&shell.client, &shell.instance, workflow, &name, vec![event]);
+    Ok(Outcome::AWAIT_CHANGE)
 }

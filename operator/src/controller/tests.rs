@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::job::job_for_block;
 use crate::testing::{Call, Log, workflow};
+use kube::Client;
+use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 
 const WORKFLOWS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/miningworkflows";
@@ -65,43 +67,31 @@ where
 /// A reconcile of `workflow` with these Jobs and Pods in the caches, and what it asked of the API server.
 struct Scenario {
     log: Log,
-    ctx: Arc<Context>,
+    ctx: Arc<WorkflowShell>,
     _woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<MiningWorkflow>>,
 }
 
 impl Scenario {
     fn new(workflow: &MiningWorkflow, jobs: Vec<Job>, pods: Vec<Pod>) -> Self {
         let log = Log::default();
-        let caches = CacheSync::new(Default::default());
-        caches.saw(Watched::Jobs, &watcher::Event::<Job>::InitDone);
         let (wake, woken) = futures::channel::mpsc::unbounded();
         let store = store_of(vec![workflow.clone()]);
-        let memory = Arc::new(Memory::default());
         let (runs, _) = kube::runtime::reflector::store::<mining_api::ToolRun>();
         let mut kinds = crate::queue::Kinds::default();
         kinds.register(store.clone(), wake, crate::queue::Proven::Any);
         kinds.register(runs, futures::channel::mpsc::unbounded().0, crate::queue::Proven::Only);
-        let parties = crate::parties::Parties::new(None);
-        let queue =
-            Arc::new(crate::queue::WorkQueue::new(kinds, parties, memory.clone(), config().limits.budget()));
-        let ctx = Arc::new(Context {
-            client: scripted_client(log.clone()),
-            instance: "operator-0".into(),
-            metrics: Arc::new(Metrics::default()),
-            config: config(),
-            store,
-            jobs: store_of(jobs),
-            pods: store_of(pods),
-            caches: Arc::new(caches),
-            queue,
-            memory,
-            leadership: Leadership::alone(),
-        });
+        let client = scripted_client(log.clone());
+        let leading = crate::leader::Leadership::alone();
+        let shared =
+            crate::testing::shared(client, kinds, config().limits.budget(), None, store_of(pods), leading);
+        let ctx = Arc::new(Shell::new(shared, store, store_of(jobs), Context { config: config() }));
         Self { log, ctx, _woken: woken }
     }
 
     async fn reconcile(&self, workflow: &MiningWorkflow) -> Requeue {
-        reconcile(Arc::new(workflow.clone()), self.ctx.clone()).await.expect("the reconcile succeeds")
+        crate::work::reconcile(Arc::new(workflow.clone()), self.ctx.clone())
+            .await
+            .expect("the reconcile succeeds")
     }
 
     /// The calls made on the reconcile's own path, in order: every call but Events.

@@ -13,75 +13,100 @@ pub mod provenance;
 use mining_api::Work as _;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt as _};
-use mining_api::ownership::OwnershipKeys;
-use mining_api::trace::TraceParent;
-use mining_api::{Lifecycle, ToolRun, ToolRunPhase, ToolRunStatus, annotations, labels, reasons};
-use tracing::{info, warn};
+use kube::runtime::reflector::ObjectRef;
+use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus, labels, reasons};
+use tracing::info;
 
-use crate::admission::{QueueEntry, Slots, WorkKind, Yield};
-use crate::api_calls::counting_calls;
-use crate::apply::{publish_events, write_status};
-use crate::controller::REPLAN_AFTER;
-use crate::job::MANAGER;
-use crate::leader::Leadership;
-use crate::metrics::{ErrorLabels, Metrics};
-use crate::plan::PlannedEvent;
-use crate::queue::WorkQueue;
+use crate::admission::{Slots, Yield};
+use crate::queue::Proven;
+use crate::work::{MANAGER, Outcome, PlannedEvent, REPLAN_AFTER, Recorded, Shell, WorkKind, publish_events};
 use crate::{Error, Result};
 use plan::{JobPhase, JobState, Observed};
 #[cfg(test)]
 use pods::{COMPLETION_INDEX, POD_PAGE_SIZE, made_by, number_without_indexes, outcomes_of};
 use pods::{Finished, cached_own_pods, latest_progress, own_pods};
 
-/// Runs reconciled at once. A run's reconcile holds little (one run, a page
-/// of Pods) and waits on the API server most of its time, so more run at
-/// once than workflows' (whose working set is a whole chain's Jobs).
-const CONCURRENCY: u16 = 64;
-/// Objects per page of the run, Job and Pod lists: at most this many of
-/// whatever size anyone made are held at once.
-const RUN_PAGE_SIZE: u32 = 50;
-const JOB_PAGE_SIZE: u32 = 20;
-
+/// What tool runs' reconciles remember beyond the shell.
+#[derive(Default)]
 pub struct ToolContext {
-    pub client: Client,
-    /// The frontend's key: only runs it proved are run.
-    pub keys: Option<OwnershipKeys>,
-    pub leadership: Leadership,
-    pub default_ttl_seconds: u64,
-    /// How long a run waits for Pods that cannot start yet (`--pod-start-timeout-seconds`).
-    pub pod_start_timeout: Duration,
-    pub metrics: Arc<Metrics>,
-    /// The one queue runs and workflows wait in.
-    pub queue: Arc<WorkQueue>,
-    /// `reportingInstance` of the Events.
-    pub instance: String,
-    /// The tool runs' Jobs as the watch has them, projected
-    /// ([`crate::projection::project_tool_job`]).
-    pub jobs: Store<Job>,
-    /// Every Pod with our label, projected: a run's Pods are read here first.
-    pub pods: Store<Pod>,
-    /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
-    pub queue_name: Option<String>,
     /// Runs (by uid) whose next reconcile reads their Job from the API
     /// server: a create met a Job the watch does not hold. Each is removed
     /// when read, so it holds at most the runs being created.
     pub read_live: Mutex<HashSet<String>>,
-    /// Where runs' files go, when configured.
-    pub outputs: Option<crate::kinds::OutputsShared>,
 }
 
-impl ToolContext {
+/// The shell of tool runs' reconciles.
+pub type RunShell = Shell<ToolRun>;
+
+impl WorkKind for ToolRun {
+    type Context = ToolContext;
+    /// A run's reconcile holds little (one run, a page of Pods) and waits on
+    /// the API server most of its time, so more run at once than workflows'.
+    const CONCURRENCY: u16 = 64;
+    const PAGE_SIZE: u32 = 50;
+    /// Only runs the frontend proved run, so only they queue.
+    const PROVEN: Proven = Proven::Only;
+
+    fn jobs_selector() -> String {
+        labels::TOOL_RUN.to_string()
+    }
+
+    fn project_job(job: &mut Job) {
+        crate::projection::project_tool_job(job)
+    }
+
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "reconcile",
+            tool_run = self.metadata.name.as_deref().unwrap_or_default(),
+            tool = %self.spec.tool,
+            trace_id = tracing::field::Empty,
+        )
+    }
+
+    fn reconcile<'a>(&'a self, shell: &'a RunShell) -> BoxFuture<'a, Result<Outcome>> {
+        reconcile_inner(self, shell).boxed()
+    }
+
+    fn refused_status(&self, why: &str, now: Timestamp) -> (Self::Status, String) {
+        let message = format!("the API server refused to store the run's status: {why}");
+        let mut status = failed(self, message.clone());
+        status.finished_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        (status, message)
+    }
+
+    /// The outputs server and its sweep, when a store is configured.
+    fn started(shell: &Arc<RunShell>) {
+        let (Some(outputs), Some(keys)) = (shell.outputs.clone(), shell.keys.clone()) else { return };
+        let served = crate::outputs::serve(outputs.addr, outputs.store.clone(), keys, shell.store.clone());
+        tokio::spawn(async move {
+            if let Err(err) = served.await {
+                tracing::error!(error = %err, "the outputs server stopped");
+            }
+        });
+        tokio::spawn(crate::outputs::sweep_every(
+            outputs.store,
+            shell.store.clone(),
+            shell.namespace.clone(),
+            shell.leadership.clone(),
+            OUTPUTS_SWEEP,
+        ));
+    }
+}
+
+/// How often files no run keeps are looked for.
+const OUTPUTS_SWEEP: Duration = Duration::from_secs(60);
+
+impl RunShell {
     /// What `run`'s Job is handed to upload its files (none without a store).
     fn hand_over(&self, run: &ToolRun) -> Option<crate::outputs::HandOver> {
         let (outputs, keys) = (self.outputs.as_ref()?, self.keys.as_ref()?);
@@ -98,106 +123,15 @@ impl ToolContext {
     }
 }
 
-/// Reconciles every `ToolRun` in `namespace` (all when `None`) until
-/// shutdown, into `store` (the queue reads it), and whenever `woken` says.
-pub async fn run(
-    namespace: Option<&str>,
-    context: ToolContext,
-    (store, writer): (Store<ToolRun>, Writer<ToolRun>),
-    job_writer: Writer<Job>,
-    woken: impl futures::Stream<Item = ObjectRef<ToolRun>> + Send + 'static,
-) {
-    let (runs, jobs): (Api<ToolRun>, Api<Job>) = match namespace {
-        Some(ns) => {
-            (Api::namespaced(context.client.clone(), ns), Api::namespaced(context.client.clone(), ns))
-        }
-        None => (Api::all(context.client.clone()), Api::all(context.client.clone())),
-    };
-    // Kept trimmed, as workflows are: whoever may edit a run cannot grow
-    // the operator through its metadata.
-    let events = watcher(runs, watcher::Config::default().page_size(RUN_PAGE_SIZE))
-        .default_backoff()
-        .modify(|run| mining_api::trim_for_cache(&mut run.metadata))
-        .reflect(writer)
-        .applied_objects();
-    // Jobs from a store, as workflows read theirs: a reconcile of a running
-    // run asks the API server nothing about its Job.
-    let job_events =
-        watcher(jobs, watcher::Config::default().labels(labels::TOOL_RUN).page_size(JOB_PAGE_SIZE))
-            .default_backoff()
-            .modify(crate::projection::project_tool_job)
-            .reflect(job_writer)
-            .touched_objects();
-    let shared = Arc::new(context);
-    Controller::for_stream(events, store)
-        .owns_stream(job_events)
-        .reconcile_on(woken)
-        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                warn!(error = %err, "tool run reconcile failed");
-            }
-        })
-        .await;
-}
-
-fn error_policy(run: Arc<ToolRun>, error: &Error, ctx: Arc<ToolContext>) -> Requeue {
-    warn!(error = %error, source = ?std::error::Error::source(error), "tool run reconcile error");
-    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: error.metric_label() }).inc();
-    if error.is_forbidden() {
-        let live = ctx.queue.live(WorkKind::of::<ToolRun>());
-        crate::controller::tell_forbidden(
-            &ctx.client,
-            &ctx.instance,
-            &ctx.queue.memory,
-            live,
-            run.as_ref(),
-            error,
-        );
-    }
-    Requeue::requeue(Duration::from_secs(5))
-}
-
 fn tool_error<'a>(action: &'static str, name: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
     move |source| Error::Work { noun: ToolRun::NOUN, action, name: name.to_string(), source }
 }
 
-async fn reconcile(run: Arc<ToolRun>, ctx: Arc<ToolContext>) -> Result<Requeue> {
-    if !ctx.leadership.is_leading() {
-        // A standby: the leader acts; this replica is woken when it leads.
-        return Ok(Requeue::await_change());
-    }
-    let started = Instant::now();
-    ctx.metrics.reconciles.inc();
-    // A Job event can come before the cache shows the status this operator
-    // just wrote: planning on the cache's would write on a version that is
-    // gone (refused) and plan again.
-    let run = ctx.queue.memory.freshest(run.as_ref());
-    // One span per reconcile; a run made through MCP carries the caller's
-    // trace, so its reconciles join it.
-    let span = tracing::info_span!(
-        "reconcile",
-        tool_run = run.metadata.name.as_deref().unwrap_or_default(),
-        tool = %run.spec.tool,
-        trace_id = tracing::field::Empty,
-    );
-    if let Some(parent) = run.annotation(annotations::TRACEPARENT).and_then(TraceParent::parse) {
-        telemetry::continue_trace(&span, &parent);
-        span.record("trace_id", parent.trace_id_hex());
-    }
-    let (result, calls) = counting_calls(span, reconcile_inner(&run, &ctx)).await;
-    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
-    ctx.metrics.api_calls_per_reconcile.observe(calls as f64);
-    result
-}
-
-async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
+async fn reconcile_inner(run: &ToolRun, ctx: &RunShell) -> Result<Outcome> {
     // A finished run's Job goes with it (owner reference); an unfinished one
     // may be kept stored by a finalizer, so the plan stops it first.
     if run.metadata.deletion_timestamp.is_some() && run.is_finished() {
-        return Ok(Requeue::await_change());
+        return Ok(Outcome::AWAIT_CHANGE);
     }
     let name = run.metadata.name.clone().ok_or(Error::MissingMetadata("name"))?;
     let namespace = run.metadata.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
@@ -209,7 +143,8 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // a Job of that name it does not hold (one without our label).
     let uid = run.metadata.uid.clone().unwrap_or_default();
     let watched = futures::FutureExt::now_or_never(ctx.jobs.wait_until_ready()).is_some_and(|r| r.is_ok());
-    let read_live = !watched || ctx.read_live.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+    let read_live =
+        !watched || ctx.kind.read_live.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
     // A Job the run recorded and the watch does not show is read too: the
     // watch may not have brought it yet (it was made a moment ago), and
     // "deleted before it finished" is said only of what the API server says.
@@ -252,7 +187,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     let now = Timestamp::now();
     let starting = match (&state, &job) {
         (JobState::Ours { phase: JobPhase::Running, .. }, Some(job)) if !run.is_finished() => {
-            let own = pods::cached_own(&ctx.pods, job);
+            let own = crate::work::pods::cached_own(&ctx.pods, job, ToolRun::READS);
             let own: Vec<&Pod> = own.iter().map(AsRef::as_ref).collect();
             crate::pod_start::observe(&ctx.client, job, job, &own, now).await
         }
@@ -272,12 +207,8 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // a time, as a workflow's block.
     let running_step = run.phase() == ToolRunPhase::Running
         && matches!(state, JobState::Ours { phase: JobPhase::Running, .. });
-    let asked = running_step && run.spec.preemptible && ctx.queue.memory.take_preemption_request(&uid);
-    let mut yield_turn = asked.then(|| ctx.queue.memory.yield_turn()).flatten();
-    let preempt = yield_turn.is_some() && ctx.queue.yield_for(&QueueEntry::of(run), now) == Yield::Now;
-    if !preempt {
-        yield_turn = None;
-    }
+    let yielding = ctx.yielding(run, running_step && run.spec.preemptible, false, now);
+    let preempt = yielding.decision == Yield::Now;
     let proven = ctx.queue.parties.proves(run);
     let waiting = matches!(state, JobState::Missing)
         && run.status.as_ref().is_none_or(|s| s.job_uid.is_none())
@@ -289,7 +220,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     // status is written.
     let (slots, admission) = match waiting {
         true => {
-            let (slots, reserved) = ctx.queue.admission(&QueueEntry::of(run));
+            let (slots, reserved) = ctx.admission(run);
             (slots, Some(reserved))
         }
         false => (Slots::OPEN, None),
@@ -385,7 +316,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
     }
     if plan.create_job {
         match job::job_for_run(run, ctx.hand_over(run).as_ref()).map(|mut built| {
-            crate::job::queue_job(&mut built, ctx.queue_name.as_deref());
+            crate::work::queue_job(&mut built, ctx.queue_name.as_deref());
             built
         }) {
             Some(built) => match jobs
@@ -402,9 +333,9 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
                 // Made a moment ago and not watched yet, or someone else's
                 // the watch does not select: the next reconcile reads it.
                 Err(kube::Error::Api(status)) if status.code == 409 => {
-                    let mut read_live = ctx.read_live.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut read_live = ctx.kind.read_live.lock().unwrap_or_else(PoisonError::into_inner);
                     read_live.insert(uid);
-                    return Ok(Requeue::requeue(Duration::from_millis(500)));
+                    return Ok(Outcome::after(Duration::from_millis(500)));
                 }
                 // The template is the tool author's: one the API server refuses fails the run.
                 Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
@@ -416,20 +347,23 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
             None => plan.status = Some(failed(run, "the run's jobTemplate has no Pod spec".into())),
         }
     }
+    // Not admitted: nothing to count on, so others need not wait for this write.
+    let planned = plan.status.as_ref().and_then(|s| s.phase);
+    let admission = admission.filter(|_| planned == Some(ToolRunPhase::Running));
     if let Some(status) = &plan.status {
-        match record_status(ctx, &runs, run, status).await? {
+        match ctx.record_status(run, status).await? {
             Recorded::Written => {}
-            Recorded::Conflict => return Ok(Requeue::requeue(REPLAN_AFTER)),
+            Recorded::Conflict => return Ok(Outcome::after(REPLAN_AFTER)),
             Recorded::Refused => {
                 if job.is_some() {
                     let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
                 }
-                return Ok(Requeue::await_change());
+                return Ok(Outcome::AWAIT_CHANGE);
             }
         }
         drop(admission);
         // The yield is written: the next may be decided.
-        drop(yield_turn);
+        drop(yielding);
         announce(ctx, run, status, plan.start_event);
         let ended_without_success =
             matches!(status.phase, Some(ToolRunPhase::Failed | ToolRunPhase::Cancelled));
@@ -446,82 +380,13 @@ async fn reconcile_inner(run: &ToolRun, ctx: &ToolContext) -> Result<Requeue> {
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(err) => return Err(tool_error("delete", &name)(err)),
         }
-        return Ok(Requeue::await_change());
+        return Ok(Outcome::AWAIT_CHANGE);
     }
-    if waiting && !slots.admits() && slots.ahead == 0 {
-        // The head of the queue, every slot taken: work over its share gives
-        // a slot back once this has waited long enough (`reclaim_for`).
-        ctx.queue.reclaim_for(&QueueEntry::of(run));
-    }
-    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
-}
-
-/// What writing a run's status came to.
-enum Recorded {
-    Written,
-    /// Someone wrote since the run was read: plan again.
-    Conflict,
-    /// The API server will never store the planned status; the run failed.
-    Refused,
-}
-
-/// Writes `status` on the version `run` was read at (the generic layer's
-/// preconditioned apply) and tells the queue what this operator wrote.
-async fn record_status(
-    ctx: &ToolContext,
-    runs: &Api<ToolRun>,
-    run: &ToolRun,
-    status: &ToolRunStatus,
-) -> Result<Recorded> {
-    let name = run.name_any();
-    let version = run.metadata.resource_version.as_deref();
-    let written = match write_status(runs, &name, status, version).await {
-        Ok(written) => written,
-        Err(kube::Error::Api(conflict)) if conflict.code == 409 => {
-            info!(run = %name, "tool run changed since it was read; planning again");
-            ctx.queue.memory.forget(run);
-            return Ok(Recorded::Conflict);
-        }
-        // A status the API server will never store (too large, say):
-        // end the run with the reason rather than retry for ever.
-        Err(kube::Error::Api(refusal)) if matches!(refusal.code, 400 | 413 | 422) => {
-            let why = mining_api::pow::clip(&refusal.message, 512).to_string();
-            warn!(run = %name, code = refusal.code, "the API server refused a tool run's status");
-            let ended = failed(run, format!("the API server refused to store the run's status: {why}"));
-            let written = match write_status(runs, &name, &ended, version).await {
-                Ok(written) => written,
-                Err(kube::Error::Api(conflict)) if conflict.code == 409 => {
-                    ctx.queue.memory.forget(run);
-                    return Ok(Recorded::Conflict);
-                }
-                Err(err) => return Err(tool_error("write the status of", &name)(err)),
-            };
-            remember(ctx, run, &ended, written);
-            announce(ctx, run, &ended, None);
-            return Ok(Recorded::Refused);
-        }
-        Err(err) => return Err(tool_error("write the status of", &name)(err)),
-    };
-    remember(ctx, run, status, written);
-    Ok(Recorded::Written)
-}
-
-/// The queue counts what was written (its cache may lag), and a slot that
-/// moved changes whose turn it is.
-fn remember(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus, version: Option<String>) {
-    let phase = status.phase.unwrap_or_default().lifecycle();
-    ctx.queue.memory.remember(run, status, version);
-    let before = run.lifecycle();
-    if before == Lifecycle::Waiting && phase == Lifecycle::Active {
-        ctx.queue.memory.queue_changed();
-    }
-    if before != phase && (phase.is_finished() || before == Lifecycle::Active) && !before.is_finished() {
-        ctx.queue.wake_next();
-    }
+    Ok(Outcome { requeue: plan.requeue_after, waited: waiting.then_some(slots) })
 }
 
 /// Logs a change of phase and says it as an Event on the run.
-fn announce(ctx: &ToolContext, run: &ToolRun, status: &ToolRunStatus, start_event: Option<&'static str>) {
+fn announce(ctx: &RunShell, run: &ToolRun, status: &ToolRunStatus, start_event: Option<&'static str>) {
     let before = run.status.as_ref().and_then(|s| s.phase);
     if let Some(phase) = status.phase.filter(|phase| phase.is_finished() && Some(*phase) != before) {
         info!(run = %run.name_any(), phase = phase.as_str(), "tool run finished");

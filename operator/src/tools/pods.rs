@@ -7,19 +7,16 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use mining_api::{ToolRun, Work as _};
 
 use super::plan::{self, PodOutcome};
-use super::tool_error;
 use crate::Result;
 
 pub(super) use crate::projection::COMPLETION_INDEX;
-/// Pods per page: whatever size anyone made, at most this many are held at once.
-pub(super) const POD_PAGE_SIZE: u32 = 5;
-/// Most Pod pages one reconcile reads (a run of 100 parts, each retried).
-const MAX_POD_PAGES: usize = 100;
+#[cfg(test)]
+pub(super) use crate::work::pods::POD_PAGE_SIZE;
 
 /// What the run's own Pods ended with, and the newest running one (its
 /// name and first container's) for the status line.
@@ -34,17 +31,8 @@ pub(super) type OwnPods = (Vec<PodOutcome>, Option<(String, String)>);
 pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Finished>) -> Option<OwnPods> {
     futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
     // A Job's Pods carry its name (each step of a run has a Job of its own).
-    let name = job.metadata.name.as_deref().unwrap_or_default();
-    let namespace = job.metadata.namespace.as_deref();
     let job_uid = job.metadata.uid.as_deref().unwrap_or_default();
-    let of_job: Vec<_> = store
-        .state()
-        .into_iter()
-        .filter(|pod| {
-            pod.metadata.namespace.as_deref() == namespace
-                && pod.labels().get("job-name").map(String::as_str) == Some(name)
-        })
-        .collect();
+    let of_job = crate::work::pods::cached_named(store, job);
     // A Pod the Job controls that the projection cannot show as made from
     // the template (too large to keep, or a field the projection lacks) is
     // judged on the API server's copy instead.
@@ -66,24 +54,8 @@ pub(super) fn cached_own_pods(store: &Store<Pod>, job: &Job, finished: Option<Fi
         Some(Finished::Failed) => return None,
         None => {}
     }
-    let running = newest_running(own.iter().copied(), &tool);
+    let running = newest_running(own.iter().copied()).map(|(_, pod)| (pod, tool));
     Some((outcomes, running))
-}
-
-/// The Pods of `job` its Job made, as the Pod watch holds them (empty
-/// before its first list): what the start observation reads.
-pub(super) fn cached_own(store: &Store<Pod>, job: &Job) -> Vec<std::sync::Arc<Pod>> {
-    let name = job.metadata.name.as_deref().unwrap_or_default();
-    let namespace = job.metadata.namespace.as_deref();
-    store
-        .state()
-        .into_iter()
-        .filter(|pod| {
-            pod.metadata.namespace.as_deref() == namespace
-                && pod.labels().get("job-name").map(String::as_str) == Some(name)
-                && made_by(pod, job)
-        })
-        .collect()
 }
 
 /// How a run's Job finished, for what its Pods must show before the watch's
@@ -103,8 +75,8 @@ pub(super) fn tool_container(job: &Job) -> Option<String> {
     job.spec.as_ref()?.template.spec.as_ref()?.containers.first().map(|c| c.name.clone())
 }
 
-/// The newest running Pod of `own`, with `tool` (its container to read).
-fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>, tool: &str) -> Option<(String, String)> {
+/// The newest running Pod of `own`: when it started, and its name.
+fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>) -> Option<(Option<Timestamp>, String)> {
     let mut running: Option<(Option<Timestamp>, String)> = None;
     for pod in own.filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")) {
         let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
@@ -112,35 +84,25 @@ fn newest_running<'a>(own: impl Iterator<Item = &'a Pod>, tool: &str) -> Option<
             running = Some((started, pod.name_any()));
         }
     }
-    running.map(|(_, pod)| (pod, tool.to_string()))
+    running
 }
 
 /// What the Pods the run's Job made ended with, and the newest running
 /// one (with its first container) for the status line. Read page by page,
 /// each projected before the next: Pods are what anyone can create.
 pub(super) async fn own_pods(pods: &Api<Pod>, job: &Job) -> Result<OwnPods> {
-    let name = job.metadata.name.as_deref().unwrap_or_default();
     let tool = tool_container(job).unwrap_or_default();
     let mut own_outcomes = Vec::new();
     let mut running: Option<(Option<Timestamp>, String)> = None;
-    let mut params = ListParams::default().labels(&format!("job-name={name}")).limit(POD_PAGE_SIZE);
-    for _ in 0..MAX_POD_PAGES {
-        let page = pods.list(&params).await.map_err(tool_error("list the Pods of", name))?;
-        let own: Vec<&Pod> = page.items.iter().filter(|pod| made_by(pod, job)).collect();
+    crate::work::pods::each_own_page(pods, job, ToolRun::READS, |own| {
         own_outcomes.extend(outcomes_of(&own, &tool));
-        for pod in
-            own.iter().filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        if let Some(newest) = newest_running(own.iter().copied())
+            && running.as_ref().is_none_or(|(at, _)| newest.0 > *at)
         {
-            let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
-            if running.as_ref().is_none_or(|(at, _)| started > *at) {
-                running = Some((started, pod.name_any()));
-            }
+            running = Some(newest);
         }
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
-    }
+    })
+    .await?;
     Ok((number_without_indexes(own_outcomes), running.map(|(_, pod)| (pod, tool))))
 }
 
@@ -166,7 +128,7 @@ pub(super) async fn latest_progress(pods: &Api<Pod>, pod: &str, container: Strin
 /// Whether `pod` is one the Job controller made from `job`'s template: it
 /// names the Job as its controller and runs exactly what the template runs.
 pub(super) fn made_by(pod: &Pod, job: &Job) -> bool {
-    mining_api::provenance::is_jobs_pod(pod, job, ToolRun::READS)
+    crate::work::pods::made_by(pod, job, ToolRun::READS)
 }
 
 /// What each Pod controlled by the Job `job_uid` ended with. A Pod another

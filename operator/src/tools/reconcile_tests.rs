@@ -11,10 +11,17 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::Budget;
+use crate::leader::Leadership;
 use crate::memory::Memory;
+use crate::metrics::Metrics;
 use crate::parties::Parties;
-use crate::queue::{Kinds, Proven, WorkQueue};
+use crate::queue::WorkQueue;
+use crate::queue::{Kinds, Proven};
 use crate::testing::{Call, Log};
+use kube::Client;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::watcher;
+use mining_api::annotations;
 
 const RUNS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/toolruns";
 const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
@@ -97,7 +104,7 @@ fn run_of(keys: &OwnershipKeys) -> ToolRun {
 
 struct Scenario {
     log: Log,
-    ctx: Arc<ToolContext>,
+    ctx: Arc<RunShell>,
 }
 
 impl Scenario {
@@ -136,60 +143,49 @@ impl Scenario {
         let metrics = Arc::new(Metrics::default());
         let client = scripted_client(log.clone(), script, &metrics);
         let (runs, mut writer) = reflector::store::<ToolRun>();
+        let runs_store = runs.clone();
         writer.apply_watcher_event(&watcher::Event::Apply(run.clone()));
         let (workflows, _) = reflector::store::<mining_api::MiningWorkflow>();
         let mut kinds = Kinds::default();
         kinds.register(workflows, futures::channel::mpsc::unbounded().0, Proven::Any);
         kinds.register(runs, futures::channel::mpsc::unbounded().0, Proven::Only);
-        let budget = Budget::new(2);
-        let queue =
-            Arc::new(WorkQueue::new(kinds, Parties::new(Some(keys())), Arc::new(Memory::default()), budget));
-        let ctx = Arc::new(ToolContext {
-            client,
-            keys: Some(keys()),
-            leadership,
-            default_ttl_seconds: 60,
-            pod_start_timeout: Duration::from_secs(600),
-            metrics,
-            queue,
-            instance: "operator-0".into(),
-            jobs: {
-                let (jobs, mut writer) = reflector::store::<Job>();
-                // The watch's first list, when done: what it found, then "done".
-                if synced {
-                    writer.apply_watcher_event(&watcher::Event::Init);
+        let jobs = {
+            let (jobs, mut writer) = reflector::store::<Job>();
+            // The watch's first list, when done: what it found, then "done".
+            if synced {
+                writer.apply_watcher_event(&watcher::Event::Init);
+            }
+            if let Some(mut job) = watched {
+                crate::projection::project_tool_job(&mut job);
+                writer.apply_watcher_event(&watcher::Event::InitApply(job));
+            }
+            if synced {
+                writer.apply_watcher_event(&watcher::Event::InitDone);
+            }
+            jobs
+        };
+        // The Pod watch: not listed yet unless `watched_pods` says what it found.
+        let pods = {
+            let (pods, mut writer) = reflector::store::<Pod>();
+            if let Some(watched) = watched_pods {
+                writer.apply_watcher_event(&watcher::Event::Init);
+                for mut pod in watched {
+                    crate::projection::project_pod(&mut pod);
+                    writer.apply_watcher_event(&watcher::Event::InitApply(pod));
                 }
-                if let Some(mut job) = watched {
-                    crate::projection::project_tool_job(&mut job);
-                    writer.apply_watcher_event(&watcher::Event::InitApply(job));
-                }
-                if synced {
-                    writer.apply_watcher_event(&watcher::Event::InitDone);
-                }
-                jobs
-            },
-            // The Pod watch: not listed yet unless `watched_pods` says what it found.
-            pods: {
-                let (pods, mut writer) = reflector::store::<Pod>();
-                if let Some(watched) = watched_pods {
-                    writer.apply_watcher_event(&watcher::Event::Init);
-                    for mut pod in watched {
-                        crate::projection::project_pod(&mut pod);
-                        writer.apply_watcher_event(&watcher::Event::InitApply(pod));
-                    }
-                    writer.apply_watcher_event(&watcher::Event::InitDone);
-                }
-                pods
-            },
-            queue_name: None,
-            read_live: Default::default(),
-            outputs: None,
-        });
+                writer.apply_watcher_event(&watcher::Event::InitDone);
+            }
+            pods
+        };
+        let mut shared =
+            crate::testing::shared(client, kinds, Budget::new(2), Some(keys()), pods, leadership);
+        shared.metrics = metrics;
+        let ctx = Arc::new(Shell::new(shared, runs_store, jobs, ToolContext::default()));
         Self { log, ctx }
     }
 
     async fn reconcile(&self, run: &ToolRun) -> Requeue {
-        reconcile(Arc::new(run.clone()), self.ctx.clone()).await.expect("the reconcile succeeds")
+        crate::work::reconcile(Arc::new(run.clone()), self.ctx.clone()).await.expect("the reconcile succeeds")
     }
 
     /// "METHOD path" of each call, Events left out (they go out on a task).

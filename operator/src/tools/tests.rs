@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::tools::plan::PodOutcome;
+use kube::runtime::watcher;
 
 fn pod(owner_uid: &str, index: Option<&str>, phase: &str, message: &str) -> Pod {
     let mut annotations = serde_json::Map::new();

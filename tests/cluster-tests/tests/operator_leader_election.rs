@@ -128,7 +128,7 @@ async fn a_status_write_based_on_an_older_version_is_refused() {
     }))
     .unwrap();
     let written =
-        mining_operator::apply::write_status(&workflows, "contested", &newer, old_version.as_deref())
+        mining_operator::work::status::write_status(&workflows, "contested", &newer, old_version.as_deref())
             .await
             .expect("the write on the current version succeeds");
     assert_ne!(written, old_version);
@@ -137,7 +137,7 @@ async fn a_status_write_based_on_an_older_version_is_refused() {
         serde_json::from_value(json!({"phase": "Pending", "message": "written by the deposed leader"}))
             .unwrap();
     let refused =
-        mining_operator::apply::write_status(&workflows, "contested", &stale, old_version.as_deref()).await;
+        mining_operator::work::status::write_status(&workflows, "contested", &stale, old_version.as_deref()).await;
     assert!(
         matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
         "a write on an older version must conflict: {refused:?}"
