@@ -16,13 +16,13 @@ use serde_json::{Value, json};
 use super::*;
 use crate::job::job_for_block;
 use crate::testing::{Call, Log, workflow};
-use kube::Client;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 
 const WORKFLOWS: &str = "/apis/mining-operator.dev/v1alpha1/namespaces/ns/miningworkflows";
 const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
+const PODS: &str = "/api/v1/namespaces/ns/pods";
 
 /// What the API server answers: the written object back, with a new
 /// resourceVersion; 404 for anything a reconcile has no business asking.
@@ -48,10 +48,6 @@ fn answer(method: &str, path: &str, body: &Value) -> (u16, Value) {
     }
 }
 
-fn scripted_client(log: Log) -> Client {
-    crate::testing::scripted_client(log, |call: &Call| answer(&call.method, &call.path, &call.body))
-}
-
 fn store_of<K>(objects: Vec<K>) -> Store<K>
 where
     K: kube::Resource + Clone + 'static,
@@ -73,6 +69,16 @@ struct Scenario {
 
 impl Scenario {
     fn new(workflow: &MiningWorkflow, jobs: Vec<Job>, pods: Vec<Pod>) -> Self {
+        Self::answering(workflow, jobs, pods, |call: &Call| answer(&call.method, &call.path, &call.body))
+    }
+
+    /// [`Scenario::new`] with an API server that answers as `answer` says.
+    fn answering(
+        workflow: &MiningWorkflow,
+        jobs: Vec<Job>,
+        pods: Vec<Pod>,
+        answer: impl Fn(&Call) -> (u16, Value) + Clone + Send + Sync + 'static,
+    ) -> Self {
         let log = Log::default();
         let (wake, woken) = futures::channel::mpsc::unbounded();
         let store = store_of(vec![workflow.clone()]);
@@ -80,7 +86,7 @@ impl Scenario {
         let mut kinds = crate::queue::Kinds::default();
         kinds.register(store.clone(), wake, crate::queue::Proven::Any);
         kinds.register(runs, futures::channel::mpsc::unbounded().0, crate::queue::Proven::Only);
-        let client = scripted_client(log.clone());
+        let client = crate::testing::scripted_client(log.clone(), answer);
         let leading = crate::leader::Leadership::alone();
         let shared =
             crate::testing::shared(client, kinds, config().limits.budget(), None, store_of(pods), leading);
@@ -281,4 +287,99 @@ async fn a_foreign_job_fails_the_workflow_and_nothing_of_it_is_read() {
     assert_eq!(status["phase"], "Failed");
     assert!(status["blocks"].as_array().is_none_or(Vec::is_empty), "nothing of it was recorded: {status:#}");
     scenario.events(&[reasons::FOREIGN_JOB]).await;
+}
+
+/// Drift #62 found: a finished block's Pods were listed in one unpaged call
+/// (anyone can create Pods with its Job's name), while tool runs paged theirs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_blocks_pods_are_read_a_page_at_a_time() {
+    let mining = admitted(workflow("w", 8, 2));
+    let job = completed(stored_job(&mining, 1));
+    let listed = serde_json::to_value(succeeded_pod(&job, block_one_result(8))).unwrap();
+    // The Pod watch does not have it yet: the reconcile reads it live.
+    let scenario = Scenario::answering(&mining, vec![job], vec![], move |call: &Call| {
+        if call.method == "GET" && call.path == PODS {
+            let list =
+                json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [listed.clone()]});
+            return (200, list);
+        }
+        answer(&call.method, &call.path, &call.body)
+    });
+    scenario.reconcile(&mining).await;
+    let lists: Vec<Call> = scenario
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.method == "GET" && c.path == PODS)
+        .cloned()
+        .collect();
+    assert_eq!(lists.len(), 1, "{lists:?}");
+    let limit = format!("limit={}", crate::work::pods::POD_PAGE_SIZE);
+    assert!(lists[0].query.split('&').any(|part| part == limit), "a page at a time: {}", lists[0].query);
+    let status = &scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"))[0]["status"];
+    assert_eq!(
+        status["blocks"].as_array().map(Vec::len),
+        Some(1),
+        "the block was read from the page: {status:#}"
+    );
+}
+
+/// Drift #62 found: a status the API server will never store (413, 400)
+/// failed a tool run but left a workflow retrying for ever (only 422 ended it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_refused_for_good_ends_the_workflow_whatever_the_code() {
+    for code in [400, 413, 422] {
+        let mining = admitted(workflow("w", 8, 2));
+        let job = completed(stored_job(&mining, 1));
+        let pod = succeeded_pod(&job, block_one_result(8));
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let scenario = Scenario::answering(&mining, vec![job], vec![pod], move |call: &Call| {
+            let status_write = call.method == "PATCH" && call.path.ends_with("/status");
+            if status_write && !refused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let refusal = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                    "message": "request entity too large"});
+                return (code, refusal);
+            }
+            answer(&call.method, &call.path, &call.body)
+        });
+        assert_eq!(scenario.reconcile(&mining).await, Requeue::await_change(), "code {code}");
+        let written = scenario.bodies("PATCH", &format!("{WORKFLOWS}/w/status"));
+        assert_eq!(written.len(), 2, "the plan's status, then the one that ends it (code {code})");
+        assert_eq!(written[1]["status"]["phase"], "Failed", "code {code}");
+        let message = written[1]["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("request entity too large"), "code {code}: {message}");
+        assert!(scenario.bodies("POST", JOBS).is_empty(), "no next block after a refused status");
+        scenario.events(&[reasons::STATUS_REJECTED]).await;
+    }
+}
+
+/// Drift #62 found: readiness (and so every admission) waited for the
+/// workflow and Job watches only, so right after a start a workflow could
+/// be admitted while the tool runs holding slots were not listed yet.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_is_reconciled_until_every_registered_watch_has_listed() {
+    let new = workflow("w", 8, 2);
+    let scenario = Scenario::new(&new, vec![], vec![]);
+    let mut shared = scenario.ctx.shared.clone();
+    shared.readiness = crate::work::Readiness::new(Default::default());
+    let listed = shared.readiness.register(mining_api::MiningWorkflow::NOUN);
+    listed.saw::<MiningWorkflow>(&watcher::Event::InitDone);
+    let runs = shared.readiness.register(mining_api::ToolRun::NOUN);
+    let shell = Arc::new(Shell::new(
+        shared,
+        scenario.ctx.store.clone(),
+        store_of(vec![]),
+        Context { config: config() },
+    ));
+    let requeue = crate::work::reconcile(Arc::new(new.clone()), shell.clone()).await.unwrap();
+    assert_eq!(requeue, Requeue::requeue(Duration::from_millis(100)));
+    assert!(scenario.log.lock().unwrap().is_empty(), "no call, no admission before the tool runs are listed");
+    runs.saw::<mining_api::ToolRun>(&watcher::Event::InitDone);
+    crate::work::reconcile(Arc::new(new), shell).await.unwrap();
+    assert_eq!(
+        scenario.calls()[0],
+        call("PATCH", format!("{WORKFLOWS}/w/status")),
+        "admitted once all listed"
+    );
 }

@@ -36,12 +36,12 @@ impl Readiness {
     }
 
     /// Registers a watch (`name`: what it lists, for the log) whose first
-    /// list the operator waits for. Every watch is registered before any
-    /// starts, so none can be ready before all are known.
+    /// list the operator waits for; until it has listed, nothing is ready.
     pub fn register(self: &Arc<Self>, name: impl Into<String>) -> Listed {
         let listed = Arc::new(AtomicBool::new(false));
         let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
         watches.push((name.into(), listed.clone()));
+        self.ready.store(false, Ordering::Release);
         Listed { listed, readiness: self.clone() }
     }
 
@@ -57,6 +57,7 @@ impl Readiness {
     }
 
     fn check(&self) {
+        // Under the lock, so a registration cannot slip between the count and the flag.
         let watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
         let all = watches.iter().all(|(_, listed)| listed.load(Ordering::Acquire));
         if all && !watches.is_empty() && !self.ready.swap(true, Ordering::AcqRel) {
@@ -106,6 +107,17 @@ mod tests {
         assert_eq!(readiness.listing(), ["tool runs"]);
         runs.saw::<ToolRun>(&watcher::Event::InitDone);
         assert!(readiness.all_listed() && ready.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_watch_registered_late_is_waited_for_too() {
+        let readiness = Readiness::new(Arc::default());
+        readiness.register("workflows").saw::<MiningWorkflow>(&watcher::Event::InitDone);
+        assert!(readiness.all_listed());
+        let runs = readiness.register("tool runs");
+        assert!(!readiness.all_listed(), "a new watch has not listed yet");
+        runs.saw::<ToolRun>(&watcher::Event::InitDone);
+        assert!(readiness.all_listed());
     }
 
     #[test]
