@@ -23,8 +23,7 @@ use crate::tool_input::{
     MAX_ROUNDS, MAX_STATE_BYTES,
 };
 
-/// The environment variable holding a run's arguments (one JSON document).
-pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
+pub use crate::tool_template::ARGUMENTS_ENV;
 /// The key of a run's arguments in its Secret (see [`arguments_secret_name`]).
 pub const ARGUMENTS_KEY: &str = "arguments";
 

@@ -15,7 +15,8 @@ use k8s_openapi::api::batch::v1::JobTemplateSpec;
 use k8s_openapi::api::core::v1::Container;
 use serde::{Deserialize, Deserializer};
 
-use crate::tool::ARGUMENTS_ENV;
+/// The environment variable holding a run's arguments (one JSON document).
+pub const ARGUMENTS_ENV: &str = "MCP_TOOL_ARGUMENTS";
 
 /// On a template that did not parse as a Job template: why (the object still
 /// deserialises, so one ill-typed `McpTool` or `ToolRun` fails only itself).

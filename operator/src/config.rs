@@ -91,17 +91,6 @@ pub struct OutputSettings {
     pub uploads_at_once: u32,
 }
 
-impl OutputSettings {
-    pub fn limits(&self) -> crate::outputs::Limits {
-        crate::outputs::Limits {
-            file_bytes: self.max_file_bytes,
-            run_bytes: self.max_run_bytes,
-            total_bytes: self.max_total_bytes,
-            uploads_at_once: self.uploads_at_once as usize,
-        }
-    }
-}
-
 /// Leader election: several replicas, one reconciling.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct Election {

@@ -11,6 +11,6 @@ use crate::work::Registry;
 /// Registers every kind, in the order that breaks ties between kinds in the queue.
 pub fn register(registry: &mut Registry, config: &Config) {
     let config = config.clone();
-    registry.register::<MiningWorkflow>(move |_| crate::controller::Context { config });
-    registry.register::<ToolRun>(|_| crate::tools::ToolContext::default());
+    registry.register::<MiningWorkflow>(move |_| crate::mining::Context { config });
+    registry.register::<ToolRun>(|_| crate::tool_run::ToolContext::default());
 }

@@ -7,29 +7,20 @@
 
 pub mod admission;
 pub mod api_calls;
-pub mod apply;
-pub mod conditions;
 pub mod config;
-pub mod controller;
-pub mod job;
 pub mod kinds;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
+pub mod mining;
 pub use mining_api::naming;
-pub mod observe;
 pub mod outputs;
 pub mod parties;
-pub mod plan;
-pub mod pod_start;
 pub mod projection;
-pub mod provenance;
 pub mod queue;
-pub mod ranges;
 #[cfg(test)]
 mod testing;
-pub mod tools;
-pub mod verify;
+pub mod tool_run;
 pub mod work;
 
 /// Everything a reconcile can fail with.

@@ -67,8 +67,11 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("--outputs-store needs --ownership-key-file: upload tokens are derived from it")
         }
         (Some(url), Some(_)) => Some(Arc::new(
-            mining_operator::outputs::Outputs::open(url, config.outputs.limits())
-                .map_err(anyhow::Error::msg)?,
+            mining_operator::outputs::Outputs::open(
+                url,
+                mining_operator::outputs::Limits::of(&config.outputs),
+            )
+            .map_err(anyhow::Error::msg)?,
         )),
     };
     let state = HttpState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };

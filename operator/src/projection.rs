@@ -201,7 +201,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
-    use crate::provenance::job_mismatch;
+    use crate::mining::provenance::job_mismatch;
     use crate::testing::built_block_job;
 
     /// The check a block's reader makes, on what the caches keep.

@@ -19,7 +19,7 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
         memory_limit: None,
         queue_name: None,
     };
-    let settings = crate::job::MinerSettings {
+    let settings = crate::mining::job::MinerSettings {
         image: "miner:1",
         image_pull_policy: "IfNotPresent",
         pull_secrets: &[],
@@ -27,7 +27,7 @@ pub fn built_block_job() -> k8s_openapi::api::batch::v1::Job {
         job: &job_settings,
         otlp: None,
     };
-    crate::job::build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings)
+    crate::mining::job::build_block_job(&workflow("w", 8, 2), 1, "GENESIS", 8, &settings)
 }
 
 /// One request a scripted API server received.

@@ -26,6 +26,18 @@ pub struct Limits {
     pub uploads_at_once: usize,
 }
 
+impl Limits {
+    /// The limits the operator's flags set.
+    pub fn of(settings: &crate::config::OutputSettings) -> Self {
+        Self {
+            file_bytes: settings.max_file_bytes,
+            run_bytes: settings.max_run_bytes,
+            total_bytes: settings.max_total_bytes,
+            uploads_at_once: settings.uploads_at_once as usize,
+        }
+    }
+}
+
 /// How long an upload may send nothing before it is cut.
 pub const IDLE_UPLOAD: Duration = Duration::from_secs(60);
 /// Longest meta document read back (a recorded [`ToolOutput`] is ~300 bytes).

@@ -15,6 +15,7 @@
 //! plan → apply) — registered in `kinds.rs` with one line.
 
 mod events;
+pub mod pod_start;
 pub mod pods;
 pub mod readiness;
 mod run;
@@ -146,8 +147,8 @@ pub struct Shared {
     /// Every Pod with our label, projected ([`crate::projection::project_pod`]):
     /// what a kind's Pods said is read here before asking the API server.
     pub pods: Store<Pod>,
-    /// Jobs whose Pods cannot start, as the Pod watch sees them (`crate::pod_start`).
-    pub blocked_jobs: crate::pod_start::BlockedJobs,
+    /// Jobs whose Pods cannot start, as the Pod watch sees them (`crate::work::pod_start`).
+    pub blocked_jobs: crate::work::pod_start::BlockedJobs,
     /// The queue controller's LocalQueue every Job goes to (`--job-queue-name`).
     pub queue_name: Option<String>,
     /// Where runs' files go, when configured (`--outputs-store`).

@@ -163,7 +163,7 @@ fn watch_pods(
     client: &Client,
     namespace: Option<&str>,
     metrics: &Arc<Metrics>,
-) -> (reflector::Store<Pod>, crate::pod_start::BlockedJobs) {
+) -> (reflector::Store<Pod>, crate::work::pod_start::BlockedJobs) {
     let api: Api<Pod> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -178,11 +178,11 @@ fn watch_pods(
             crate::projection::project_pod(pod)
         })
         .reflect(writer);
-    let (blocked_jobs, _) = tokio::sync::broadcast::channel(crate::pod_start::BLOCKED_JOBS_BACKLOG);
+    let (blocked_jobs, _) = tokio::sync::broadcast::channel(crate::work::pod_start::BLOCKED_JOBS_BACKLOG);
     let sighted = blocked_jobs.clone();
     tokio::spawn(events.for_each(move |event| {
         if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = &event
-            && let Some(job) = crate::pod_start::blocked_job(pod)
+            && let Some(job) = crate::work::pod_start::blocked_job(pod)
         {
             let _ = sighted.send(job);
         }

@@ -140,7 +140,7 @@ pub(super) async fn run_kind<K: WorkKind>(
             .reflect(job_writer)
             .inspect_ok(move |event| jobs_listed.saw(event))
             .touched_objects();
-    let blocked = crate::pod_start::owners_of_blocked::<K>(&shell.blocked_jobs, shell.jobs.clone());
+    let blocked = crate::work::pod_start::owners_of_blocked::<K>(&shell.blocked_jobs, shell.jobs.clone());
     let store = shell.store.clone();
     let shell = Arc::new(shell);
     K::started(&shell);

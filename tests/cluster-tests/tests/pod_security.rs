@@ -176,7 +176,7 @@ fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_
         let mut run =
             mining_api::testing::tool_run("mw-check", tool.metadata.name.as_deref().unwrap_or("tool"));
         run.spec.job_template = tool.spec.job_template.clone();
-        let job = mining_operator::tools::job::job_for_run(&run, None).expect("a Job for the tool");
+        let job = mining_operator::tool_run::job::job_for_run(&run, None).expect("a Job for the tool");
         let pod = job.spec.unwrap().template.spec.unwrap();
         let violations = restricted_violations(&pod);
         assert!(
@@ -187,7 +187,7 @@ fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_
     }
     // The miner's Job, as the operator builds it with its defaults.
     let config = <mining_operator::config::Config as clap::Parser>::parse_from(["operator"]);
-    let settings = mining_operator::job::MinerSettings {
+    let settings = mining_operator::mining::job::MinerSettings {
         image: &config.miner_image,
         image_pull_policy: &config.miner_image_pull_policy,
         pull_secrets: &[],
@@ -197,7 +197,7 @@ fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_
     };
     let mut workflow = MiningWorkflowBuilder::workflow();
     workflow.metadata.uid = Some("uid".into());
-    let job = mining_operator::job::build_block_job(&workflow, 1, mining_api::GENESIS, 8, &settings);
+    let job = mining_operator::mining::job::build_block_job(&workflow, 1, mining_api::GENESIS, 8, &settings);
     let violations = restricted_violations(&job.spec.unwrap().template.spec.unwrap());
     assert!(violations.is_empty(), "the miner's Job: {violations:?}");
 }

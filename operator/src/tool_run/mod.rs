@@ -189,7 +189,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &RunShell) -> Result<Outcome> {
         (JobState::Ours { phase: JobPhase::Running, .. }, Some(job)) if !run.is_finished() => {
             let own = crate::work::pods::cached_own(&ctx.pods, job, ToolRun::READS);
             let own: Vec<&Pod> = own.iter().map(AsRef::as_ref).collect();
-            crate::pod_start::observe(&ctx.client, job, job, &own, now).await
+            crate::work::pod_start::observe(&ctx.client, job, job, &own, now).await
         }
         _ => Default::default(),
     };

@@ -16,12 +16,12 @@ use mining_api::{
 };
 
 use crate::admission::Yield;
-use crate::conditions::set_condition;
 use crate::config::Limits;
+use crate::mining::conditions::set_condition;
+use crate::mining::observe::{BlockJob, RangeJob};
+use crate::mining::ranges::{RangeStep, decide, range_size};
+use crate::mining::verify::{check_minimality, clip, verify_block_result};
 use crate::naming::block_job_name;
-use crate::observe::{BlockJob, RangeJob};
-use crate::ranges::{RangeStep, decide, range_size};
-use crate::verify::{check_minimality, clip, verify_block_result};
 pub use crate::work::PlannedEvent;
 use mining_api::pod_start::{self, Blocked, Verdict};
 

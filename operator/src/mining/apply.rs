@@ -10,17 +10,17 @@ use mining_api::MiningWorkflow;
 use std::time::Instant;
 use tracing::info;
 
-use crate::job::{MinerSettings, build_block_job, build_range_job};
 use crate::memory::{ExpectedJob, Reservation};
-use crate::plan::{Action, Plan};
-use crate::provenance::job_mismatch;
+use crate::mining::job::{MinerSettings, build_block_job, build_range_job};
+use crate::mining::plan::{Action, Plan};
+use crate::mining::provenance::job_mismatch;
 use crate::work::{MANAGER, Recorded, publish_events};
 use crate::{Error, Result};
 use mining_api::provenance::controlled_by;
 
 /// The workflow a plan is applied to, and what applying it needs.
 pub struct Target<'a> {
-    pub shell: &'a crate::controller::WorkflowShell,
+    pub shell: &'a crate::work::Shell<MiningWorkflow>,
     pub settings: &'a MinerSettings<'a>,
     /// As planned on (the freshest status this operator knows).
     pub workflow: &'a MiningWorkflow,

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::tools::plan::PodOutcome;
+use crate::tool_run::plan::PodOutcome;
 use kube::runtime::watcher;
 
 fn pod(owner_uid: &str, index: Option<&str>, phase: &str, message: &str) -> Pod {

@@ -28,7 +28,7 @@ pub fn job_mismatch(job: &Job, built: &Job) -> Option<String> {
     // Put in a queue controller's queue (Kueue): it suspends the Job until
     // admitted and sets the admitted flavor's node selector, affinity and
     // tolerations; neither changes what the miner computes.
-    let queued = crate::job::is_queued(built);
+    let queued = crate::mining::job::is_queued(built);
     job_spec_mismatch(stored_job, expected_job, queued)
         .or_else(|| scheduling_mismatch(stored, expected, queued))
         .or_else(|| pod_spec_mismatch(stored, expected))
@@ -204,11 +204,9 @@ fn container_mismatch(got: &Container, want: &Container) -> Option<String> {
     // miner reads nothing else from its environment, and these change no
     // result. Their values are not compared, so an edit of a workflow's
     // traceparent annotation cannot make its own Job look foreign.
-    let traced_only = got
-        .env
-        .iter()
-        .flatten()
-        .all(|var| crate::job::MINER_ENV_NAMES.contains(&var.name.as_str()) && var.value_from.is_none());
+    let traced_only = got.env.iter().flatten().all(|var| {
+        crate::mining::job::MINER_ENV_NAMES.contains(&var.name.as_str()) && var.value_from.is_none()
+    });
     if !traced_only || got.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
         return differs("environment");
     }
@@ -414,7 +412,7 @@ mod tests {
     #[test]
     fn a_job_in_a_queue_controllers_queue_may_wait_suspended_and_be_placed_but_runs_nothing_else() {
         let mut queued = built();
-        crate::job::queue_job(&mut queued, Some("team-a"));
+        crate::mining::job::queue_job(&mut queued, Some("team-a"));
         let mut held = queued.clone();
         held.spec.as_mut().unwrap().suspend = Some(true);
         assert_eq!(job_mismatch(&held, &queued), None, "suspended until the queue admits it");

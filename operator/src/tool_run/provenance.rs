@@ -65,8 +65,8 @@ mod tests {
     use mining_api::{ToolRun, Work};
 
     use super::*;
-    use crate::tools::job::job_for_run;
-    use crate::tools::job::tests::run;
+    use crate::tool_run::job::job_for_run;
+    use crate::tool_run::job::tests::run;
 
     /// Where the ServiceAccount admission mounts a Pod's token.
     const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

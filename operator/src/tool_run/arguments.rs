@@ -10,7 +10,7 @@ use mining_api::tool_input::input_secret_name;
 use mining_api::{ToolRun, Work as _};
 
 use super::job;
-use crate::job::MANAGER;
+use crate::work::MANAGER;
 use crate::{Error, Result};
 
 /// The uid of the run's arguments Secret, made now or found as this

@@ -150,7 +150,7 @@ async fn dry_run(client: &Client, job: &Job, template: &Job, since: Timestamp) -
     let name = job.name_any();
     let pod = pod_of(job, template)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let params = PostParams { dry_run: true, field_manager: Some(crate::job::MANAGER.into()) };
+    let params = PostParams { dry_run: true, field_manager: Some(crate::work::MANAGER.into()) };
     match pods.create(&params, &pod).await {
         Ok(_) => None,
         Err(kube::Error::Api(refusal)) if matches!(refusal.code, 400 | 403 | 422) => {

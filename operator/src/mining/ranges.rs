@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use mining_api::{BlockResult, RangeReport, reasons};
 
-use crate::observe::{BlockJob, RangeJob};
+use crate::mining::observe::{BlockJob, RangeJob};
 
 /// Smallest range the operator hands out on its own: about 0.1 s of one
 /// core, so a Pod's start-up is not most of its work.

@@ -17,8 +17,8 @@ use mining_api::{MiningWorkflow, Work as _, annotations, labels};
 use tracing::warn;
 
 use crate::memory::Memory;
+use crate::mining::provenance::job_mismatch;
 use crate::naming::workflow_label;
-use crate::provenance::job_mismatch;
 use crate::{Error, Result};
 
 /// What a block's Job has come to.
@@ -188,7 +188,7 @@ async fn classify_job(
     }
     let own = crate::work::pods::cached_own(sources.pods, job, MiningWorkflow::READS);
     let own: Vec<&Pod> = own.iter().map(AsRef::as_ref).collect();
-    let starting = crate::pod_start::observe(sources.client, job, built, &own, now).await;
+    let starting = crate::work::pod_start::observe(sources.client, job, built, &own, now).await;
     let state = starting.blocked.map_or(BlockJob::Running, BlockJob::Blocked);
     Ok((state, starting.look_again))
 }

@@ -7,7 +7,7 @@ use tracing::warn;
 
 use super::WorkflowShell;
 use crate::metrics::ErrorLabels;
-use crate::plan::status_foreign_job;
+use crate::mining::plan::status_foreign_job;
 use crate::work::{Outcome, PlannedEvent, REPLAN_AFTER, Recorded, publish_events};
 use crate::{Error, Result};
 

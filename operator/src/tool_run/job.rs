@@ -17,8 +17,8 @@ use mining_api::tool_input::{INPUT_ENV, INPUT_KEY, STATE_ENV, STATE_KEY, STEP_EN
 use mining_api::tool_outputs::{ENV_OUTPUTS_TOKEN, ENV_OUTPUTS_URL, SECRET_KEY_OUTPUTS_TOKEN};
 use mining_api::{ToolRun, labels};
 
-use crate::job::MANAGER;
 use crate::outputs::HandOver;
+use crate::work::MANAGER;
 
 /// The Job that runs `run`'s current step, named as the run (the first
 /// step) or `{run}-s{step}` (each step after a round of answers).

@@ -10,18 +10,26 @@ use mining_api::{MiningWorkflow, Work as _, WorkflowPhase, labels, reasons};
 use tracing::warn;
 
 use crate::admission::Slots;
-use crate::apply::{self, Applied, Target};
 use crate::config::Config;
-use crate::job::{MinerSettings, job_for_block};
 use crate::metrics::ErrorLabels;
-use crate::observe::{BlockJob, JobSources, ObservedJobs, observe_jobs};
-use crate::plan::{Observed, plan};
 use crate::projection;
 use crate::queue::Proven;
 use crate::work::{MANAGER, Outcome, PlannedEvent, REPLAN_AFTER, Shell, WorkKind, publish_events};
 use crate::{Error, Result};
+use apply::{Applied, Target};
+use job::{MinerSettings, job_for_block};
+use observe::{BlockJob, JobSources, ObservedJobs, observe_jobs};
+use plan::{Observed, plan};
 
+pub mod apply;
+pub mod conditions;
 mod foreign;
+pub mod job;
+pub mod observe;
+pub mod plan;
+pub mod provenance;
+pub mod ranges;
+pub mod verify;
 use foreign::fail_for_foreign_job;
 
 /// A workflow's reconciles: what every block's Job runs, and the limits.
@@ -69,7 +77,7 @@ impl WorkKind for MiningWorkflow {
     }
 
     fn refused_status(&self, why: &str, now: Timestamp) -> (Self::Status, String) {
-        let status = crate::plan::status_rejected(self, why, now);
+        let status = crate::mining::plan::status_rejected(self, why, now);
         let note = status.message.clone().unwrap_or_default();
         (status, note)
     }

@@ -81,7 +81,7 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     pub default_ttl_seconds: u64,
     /// Why the running step's Pods cannot start, if they cannot
-    /// (`crate::pod_start::observe`).
+    /// (`crate::work::pod_start::observe`).
     pub start: Option<Blocked>,
     /// The operator's bound on waiting for them (the tool's may be shorter).
     pub pod_start_timeout: Duration,

@@ -14,7 +14,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::job::job_for_block;
+use crate::mining::job::job_for_block;
 use crate::testing::{Call, Log, workflow};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
