@@ -21,17 +21,21 @@
 //! call by at most one slot turn; equal ranks go oldest first.
 //!
 //! Slots are lent, not kept: when every slot is taken and the head of the
-//! queue belongs to a group holding fewer slots than the group of a
-//! mining workflow, that workflow yields its slot ([`should_yield`]) and
-//! queues again with its mined blocks kept — at its next block boundary, or
-//! mid-block once the head has waited `--preempt-after-seconds`
-//! ([`yield_for`]): a block can take days, and a share that waits for its
-//! end is no bound. (A tool run cannot resume, so it never yields.)
+//! queue belongs to a group holding fewer slots than the group of work that
+//! may give its slot back, that work yields it ([`should_yield`]) and
+//! queues again — a workflow with its mined blocks kept, at its next block
+//! boundary or mid-block once the head has waited `--preempt-after-seconds`
+//! ([`yield_for`]: a block can take days, and a share that waits for its
+//! end is no bound); a tool run only when its tool said its steps may run
+//! twice (`preemptible`), its running step stopped and run again.
 
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::jiff::Timestamp;
 use mining_api::{Lifecycle, Work, labels};
+
+pub use limits::{Budget, Limit, Slots, Taken};
+pub use preempt::{Yield, holders_over_share, may_take_back, preempt_in, should_yield, yield_for};
 
 /// A kind of work in the queue, named by its noun ([`Work::NOUN`], one per
 /// kind). The queue lists no kinds: whatever kinds its entries have share it.
@@ -242,151 +246,6 @@ pub fn queue(all: &[Seen]) -> Vec<&Seen> {
     round_robin(within, namespace_of, &namespaces)
 }
 
-/// The slots: one budget for all work, and a cap per kind inside it (a
-/// kind without one is bounded by the budget alone); optionally, what one
-/// party may hold of a kind and what one namespace may hold of all.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Budget {
-    pub total: usize,
-    caps: Vec<(WorkKind, usize)>,
-    party_caps: Vec<(WorkKind, usize)>,
-    namespace_cap: Option<usize>,
-    /// How long the head of the queue waits for a block boundary before a
-    /// workflow over its share gives its slot back mid-block (`None`: only
-    /// at boundaries).
-    pub preempt_after: Option<std::time::Duration>,
-}
-
-impl Budget {
-    pub fn new(total: usize) -> Self {
-        Self { total, caps: Vec::new(), party_caps: Vec::new(), namespace_cap: None, preempt_after: None }
-    }
-
-    /// The same budget, one party holding at most `cap` slots of `kind`
-    /// (for work that cannot be taken back: it never borrows past this).
-    pub fn capping_per_party(mut self, kind: WorkKind, cap: usize) -> Self {
-        self.party_caps.retain(|(k, _)| *k != kind);
-        self.party_caps.push((kind, cap));
-        self
-    }
-
-    /// The same budget, one namespace holding at most `cap` slots of every kind together.
-    pub fn capping_per_namespace(mut self, cap: usize) -> Self {
-        self.namespace_cap = Some(cap);
-        self
-    }
-
-    pub fn party_cap(&self, kind: WorkKind) -> Option<usize> {
-        self.party_caps.iter().find(|(k, _)| *k == kind).map(|(_, cap)| *cap)
-    }
-
-    pub fn namespace_cap(&self) -> Option<usize> {
-        self.namespace_cap
-    }
-
-    /// The same budget, taking slots back mid-block once the head has waited `after`.
-    pub fn preempting_after(mut self, after: std::time::Duration) -> Self {
-        self.preempt_after = Some(after);
-        self
-    }
-
-    /// The same budget with `kind` capped at `cap` slots.
-    pub fn capping(mut self, kind: WorkKind, cap: usize) -> Self {
-        self.caps.retain(|(k, _)| *k != kind);
-        self.caps.push((kind, cap));
-        self
-    }
-
-    pub fn cap(&self, kind: WorkKind) -> usize {
-        self.caps.iter().find(|(k, _)| *k == kind).map_or(self.total, |(_, cap)| *cap)
-    }
-}
-
-/// Which limit decides whether some work may take a slot now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Limit {
-    /// The one budget of slots for all work (`--max-concurrent-work`).
-    #[default]
-    Budget,
-    /// Its kind's own cap (`--max-concurrent-workflows`, `--max-concurrent-tool-runs`).
-    Kind,
-    /// What one party may hold of its kind (`--max-tool-runs-per-caller`).
-    Party,
-    /// What one namespace may hold of all kinds (`--max-work-per-namespace`).
-    Namespace,
-}
-
-/// How many slots are taken, of which limit, and how many waiting ahead of
-/// `me` go first — for the limit that binds `me` (whichever of the budget,
-/// its kind's cap, its party's and its namespace's leaves it fewer). `me`
-/// starts when `ahead < limit - taken`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Slots {
-    pub taken: usize,
-    pub limit: usize,
-    pub ahead: usize,
-    pub binding: Limit,
-}
-
-impl Slots {
-    /// A standing that admits: what work that does not wait is planned
-    /// with (only waiting work's standing is ever computed).
-    pub const OPEN: Self = Self { taken: 0, limit: 1, ahead: 0, binding: Limit::Budget };
-
-    pub fn admits(&self) -> bool {
-        self.ahead < self.limit.saturating_sub(self.taken)
-    }
-
-    /// How many of those waiting ahead of `me` do not fit in the free slots.
-    pub fn waiting_for(&self) -> usize {
-        self.ahead.saturating_sub(self.limit.saturating_sub(self.taken))
-    }
-
-    /// What queued work says while it waits: which limit holds it, how
-    /// full it is, and how many go first (never who). `running` says its
-    /// kind at work ("workflows are mining").
-    pub fn queued_message(&self, running: &str) -> String {
-        let (taken, limit, ahead) = (self.taken, self.limit, self.waiting_for());
-        match self.binding {
-            Limit::Budget => format!(
-                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (workflows and tool runs) are taken"
-            ),
-            Limit::Kind => format!("queued: {ahead} ahead of it; {taken} of at most {limit} {running}"),
-            Limit::Party => format!(
-                "queued: its party (one MCP caller, or the namespace's direct creators) already holds {taken} of \
-                 at most {limit} at once of this kind of work; {ahead} of its own go first; it starts when one of \
-                 those ends"
-            ),
-            Limit::Namespace => format!(
-                "queued: this namespace already holds {taken} of at most {limit} slots at once; {ahead} of its own \
-                 go first; it starts when one of those ends"
-            ),
-        }
-    }
-}
-
-/// Slots held by others (and admissions in flight), as each limit counts
-/// them: all, `me`'s kind, `me`'s party's of `me`'s kind, `me`'s namespace's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Taken {
-    pub all: usize,
-    pub kind: usize,
-    pub party: usize,
-    pub namespace: usize,
-}
-
-impl std::ops::Add for Taken {
-    type Output = Self;
-    fn add(self, other: Self) -> Self {
-        Self {
-            all: self.all + other.all,
-            kind: self.kind + other.kind,
-            party: self.party + other.party,
-            namespace: self.namespace + other.namespace,
-        }
-    }
-}
-
 /// Who holds a slot, as the limits count it: (namespace, party, kind).
 pub type Holder<'a> = (&'a str, &'a str, WorkKind);
 
@@ -569,134 +428,6 @@ impl QueuePositions {
     }
 }
 
-/// Whether and when a workflow holding a slot gives it back (see [`yield_for`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Yield {
-    /// Its share is not over another's: it keeps the slot.
-    #[default]
-    Keep,
-    /// Before its next block: the head of the queue has not waited long.
-    AtBlockBoundary,
-    /// Now, mid-block: the head has waited [`Budget::preempt_after`]. The
-    /// running block's Job goes and the block is mined again when it resumes;
-    /// every block already mined is kept.
-    Now,
-}
-
-/// Whether `me`, a workflow mining, should give its slot to the head of
-/// the queue ([`should_yield`]), and when: at its next block boundary, or
-/// now if the head has waited longer than the budget lets a boundary be
-/// waited for (`now` against the head's creation or last admission: work
-/// that gave its slot back has waited at least that long) — but never now
-/// to work that was already waiting when `me` took the slot
-/// ([`may_take_back`]).
-pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp) -> Yield {
-    let Some(head) = yield_to(all, me, budget) else {
-        return Yield::Keep;
-    };
-    let waited = waiting_since(&head.work).map(|since| now.duration_since(since).unsigned_abs());
-    // `me` as the queue sees it: with its last admission this operator wrote.
-    let me = all.iter().find(|s| s.work.uid == me.uid).map_or(me, |s| &s.work);
-    match (budget.preempt_after, waited) {
-        (Some(after), Some(waited)) if waited >= after && may_take_back(&head.work, me) => Yield::Now,
-        _ => Yield::AtBlockBoundary,
-    }
-}
-
-/// Whether `head` may take `holder`'s slot back mid-step: only when the
-/// holder took it before `head` began to wait (was created, or last took a
-/// slot of its own). A slot given to other work while `head` waited was
-/// that work's turn, not a debt: taking it back at once would hand one
-/// slot to and fro between two parties, each preempted as soon as it
-/// starts, and neither would ever finish. `head` waits for that holder's
-/// next block boundary or its end instead; work that came later still
-/// takes a slot back after the delay.
-pub fn may_take_back(head: &QueueEntry, holder: &QueueEntry) -> bool {
-    match (holder.admitted, waiting_since(head)) {
-        (Some(taken), Some(waiting)) => taken <= waiting,
-        // Holding, yet no admission written that this copy shows: it was
-        // admitted a moment ago.
-        (None, _) => false,
-        (Some(_), None) => true,
-    }
-}
-
-/// When `work` began waiting for the slot it waits for: its creation, or
-/// its last admission when it held a slot since (it gave that slot back).
-fn waiting_since(work: &QueueEntry) -> Option<Timestamp> {
-    match (work.created, work.admitted) {
-        (Some(created), Some(admitted)) => Some(created.max(admitted)),
-        (created, admitted) => created.or(admitted),
-    }
-}
-
-/// When the head of the queue, `head`, may take a slot back mid-block:
-/// `None` when it never will (no preemption configured), else how long
-/// from `now` (zero: already).
-pub fn preempt_in(head: &QueueEntry, budget: &Budget, now: Timestamp) -> Option<std::time::Duration> {
-    let after = budget.preempt_after?;
-    let waited = waiting_since(head).map_or(after, |since| now.duration_since(since).unsigned_abs());
-    Some(after.saturating_sub(waited))
-}
-
-/// Whether `me`, a workflow mining and between two blocks, should give its
-/// slot to the head of the queue: every slot is taken (else the head takes
-/// a free one), and `me`'s group holds more slots than the head's —
-/// namespaces first, then parties within one namespace. Groups an equal
-/// number of slots apart never trade, so shares settle instead of swapping.
-pub fn should_yield(all: &[Seen], me: &QueueEntry, budget: &Budget) -> bool {
-    yield_to(all, me, budget).is_some()
-}
-
-/// The head of the queue `me` should give its slot to, if any (see [`should_yield`]).
-fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a Seen> {
-    let held = move |kind: Option<WorkKind>| {
-        all.iter().filter(move |s| holds_slot(s) && kind.is_none_or(|k| s.work.kind == k))
-    };
-    let kind_full = held(Some(me.kind)).count() >= budget.cap(me.kind);
-    let total_full = held(None).count() >= budget.total;
-    if !total_full && !kind_full {
-        return None;
-    }
-    // The head that would take my slot: the first no limit would keep from
-    // it once mine is free — of my kind, or, when the budget is what
-    // binds, of another kind too.
-    let mut without_me = Holdings::of(all);
-    if let Some(mine) = all.iter().find(|s| s.work.uid == me.uid && holds_slot(s)) {
-        without_me.remove(mine);
-    }
-    let head = queue(all)
-        .into_iter()
-        .find(|s| (s.work.kind == me.kind || total_full) && without_me.blocks(s, budget).is_none())?;
-    let held_in = |namespace: &str, party: Option<&str>| {
-        held(None)
-            .filter(|s| namespace_of(s) == namespace)
-            .filter(|s| party.is_none_or(|p| party_of(s) == p))
-            .count()
-    };
-    let (my_namespace, head_namespace) = (me.namespace.as_str(), namespace_of(head));
-    if my_namespace != head_namespace {
-        return (held_in(my_namespace, None) > held_in(head_namespace, None)).then_some(head);
-    }
-    let my_party = all.iter().find(|s| s.work.uid == me.uid).map_or("", party_of);
-    let head_party = party_of(head);
-    let over = held_in(my_namespace, Some(my_party)) > held_in(my_namespace, Some(head_party));
-    (my_party != head_party && over).then_some(head)
-}
-
-/// The work holding slots that should give one to the head of the queue
-/// (each by [`should_yield`]) and may while it runs: whom the head wakes
-/// when it may take a slot back mid-block, since a block that takes days
-/// sends no event before. (A tool run that is not preemptible keeps its
-/// slot, and so does work that took it while `head` waited.)
-pub fn holders_over_share<'a>(all: &'a [Seen], head: &QueueEntry, budget: &Budget) -> Vec<&'a QueueEntry> {
-    all.iter()
-        .filter(|s| holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work))
-        .filter(|s| should_yield(all, &s.work, budget))
-        .map(|s| &s.work)
-        .collect()
-}
-
 /// The waiting work that should take the slots free now, in queue order.
 pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
     let mut holdings = Holdings::of(all);
@@ -713,6 +444,8 @@ pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry
     next
 }
 
+mod limits;
+mod preempt;
 pub mod shares;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,130 @@
+//! Slots taken back: who yields to the head of the queue, and when.
+
+use super::*;
+
+#[test]
+fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
+    // Issue #47: another namespace's days-long blocks hold every slot.
+    let mut all: Vec<Seen> =
+        (0..2).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+    all.push(seen_in("victim", Some("alice"), "short", 100, Lifecycle::Waiting));
+    let me = all[0].work.clone();
+    let preempting = budget(2).preempting_after(std::time::Duration::from_secs(60));
+    assert_eq!(
+        yield_for(&all, &me, &preempting, at(130)),
+        Yield::AtBlockBoundary,
+        "30 s: a boundary may come"
+    );
+    assert_eq!(yield_for(&all, &me, &preempting, at(160)), Yield::Now, "60 s: the slot comes back now");
+    assert_eq!(
+        yield_for(&all, &me, &budget(2), at(10_000)),
+        Yield::AtBlockBoundary,
+        "never mid-block unless set"
+    );
+    // When the head should look again.
+    let head = &all[2].work;
+    assert_eq!(preempt_in(head, &preempting, at(130)), Some(std::time::Duration::from_secs(30)));
+    assert_eq!(preempt_in(head, &preempting, at(200)), Some(std::time::Duration::ZERO));
+    assert_eq!(preempt_in(head, &budget(2), at(200)), None);
+    // Whom the head wakes: both holders are over the victim's share of none.
+    let woken: Vec<&str> =
+        holders_over_share(&all, head, &preempting).iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(woken, ["long-0", "long-1"]);
+    // Once one gave its slot back and the victim mines, shares are 1 and 1:
+    // nobody else is taken from, whatever the wait.
+    all[0].phase = Lifecycle::Waiting;
+    all[2].phase = Lifecycle::Active;
+    assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(10_000)), Yield::Keep);
+    let victim = all[2].work.clone();
+    assert!(holders_over_share(&all, &victim, &preempting).is_empty());
+}
+
+#[test]
+fn only_a_preemptible_tool_run_is_asked_for_its_slot_back_mid_step() {
+    // Issue #47: one caller's days-long tool runs hold both tool-run slots;
+    // another caller's short run waits. Only a run whose tool said its steps
+    // may run twice is woken to give its slot back, once the delay passed.
+    let run = |name: &str, created: i64, phase, caller: &str| {
+        let mut seen = seen_of(RUN, "tools", name, created, phase);
+        seen.party = caller.into();
+        seen
+    };
+    let mut all = vec![
+        run("long-kept", 0, Lifecycle::Active, "alice"),
+        run("long-stoppable", 1, Lifecycle::Active, "alice"),
+        run("short", 100, Lifecycle::Waiting, "bob"),
+    ];
+    all[1].work.preemptible = true;
+    let preempting = Budget::new(10).capping(RUN, 2).preempting_after(Duration::from_secs(60));
+    let woken = |all: &[Seen]| -> Vec<String> {
+        holders_over_share(all, &all[2].work, &preempting).iter().map(|w| w.name.clone()).collect()
+    };
+    assert_eq!(woken(&all), ["long-stoppable"], "the run that may not be stopped is never asked");
+    // Both are over bob's share: which gives way is the tool's to say.
+    assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(160)), Yield::Now);
+    // Once it gave its slot back and bob's run holds one: 1 against 1, no more.
+    all[1].phase = Lifecycle::Waiting;
+    all[2].phase = Lifecycle::Active;
+    assert!(woken(&all).is_empty());
+    assert_eq!(yield_for(&all, &all[0].work.clone(), &preempting, at(10_000)), Yield::Keep);
+}
+
+#[test]
+fn a_slot_taken_back_is_not_taken_back_again_by_the_work_that_gave_it() {
+    // One slot, two parties' preemptible runs. Alice's ran from 0; bob's,
+    // made at 100, took her slot at 170. Alice now heads the queue, made
+    // long ago: counted from her creation she has "waited" past any delay,
+    // and her group holds less — before this rule she preempted bob at
+    // once, then bob her, each step stopped as soon as it started (seen on
+    // the local cluster: 40 preemptions in two minutes, neither finished).
+    let run = |name: &str, created: i64, phase, caller: &str| {
+        let mut seen = seen_of(RUN, "tools", name, created, phase);
+        seen.party = caller.into();
+        seen.work.preemptible = true;
+        seen
+    };
+    let mut alice = run("alice-long", 0, Lifecycle::Waiting, "alice");
+    alice.work.admitted = Some(at(10));
+    let mut bob = run("bob-short", 100, Lifecycle::Active, "bob");
+    bob.work.admitted = Some(at(170));
+    let mut all = vec![alice, bob];
+    let preempting = Budget::new(10).capping(RUN, 1).preempting_after(Duration::from_secs(60));
+    let (alice, bob) = (all[0].work.clone(), all[1].work.clone());
+    assert!(!may_take_back(&alice, &bob), "bob took the slot while alice waited");
+    assert_eq!(yield_for(&all, &bob, &preempting, at(10_000)), Yield::AtBlockBoundary);
+    assert!(holders_over_share(&all, &alice, &preempting).is_empty(), "nobody is woken for it");
+    // Work made after bob took the slot still takes it back after the delay.
+    all.push(run("carol", 200, Lifecycle::Waiting, "carol"));
+    all[0].phase = Lifecycle::Succeeded;
+    let carol = all[2].work.clone();
+    assert!(may_take_back(&carol, &bob));
+    assert_eq!(yield_for(&all, &bob, &preempting, at(230)), Yield::AtBlockBoundary, "30 s: not yet");
+    assert_eq!(yield_for(&all, &bob, &preempting, at(260)), Yield::Now);
+    assert_eq!(names_of(holders_over_share(&all, &carol, &preempting)), ["bob-short"]);
+    // A holder that shows no admission yet was admitted a moment ago.
+    all[1].work.admitted = None;
+    assert!(!may_take_back(&carol, &all[1].work));
+}
+
+fn names_of(entries: Vec<&QueueEntry>) -> Vec<String> {
+    entries.iter().map(|w| w.name.clone()).collect()
+}
+
+#[test]
+fn a_workflow_at_its_kinds_cap_gives_way_to_a_tool_run_when_the_budget_binds_too() {
+    // Both caps at the budget: the workflows fill both the budget and their
+    // own cap, and a tool run of another party waits for the budget.
+    let mut all: Vec<Seen> =
+        (0..2).map(|i| seen_in("busy", None, &format!("long-{i}"), i, Lifecycle::Active)).collect();
+    let mut run = seen_of(RUN, "busy", "run", 100, Lifecycle::Waiting);
+    run.party = "alice".into();
+    all.push(run);
+    let budget = Budget::new(2)
+        .capping(WORKFLOW, 2)
+        .capping(RUN, 2)
+        .preempting_after(std::time::Duration::from_secs(5));
+    assert_eq!(yield_for(&all, &all[0].work, &budget, at(106)), Yield::Now, "its slot serves the run");
+    // A run whose own cap is full could not take it: nobody gives way.
+    let capped = budget.clone().capping(RUN, 0);
+    assert_eq!(yield_for(&all, &all[0].work, &capped, at(106)), Yield::Keep);
+}
