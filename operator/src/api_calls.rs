@@ -5,8 +5,8 @@
 //! covers every call, ours and kube-runtime's watches alike, and cannot drift
 //! from the code that makes them.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use http::{Method, Request};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -24,11 +24,35 @@ pub struct ApiCall {
     pub resource: &'static str,
 }
 
-/// Resources the operator talks to; anything else is counted as `other`.
-const RESOURCES: &[&str] =
-    &["jobs", "pods", "miningworkflows", "toolruns", "secrets", "events", "leases", "namespaces"];
-const SUBRESOURCES: &[(&str, &str)] =
-    &[("miningworkflows", "miningworkflows/status"), ("toolruns", "toolruns/status")];
+/// Resources the operator talks to besides its kinds of work; anything
+/// else is counted as `other`.
+const RESOURCES: &[&str] = &["jobs", "pods", "secrets", "events", "leases", "namespaces"];
+
+/// The kinds of work's resources and their status subresources, added as
+/// each kind registers (`work::Registry`): a new kind's calls are counted
+/// under its own name, never silently as `other`. One entry a kind, each
+/// leaked once: the set is as small and as fixed as the kinds compiled in.
+static WORK_RESOURCES: RwLock<Vec<(&'static str, &'static str)>> = RwLock::new(Vec::new());
+
+/// Counts calls about `plural` (a kind of work) and its status under their own labels.
+pub fn count_work_resource(plural: &str) {
+    let mut resources = WORK_RESOURCES.write().unwrap_or_else(PoisonError::into_inner);
+    if !resources.iter().any(|(known, _)| *known == plural) {
+        let name: &'static str = Box::leak(plural.to_string().into_boxed_str());
+        let status: &'static str = Box::leak(format!("{plural}/status").into_boxed_str());
+        resources.push((name, status));
+    }
+}
+
+/// The label of `resource` (and `/status` of it), if it is one the metric names.
+fn known(resource: &str, status: bool) -> Option<&'static str> {
+    if !status && let Some(fixed) = RESOURCES.iter().find(|known| **known == resource) {
+        return Some(fixed);
+    }
+    let work = WORK_RESOURCES.read().unwrap_or_else(PoisonError::into_inner);
+    let (plural, with_status) = work.iter().find(|(known, _)| *known == resource)?;
+    Some(if status { with_status } else { plural })
+}
 
 /// What a request is, from its method and URL alone.
 pub fn classify(method: &Method, path: &str, query: Option<&str>) -> ApiCall {
@@ -47,13 +71,10 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> ApiCall {
     };
     let (resource, more) = rest;
     let named = !more.is_empty();
-    let known = RESOURCES.iter().find(|known| **known == resource).copied().unwrap_or("other");
     let resource = match more.get(1) {
-        Some(sub) => SUBRESOURCES
-            .iter()
-            .find(|(parent, full)| *parent == known && full.ends_with(&format!("/{sub}")))
-            .map_or("other", |(_, full)| full),
-        None => known,
+        Some(&"status") if more.len() == 2 => known(resource, true).unwrap_or("other"),
+        Some(_) => "other",
+        None => known(resource, false).unwrap_or("other"),
     };
     ApiCall { verb: verb_of(method, named, query), resource }
 }
@@ -147,6 +168,8 @@ mod tests {
     use proptest::prelude::*;
 
     fn call(method: Method, uri: &str) -> (&'static str, &'static str) {
+        count_work_resource("miningworkflows");
+        count_work_resource("toolruns");
         let (path, query) = uri.split_once('?').map_or((uri, None), |(p, q)| (p, Some(q)));
         let call = classify(&method, path, query);
         (call.verb, call.resource)
@@ -185,6 +208,18 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_registered_later_is_counted_under_its_own_name() {
+        let sleeps = "/apis/test.mining-operator.dev/v1/namespaces/a/sleepers";
+        assert_eq!(call(Method::PATCH, &format!("{sleeps}/s/status")), ("patch", "other"));
+        count_work_resource("sleepers");
+        count_work_resource("sleepers");
+        assert_eq!(call(Method::PATCH, &format!("{sleeps}/s/status")), ("patch", "sleepers/status"));
+        assert_eq!(call(Method::DELETE, &format!("{sleeps}/s")), ("delete", "sleepers"));
+        let registered = WORK_RESOURCES.read().unwrap();
+        assert_eq!(registered.iter().filter(|(plural, _)| *plural == "sleepers").count(), 1, "once a kind");
+    }
+
+    #[test]
     fn names_never_become_labels() {
         assert_eq!(call(Method::GET, "/api/v1/namespaces/a/configmaps/s"), ("get", "other"));
         assert_eq!(call(Method::GET, "/api/v1/namespaces/a/pods/p/log"), ("get", "other"));
@@ -217,8 +252,9 @@ mod tests {
         #[test]
         fn any_url_is_classified_into_the_fixed_label_sets(path in "\\PC{0,80}", query in "\\PC{0,40}") {
             let call = classify(&Method::GET, &path, Some(&query));
+            let work = WORK_RESOURCES.read().unwrap().clone();
             prop_assert!(RESOURCES.contains(&call.resource) || call.resource == "other"
-                || SUBRESOURCES.iter().any(|(_, full)| *full == call.resource));
+                || work.iter().any(|(plural, status)| call.resource == *plural || call.resource == *status));
         }
     }
 }

@@ -100,6 +100,8 @@ pub fn shared(
     leadership: crate::leader::Leadership,
 ) -> crate::work::Shared {
     use std::sync::Arc;
+    crate::api_calls::count_work_resource("miningworkflows");
+    crate::api_calls::count_work_resource("toolruns");
     let memory = Arc::new(crate::memory::Memory::default());
     let parties = crate::parties::Parties::new(keys.clone());
     let queue = Arc::new(crate::queue::WorkQueue::new(kinds, parties, memory.clone(), budget));

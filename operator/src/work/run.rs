@@ -50,6 +50,7 @@ impl Registry {
     /// parts exist. Everything else about it — its watches, its place in
     /// the queue and in readiness, its reconcile's shell — follows from `K`.
     pub fn register<K: WorkKind>(&mut self, context: impl FnOnce(&Shared) -> K::Context + Send + 'static) {
+        crate::api_calls::count_work_resource(&K::plural(&()));
         let (store, writer) = reflector::store::<K>();
         let (jobs, job_writer) = reflector::store::<Job>();
         let (wake, woken) = futures::channel::mpsc::unbounded();
