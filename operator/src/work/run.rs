@@ -191,3 +191,32 @@ fn watch_pods(
     }));
     (store, blocked_jobs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mining_api::{MiningWorkflow, ToolRun, Work as _};
+
+    /// A kind registered is waited for: its own watch and its Jobs' both
+    /// join readiness, so no reconcile (and no admission) runs before a
+    /// new kind's cache is complete; and its calls are counted by name.
+    /// (Its place in the queue is `third_kind.rs`'s, on a real cluster.)
+    #[test]
+    fn a_registered_kind_joins_readiness_and_the_queue() {
+        let readiness = Readiness::new(Arc::default());
+        let mut registry = Registry::new(readiness.clone());
+        registry.register::<MiningWorkflow>(|_| crate::mining::Context {
+            config: <Config as clap::Parser>::parse_from(["operator"]),
+        });
+        registry.register::<ToolRun>(|_| Default::default());
+        let mut listing = readiness.listing();
+        listing.sort();
+        assert_eq!(listing, ["tool run", "tool run Jobs", "workflow", "workflow Jobs"]);
+        assert!(!readiness.all_listed());
+        let (_, starts) = registry.into_parts();
+        assert_eq!(starts.len(), 2, "one controller a kind");
+        let path = "/apis/mining-operator.dev/v1alpha1/namespaces/a/toolruns/r/status";
+        let call = crate::api_calls::classify(&http::Method::PATCH, path, None);
+        assert_eq!(call.resource, "toolruns/status", "{}", ToolRun::NOUN);
+    }
+}

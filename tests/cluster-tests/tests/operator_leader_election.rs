@@ -137,7 +137,8 @@ async fn a_status_write_based_on_an_older_version_is_refused() {
         serde_json::from_value(json!({"phase": "Pending", "message": "written by the deposed leader"}))
             .unwrap();
     let refused =
-        mining_operator::work::status::write_status(&workflows, "contested", &stale, old_version.as_deref()).await;
+        mining_operator::work::status::write_status(&workflows, "contested", &stale, old_version.as_deref())
+            .await;
     assert!(
         matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
         "a write on an older version must conflict: {refused:?}"

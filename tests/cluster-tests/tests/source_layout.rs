@@ -48,14 +48,19 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
 /// block, without comments; nothing for a file of tests.
 fn code_of(file: &Path) -> String {
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    if name == "tests.rs" || name.ends_with("_tests.rs") || file.components().any(|c| c.as_os_str() == "tests") {
+    if name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || file.components().any(|c| c.as_os_str() == "tests")
+    {
         return String::new();
     }
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
     let mut code = String::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        if line.trim() == "#[cfg(test)]" && lines.peek().is_some_and(|next| next.trim_start().starts_with("mod tests")) {
+        if line.trim() == "#[cfg(test)]"
+            && lines.peek().is_some_and(|next| next.trim_start().starts_with("mod tests"))
+        {
             break;
         }
         code.push_str(line.split("//").next().unwrap_or_default());
@@ -122,7 +127,9 @@ fn no_crate_has_an_import_circle() {
         for circle in circles(&graph) {
             let edges: Vec<String> = circle
                 .iter()
-                .flat_map(|m| graph[m].iter().filter(|to| circle.contains(*to)).map(move |to| format!("{m} → {to}")))
+                .flat_map(|m| {
+                    graph[m].iter().filter(|to| circle.contains(*to)).map(move |to| format!("{m} → {to}"))
+                })
                 .collect();
             all.push(format!("{krate}: {}", edges.join(", ")));
         }
