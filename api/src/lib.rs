@@ -30,7 +30,7 @@ pub use chain::verify_chain;
 #[cfg(feature = "kubernetes")]
 mod work;
 #[cfg(feature = "kubernetes")]
-pub use work::{Lifecycle, ProofVersion, Proven, Work};
+pub use work::{Lifecycle, ProofVersion, Proven, Work, differing_fields};
 #[cfg(feature = "kubernetes")]
 mod kinds;
 #[cfg(feature = "kubernetes")]

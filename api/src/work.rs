@@ -219,6 +219,34 @@ impl<'a, R: Serialize> Proven<'a, R> {
     }
 }
 
+/// How two requests differ (pure): each top-level field whose value is not
+/// the same, by its name on the wire, with the stored value and the one
+/// asked for (each clipped). What an idempotent retry that asks for other
+/// work is told, so the caller sees every field at once, not one per try.
+pub fn differing_fields(stored: &impl Serialize, asked: &impl Serialize) -> Vec<String> {
+    const MAX_VALUE_CHARS: usize = 64;
+    let fields = |value: serde_json::Result<serde_json::Value>| match value {
+        Ok(serde_json::Value::Object(fields)) => fields,
+        _ => serde_json::Map::new(),
+    };
+    let (stored, asked) = (fields(serde_json::to_value(stored)), fields(serde_json::to_value(asked)));
+    let set = |fields: &serde_json::Map<String, serde_json::Value>, name: &str| {
+        fields.get(name).filter(|value| !value.is_null()).cloned()
+    };
+    let shown = |value: Option<serde_json::Value>| match value {
+        None => "none".to_string(),
+        Some(value) => crate::pow::clip(&value.to_string(), MAX_VALUE_CHARS).to_string(),
+    };
+    let mut names: Vec<&String> = stored.keys().chain(asked.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| set(&stored, name) != set(&asked, name))
+        .map(|name| format!("{name} {} (asked {})", shown(set(&stored, name)), shown(set(&asked, name))))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +270,24 @@ mod tests {
             .filter(|l| l.is_finished())
             .collect();
         assert_eq!(finished, [Succeeded, Failed, Cancelled]);
+    }
+
+    #[test]
+    fn every_differing_field_is_named_with_both_values() {
+        let stored =
+            serde_json::json!({"difficulty": 8, "blocks": 2, "ttlSecondsAfterFinished": 60, "note": null});
+        let asked = serde_json::json!({"difficulty": 9, "blocks": 2, "activeDeadlineSeconds": 30});
+        assert_eq!(
+            super::differing_fields(&stored, &asked),
+            [
+                "activeDeadlineSeconds none (asked 30)",
+                "difficulty 8 (asked 9)",
+                "ttlSecondsAfterFinished 60 (asked none)"
+            ]
+        );
+        assert!(super::differing_fields(&stored, &stored).is_empty());
+        let long = serde_json::json!({"arguments": "x".repeat(500)});
+        let shown = &super::differing_fields(&long, &serde_json::json!({}))[0];
+        assert!(shown.len() < 100, "{shown}");
     }
 }

@@ -136,6 +136,11 @@ impl<K: Kind> Places<K> {
 /// A kind in the registry: where the core finds its places.
 pub trait Registered: Kind {
     const ID: KindId;
+    /// Where its idempotency attempts start: one key names a different id
+    /// for each kind, so no kind's retry finds another's work. Frozen per
+    /// kind (ids made by earlier releases are still found); a new kind takes
+    /// a range no other kind's [`super::start::IDEMPOTENT_ATTEMPTS`] reach.
+    const FIRST_ATTEMPT: u8;
 
     fn places(kinds: &Kinds) -> &Places<Self>;
 }
@@ -148,6 +153,7 @@ pub struct Kinds {
 
 impl Registered for MiningWorkflow {
     const ID: KindId = KindId::Workflow;
+    const FIRST_ATTEMPT: u8 = 0;
 
     fn places(kinds: &Kinds) -> &Places<Self> {
         &kinds.workflows
@@ -156,6 +162,7 @@ impl Registered for MiningWorkflow {
 
 impl Registered for ToolRun {
     const ID: KindId = KindId::Run;
+    const FIRST_ATTEMPT: u8 = 128;
 
     fn places(kinds: &Kinds) -> &Places<Self> {
         &kinds.runs
@@ -293,5 +300,32 @@ impl Core {
     /// Where the objects of kind `K` live.
     pub fn homes<K: Registered>(&self) -> Homes<'_, K> {
         self.kinds.of::<K>().homes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No two kinds' idempotency ids can be the same: their attempt ranges
+    /// never overlap, and each kind in the registry says its own.
+    #[test]
+    fn every_kinds_idempotency_ids_are_its_own() {
+        let attempts = super::super::start::IDEMPOTENT_ATTEMPTS;
+        let ranges: Vec<(KindId, std::ops::Range<u16>)> = KindId::ALL
+            .into_iter()
+            .map(|id| {
+                let first = u16::from(crate::with_kind!(id, K => <K as Registered>::FIRST_ATTEMPT));
+                (id, first..first + u16::from(attempts))
+            })
+            .collect();
+        for (i, (a, range_a)) in ranges.iter().enumerate() {
+            assert!(range_a.end <= 256, "{a:?}'s attempts fit in a byte");
+            for (b, range_b) in &ranges[i + 1..] {
+                let overlap = range_a.start < range_b.end && range_b.start < range_a.end;
+                assert!(!overlap, "{a:?} {range_a:?} and {b:?} {range_b:?} would share ids");
+            }
+        }
+        assert_eq!(ranges.len(), KindId::ALL.len());
     }
 }

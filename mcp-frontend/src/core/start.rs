@@ -8,7 +8,7 @@ use rmcp::model::JsonObject;
 use tracing::Instrument as _;
 
 use super::{Answer, Core};
-use crate::cache::{Entry, Kind, ObjectCache};
+use crate::cache::Entry;
 use crate::ids::{Caller, WorkflowId};
 use crate::metrics::ReasonLabels;
 use crate::quota;
@@ -16,12 +16,9 @@ use crate::tools::{START_MINING, StartMiningArgs, StartRequest, parse_args};
 use crate::workflows::{self, Created};
 
 /// How many ids an idempotency key may stand for: the first unless objects
-/// the frontend did not make took it.
-const IDEMPOTENT_ATTEMPTS: u8 = 4;
-/// Where each kind's attempts start: one key names a different id for a
-/// workflow and for a tool run, so neither kind's retry finds the other's.
-pub(crate) const WORKFLOW_ATTEMPTS: u8 = 0;
-pub(crate) const TOOL_RUN_ATTEMPTS: u8 = 128;
+/// the frontend did not make took it. Each kind's start at its own
+/// [`super::Registered::FIRST_ATTEMPT`].
+pub(crate) const IDEMPOTENT_ATTEMPTS: u8 = 4;
 
 /// What a face adds to a start besides the tool's arguments.
 #[derive(Debug, Default, Clone)]
@@ -91,14 +88,7 @@ impl Core {
                 let request = &request;
                 let create =
                     move |id: WorkflowId| async move { self.create(caller, &id, request, annotations).await };
-                self.start_idempotent(
-                    caller,
-                    key,
-                    self.homes::<MiningWorkflow>().current.cache,
-                    WORKFLOW_ATTEMPTS,
-                    create,
-                )
-                .await?
+                self.start_idempotent::<MiningWorkflow, _>(caller, key, create).await?
             }
             None => {
                 let id = WorkflowId::random(&self.keys, caller)
@@ -115,11 +105,11 @@ impl Core {
         if let Some(key) = &request.idempotency_key
             && workflow.request() != request.spec.proven()
         {
-            let spec = &workflow.spec;
+            let differing = mining_api::differing_fields(&workflow.request(), &request.spec.proven());
             return Err(Answer::InvalidArguments(format!(
-                "idempotency_key {key:?} already started workflow {id} with difficulty {}, blocks {} and \
-                 parallelism {}; use a new key to mine with other arguments",
-                spec.difficulty, spec.blocks, spec.parallelism
+                "idempotency_key {key:?} already started workflow {id} with other arguments: {}; use a new \
+                 key to mine with these",
+                differing.join(", ")
             )));
         }
         Ok(Started { id, workflow, request })
@@ -129,15 +119,17 @@ impl Core {
     /// by `create`. Its ids are tried in order: one of the caller's (with
     /// the frontend's proof) is the retry's; one taken by an object the
     /// frontend did not make is skipped, so no one can squat a caller's id
-    /// and hand it their object. `first_attempt` keeps each kind's ids apart.
-    pub(crate) async fn start_idempotent<K: Kind, F: Future<Output = Result<Created<K>, Answer>>>(
+    /// and hand it their object. Each kind's first attempt keeps its ids apart.
+    pub(crate) async fn start_idempotent<
+        K: super::Registered,
+        F: Future<Output = Result<Created<K>, Answer>>,
+    >(
         &self,
         caller: &Caller,
         key: &str,
-        cache: &ObjectCache<K>,
-        first_attempt: u8,
         mut create: impl FnMut(WorkflowId) -> F,
     ) -> Result<(WorkflowId, Box<K>), Answer> {
+        let (cache, first_attempt) = (self.homes::<K>().current.cache, K::FIRST_ATTEMPT);
         // Per attempt, the id under each key: current first.
         let attempts: Vec<Vec<WorkflowId>> = (first_attempt..first_attempt + IDEMPOTENT_ATTEMPTS)
             .map(|attempt| WorkflowId::for_idempotency_key(&self.keys, caller, key, attempt))

@@ -13,7 +13,6 @@ use rmcp::model::JsonObject;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use super::start::TOOL_RUN_ATTEMPTS;
 use super::{Answer, Core, StartOptions};
 use crate::ids::{Caller, WorkflowId, check_idempotency_key};
 use crate::metrics::ReasonLabels;
@@ -118,14 +117,17 @@ impl Core {
         check_idempotency_key(key).map_err(Answer::InvalidArguments)?;
         let text = &text;
         let create = move |id| async move { self.create_run(caller, id, name, tool, text, kept).await };
-        let (id, run) = self
-            .start_idempotent(caller, key, self.homes::<ToolRun>().current.cache, TOOL_RUN_ATTEMPTS, create)
-            .await?;
-        if run.spec.tool != name || run.spec.arguments != *text {
+        let (id, run) = self.start_idempotent::<ToolRun, _>(caller, key, create).await?;
+        // What the caller asked for: the tool and its arguments (the tool's
+        // definition may have changed since; a retry still finds its run).
+        let stored = serde_json::json!({"tool": run.spec.tool, "arguments": run.spec.arguments});
+        let asked = serde_json::json!({"tool": name, "arguments": text});
+        let differing = mining_api::differing_fields(&stored, &asked);
+        if !differing.is_empty() {
             return Err(Answer::InvalidArguments(format!(
-                "idempotency key {key:?} already made run {id} of {} with other arguments; use a new key \
-                 to call {name} with these",
-                run.spec.tool
+                "idempotency key {key:?} already made run {id} with other arguments: {}; use a new key to \
+                 call {name} with these",
+                differing.join(", ")
             )));
         }
         Ok(run)

@@ -146,16 +146,19 @@ async fn a_restarted_frontend_loses_nothing_and_idempotent_retries_find_the_same
 
     // The same key with any argument that shapes the work changed is
     // refused, not silently answered with the first workflow.
-    for changed in [
-        json!({"difficulty": 25, "blocks": 8}),
-        json!({"difficulty": 26, "blocks": 7}),
-        json!({"difficulty": 26, "blocks": 8, "parallelism": 2}),
+    // Every field that differs is named, with what is stored and what was asked.
+    for (changed, named) in [
+        (json!({"difficulty": 25, "blocks": 8}), vec!["difficulty 26 (asked 25)"]),
+        (json!({"difficulty": 26, "blocks": 7}), vec!["blocks 8 (asked 7)"]),
+        (json!({"difficulty": 26, "blocks": 8, "parallelism": 2}), vec!["parallelism 1 (asked 2)"]),
+        (json!({"difficulty": 25, "blocks": 7}), vec!["blocks 8 (asked 7)", "difficulty 26 (asked 25)"]),
     ] {
         let mut arguments = changed.clone();
         arguments["idempotency_key"] = json!("agent-run-1");
         let clash = Sdk::TypeScript.call(&url, None, "start_mining", arguments).await;
         let text = tool_error_text(&clash);
         assert!(text.contains("already started workflow") && text.contains(&id), "{changed}: {text}");
+        assert!(named.iter().all(|field| text.contains(field)), "{changed}: {named:?} in {text}");
     }
     // How long to wait does not shape the work: the same key finds it.
     let same = json!({"difficulty": 26, "blocks": 8, "wait_seconds": 1, "idempotency_key": "agent-run-1"});
