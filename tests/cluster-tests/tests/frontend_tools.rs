@@ -364,6 +364,9 @@ async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
     })
     .await;
     assert!(queued.contains("2 of at most 2 tool runs are running"), "{queued}");
+    // The order runs start in, as the API server stores it: a watch sees
+    // every change in order (start times have whole seconds only).
+    let started_order = started_in_order(runs.clone(), [a3.clone(), b1.clone()]).await;
     // A slot frees: bob, holding none, goes before alice's older run.
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a1})).await;
     let bobs = settle(Sdk::Python, &url, BOB, &b1).await;
@@ -371,12 +374,41 @@ async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
     // Then hers, started only after bob's.
     let alices = settle(Sdk::Python, &url, ALICE, &a3).await;
     assert_eq!(alices["status"], "completed", "{alices:#}");
-    let started = |run: ToolRun| run.status.and_then(|s| s.started_at).map(|t| t.0).expect("a start time");
-    let (bob_started, alice_started) =
-        (started(runs.get(&b1).await.unwrap()), started(runs.get(&a3).await.unwrap()));
-    assert!(
-        bob_started < alice_started,
-        "bob's run started at {bob_started}, alice's older one at {alice_started}"
-    );
+    let order = tokio::time::timeout(Duration::from_secs(30), started_order).await.expect("both seen").unwrap();
+    assert_eq!(order, [b1.clone(), a3.clone()], "bob's run started before alice's older one");
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a2})).await;
+}
+
+/// The order in which `names` are first seen holding a slot (or past it),
+/// from a watch started (and listed) before this returns.
+async fn started_in_order(runs: Api<ToolRun>, names: [String; 2]) -> tokio::task::JoinHandle<Vec<String>> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    let (listed, is_listed) = tokio::sync::oneshot::channel();
+    let order = tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut order: Vec<String> = Vec::new();
+        let mut events = std::pin::pin!(watcher(runs, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            let run = match event {
+                Ok(watcher::Event::InitDone) => {
+                    listed.take().map(|tx| tx.send(()));
+                    continue;
+                }
+                Ok(watcher::Event::Apply(run) | watcher::Event::InitApply(run)) => run,
+                _ => continue,
+            };
+            let name = run.metadata.name.clone().unwrap_or_default();
+            let past_waiting = !matches!(run.phase(), ToolRunPhase::Pending);
+            if names.contains(&name) && past_waiting && !order.contains(&name) {
+                order.push(name);
+            }
+            if order.len() == names.len() {
+                return order;
+            }
+        }
+        order
+    });
+    is_listed.await.expect("the watch lists the runs");
+    order
 }
