@@ -374,7 +374,8 @@ async fn the_operators_tool_run_slots_go_to_the_caller_holding_fewest() {
     // Then hers, started only after bob's.
     let alices = settle(Sdk::Python, &url, ALICE, &a3).await;
     assert_eq!(alices["status"], "completed", "{alices:#}");
-    let order = tokio::time::timeout(Duration::from_secs(30), started_order).await.expect("both seen").unwrap();
+    let order =
+        tokio::time::timeout(Duration::from_secs(30), started_order).await.expect("both seen").unwrap();
     assert_eq!(order, [b1.clone(), a3.clone()], "bob's run started before alice's older one");
     call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": a2})).await;
 }
