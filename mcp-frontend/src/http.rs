@@ -22,7 +22,7 @@ use crate::auth::{AuthLayerState, require_caller};
 use crate::core::Core;
 use crate::faces::JsonBody;
 use crate::faces::listen_2026::{ListenState, answer_listens};
-use crate::faces::mcp_tools::MiningServer;
+use crate::faces::mcp_tools::McpServer;
 use crate::faces::resources::answer_resources;
 use crate::faces::tasks_2025::answer_core_tasks;
 use crate::faces::tasks_2026::mirror_task_id_header;
@@ -101,7 +101,7 @@ pub fn mcp_router(core: Arc<Core>, auth: Arc<AuthLayerState>, options: HttpOptio
     // Shared state is built once, outside the per-request factory.
     let factory_core = core.clone();
     let service = StreamableHttpService::new(
-        move || Ok(MiningServer::new(factory_core.clone())),
+        move || Ok(McpServer::new(factory_core.clone())),
         Arc::new(NeverSessionManager::default()),
         config,
     );

@@ -24,9 +24,9 @@ pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
 
 /// A well-formed workflow id (not necessarily one that exists).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct WorkflowId(String);
+pub struct WorkId(String);
 
-impl WorkflowId {
+impl WorkId {
     /// A fresh id of `caller`'s from the operating system's random source.
     pub fn random(keys: &OwnershipKeys, caller: &Caller) -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 10];
@@ -97,7 +97,7 @@ fn base32(bytes: &[u8], len: usize) -> String {
     digits
 }
 
-impl std::fmt::Display for WorkflowId {
+impl std::fmt::Display for WorkId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
@@ -192,46 +192,46 @@ mod tests {
     fn random_ids_are_well_formed_distinct_and_their_callers_only() {
         let (keys, alice, bob) = (keys(), Caller::new("alice"), Caller::new("bob"));
         let ids: std::collections::HashSet<_> =
-            (0..1000).map(|_| WorkflowId::random(&keys, &alice).unwrap()).collect();
+            (0..1000).map(|_| WorkId::random(&keys, &alice).unwrap()).collect();
         assert_eq!(ids.len(), 1000);
         for id in &ids {
-            assert_eq!(WorkflowId::parse_for(&keys, &alice, id.as_str()).as_ref(), Some(id));
-            assert_eq!(WorkflowId::parse_for(&keys, &bob, id.as_str()), None, "bob cannot use alice's id");
+            assert_eq!(WorkId::parse_for(&keys, &alice, id.as_str()).as_ref(), Some(id));
+            assert_eq!(WorkId::parse_for(&keys, &bob, id.as_str()), None, "bob cannot use alice's id");
             assert_eq!(id.as_str().len(), PREFIX.len() + BODY_LEN);
         }
         let other_frontend = OwnershipKeys::new(vec![6; 32], None).unwrap();
         let id = ids.iter().next().unwrap();
-        assert_eq!(WorkflowId::parse_for(&other_frontend, &alice, id.as_str()), None);
+        assert_eq!(WorkId::parse_for(&other_frontend, &alice, id.as_str()), None);
     }
 
     #[test]
     fn a_changed_digit_breaks_the_tag() {
         let (keys, alice) = (keys(), Caller::new("alice"));
-        let id = WorkflowId::random(&keys, &alice).unwrap();
+        let id = WorkId::random(&keys, &alice).unwrap();
         for position in PREFIX.len()..id.as_str().len() {
             let mut forged = id.as_str().as_bytes().to_vec();
             forged[position] = if forged[position] == b'a' { b'b' } else { b'a' };
             let forged = String::from_utf8(forged).unwrap();
-            assert_eq!(WorkflowId::parse_for(&keys, &alice, &forged), None, "{forged}");
+            assert_eq!(WorkId::parse_for(&keys, &alice, &forged), None, "{forged}");
         }
     }
 
     #[test]
     fn idempotency_ids_depend_on_caller_key_attempt_and_secret() {
         let (keys, alice, bob) = (keys(), Caller::new("alice"), Caller::new("bob"));
-        let first = WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 0);
-        assert_eq!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 0));
-        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-2", 0));
-        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &alice, "retry-1", 1));
-        assert_ne!(first, WorkflowId::for_idempotency_key(&keys, &bob, "retry-1", 0));
+        let first = WorkId::for_idempotency_key(&keys, &alice, "retry-1", 0);
+        assert_eq!(first, WorkId::for_idempotency_key(&keys, &alice, "retry-1", 0));
+        assert_ne!(first, WorkId::for_idempotency_key(&keys, &alice, "retry-2", 0));
+        assert_ne!(first, WorkId::for_idempotency_key(&keys, &alice, "retry-1", 1));
+        assert_ne!(first, WorkId::for_idempotency_key(&keys, &bob, "retry-1", 0));
         let other = OwnershipKeys::new(vec![6; 32], None).unwrap();
-        assert_ne!(first, WorkflowId::for_idempotency_key(&other, &alice, "retry-1", 0), "needs the secret");
-        assert!(WorkflowId::parse_for(&keys, &alice, first[0].as_str()).is_some());
+        assert_ne!(first, WorkId::for_idempotency_key(&other, &alice, "retry-1", 0), "needs the secret");
+        assert!(WorkId::parse_for(&keys, &alice, first[0].as_str()).is_some());
         // During a rotation the previous key's id comes second, and still parses.
         let rotated = OwnershipKeys::new(vec![6; 32], Some(vec![5; 32])).unwrap();
-        let both = WorkflowId::for_idempotency_key(&rotated, &alice, "retry-1", 0);
+        let both = WorkId::for_idempotency_key(&rotated, &alice, "retry-1", 0);
         assert_eq!(both.len(), 2);
-        assert!(WorkflowId::parse_for(&rotated, &alice, first[0].as_str()).is_some());
+        assert!(WorkId::parse_for(&rotated, &alice, first[0].as_str()).is_some());
     }
 
     #[test]
@@ -259,7 +259,7 @@ mod tests {
             &format!("xx-{}", "a".repeat(26)),
             "mw-aaaaaaaaaaaaaaaaaaaaaaaaa\u{e9}",
         ] {
-            assert_eq!(WorkflowId::parse(text), None, "{text:?}");
+            assert_eq!(WorkId::parse(text), None, "{text:?}");
         }
     }
 
@@ -283,7 +283,7 @@ mod tests {
     proptest! {
         #[test]
         fn parse_never_panics_and_accepts_only_what_it_hands_out(text in ".{0,40}") {
-            if let Some(id) = WorkflowId::parse(&text) {
+            if let Some(id) = WorkId::parse(&text) {
                 prop_assert_eq!(id.as_str(), text.as_str());
                 prop_assert!(text.starts_with("mw-") && text.len() == 29);
             }

@@ -25,6 +25,7 @@ pub mod faces;
 pub mod host_guard;
 pub mod http;
 pub mod ids;
+pub mod kube_calls;
 pub mod metrics;
 pub mod operator_presence;
 pub mod ownership;
@@ -35,7 +36,6 @@ pub mod serve;
 pub mod tasks;
 pub mod tool_runs;
 pub mod tools;
-pub mod workflows;
 
 /// Everything an API call of the frontend can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -29,8 +29,8 @@ use mining_api::{MiningLedger, MiningLedgerSpec, labels};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::Caller;
+use crate::kube_calls::{API_TIMEOUT, MANAGER};
 use crate::ownership::OwnershipKeys;
-use crate::workflows::{API_TIMEOUT, MANAGER};
 
 /// The window of `--max-starts-per-minute`.
 pub const RATE_WINDOW_SECONDS: i64 = 60;

@@ -241,7 +241,7 @@ impl KubernetesReviews {
             + serde::de::DeserializeOwned,
     {
         let api: Api<K> = Api::all(self.client.clone());
-        tokio::time::timeout(crate::workflows::API_TIMEOUT, api.create(&PostParams::default(), review))
+        tokio::time::timeout(crate::kube_calls::API_TIMEOUT, api.create(&PostParams::default(), review))
             .await
             .map_err(|_| Refusal::Unavailable(format!("the {kind} timed out")))?
             .map_err(|e| Refusal::Unavailable(format!("{kind} failed: {e}")))

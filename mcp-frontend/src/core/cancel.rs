@@ -4,7 +4,7 @@ use kube::Api;
 
 use super::{Any, Core, Served, View};
 use crate::ids::Caller;
-use crate::workflows;
+use crate::kube_calls;
 
 /// What came of a cancel.
 pub enum CancelOutcome<K = mining_api::MiningWorkflow> {
@@ -71,7 +71,7 @@ impl Core {
             let name = work.meta().name.clone().unwrap_or_default();
             let reproof = self.keys.reproof(&*work);
             let api = self.homes::<K>().api_of(&work);
-            match self.api_call("patch", workflows::request_cancel(api, &*work, reproof)).await {
+            match self.api_call("patch", kube_calls::request_cancel(api, &*work, reproof)).await {
                 Ok(patched) => {
                     tracing::info!(kind = K::NOUN, name = %name, caller = %caller.name, "cancel requested");
                     return Ok(CancelOutcome::Requested(Box::new(patched)));
@@ -100,7 +100,7 @@ impl Core {
         api: &Api<K>,
         name: &str,
     ) -> Result<View<K>, String> {
-        match self.api_call("get", workflows::get(api, name)).await {
+        match self.api_call("get", kube_calls::get(api, name)).await {
             Ok(Some(work)) if self.owns(&work, caller) => Ok(View::Found(Box::new(work))),
             Ok(_) => Ok(View::Missing),
             Err(err) => {

@@ -26,14 +26,14 @@ use mining_api::{MiningLedger, MiningWorkflow};
 use rmcp::model::Tool;
 
 use crate::cache::Entry;
-use crate::ids::{Caller, WorkflowId};
+use crate::ids::{Caller, WorkId};
+use crate::kube_calls;
 use crate::metrics::{Metrics, ReasonLabels, ToolLabels, ToolNameLabels};
 use crate::operator_presence::{OperatorWatch, Presence};
 use crate::ownership::OwnershipKeys;
 use crate::quota::Quotas;
 use crate::tool_runs::access::Denied;
 use crate::tools::Limits;
-use crate::workflows;
 
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
@@ -120,7 +120,7 @@ impl Core {
     /// from the API server. Ids that are malformed or not this caller's
     /// (their tag says so) are `Missing` without any lookup.
     pub async fn find<K: Served>(&self, caller: &Caller, id_text: &str) -> Result<View<K>, String> {
-        let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
+        let Some(id) = WorkId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
         let view = match self.cached::<K>(caller, id.as_str()) {
             Some(view) => view,
             None => self.fetched::<K>(caller, id.as_str()).await?,
@@ -172,7 +172,7 @@ impl Core {
     pub(crate) async fn fetched<K: Served>(&self, caller: &Caller, name: &str) -> Result<View<K>, String> {
         let read = async {
             for home in self.homes::<K>().all() {
-                if let Some(work) = workflows::get(home.api, name).await? {
+                if let Some(work) = kube_calls::get(home.api, name).await? {
                     return Ok(Some(work));
                 }
             }

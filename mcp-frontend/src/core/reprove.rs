@@ -65,7 +65,7 @@ impl Core {
     /// 1 when `work`'s current proof was written, else 0 (logged; next pass).
     async fn reprove_one<K: Work>(&self, api: &Api<K>, work: &K, proof: &str) -> usize {
         let name = work.meta().name.clone().unwrap_or_default();
-        match self.api_call("patch", crate::workflows::write_proof(api, &name, proof)).await {
+        match self.api_call("patch", crate::kube_calls::write_proof(api, &name, proof)).await {
             Ok(_) => 1,
             Err(err) => {
                 self.count_api_error("patch");

@@ -66,7 +66,7 @@ impl Core {
             }
             let name = run.metadata.name.clone().unwrap_or_default();
             let api = self.homes::<ToolRun>().api_of(&run);
-            match self.api_call("patch", crate::workflows::record_answers(api, &name, patch)).await {
+            match self.api_call("patch", crate::kube_calls::record_answers(api, &name, patch)).await {
                 Ok(patched) => {
                     tracing::info!(run = %name, caller = %caller.name, keys = ?recorded, "answers recorded");
                     return Ok(Responded::Recorded { run: Box::new(patched), recorded, ignored });

@@ -10,7 +10,7 @@ use super::kinds::{Any, KindId, Registered};
 use super::{Core, View};
 use crate::cache::{Entry, Kind, Subscription};
 use crate::contract::{Details, Outcome, outcome};
-use crate::ids::{Caller, WorkflowId};
+use crate::ids::{Caller, WorkId};
 use crate::tool_runs::contract::{ToolDetails, run_outcome};
 use crate::with_kind;
 
@@ -78,7 +78,7 @@ impl Core {
     /// within a kind, so another's object of one kind under the caller's id
     /// hides nothing of the caller's own.
     pub async fn resolve(&self, caller: &Caller, id_text: &str) -> Result<View<Any>, String> {
-        let Some(id) = WorkflowId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
+        let Some(id) = WorkId::parse_for(&self.keys, caller, id_text) else { return Ok(View::Missing) };
         let name = id.as_str();
         let cached =
             KindId::ALL.map(|kind| with_kind!(kind, K => self.cached::<K>(caller, name).map(View::into_any)));

@@ -9,11 +9,11 @@ use tracing::Instrument as _;
 
 use super::{Answer, Core};
 use crate::cache::Entry;
-use crate::ids::{Caller, WorkflowId};
+use crate::ids::{Caller, WorkId};
+use crate::kube_calls::{self, Created};
 use crate::metrics::ReasonLabels;
 use crate::quota;
 use crate::tools::{START_MINING, StartMiningArgs, StartRequest, parse_args};
-use crate::workflows::{self, Created};
 
 /// How many ids an idempotency key may stand for: the first unless objects
 /// the frontend did not make took it. Each kind's start at its own
@@ -41,7 +41,7 @@ pub const IDEMPOTENCY_META_KEY: &str = "mining-operator.dev/idempotency-key";
 
 /// A workflow `start` created or found, with the checked request.
 pub struct Started {
-    pub id: WorkflowId,
+    pub id: WorkId,
     pub workflow: Box<MiningWorkflow>,
     pub request: StartRequest,
 }
@@ -87,11 +87,11 @@ impl Core {
             Some(key) => {
                 let request = &request;
                 let create =
-                    move |id: WorkflowId| async move { self.create(caller, &id, request, annotations).await };
+                    move |id: WorkId| async move { self.create(caller, &id, request, annotations).await };
                 self.start_idempotent::<MiningWorkflow, _>(caller, key, create).await?
             }
             None => {
-                let id = WorkflowId::random(&self.keys, caller)
+                let id = WorkId::random(&self.keys, caller)
                     .map_err(|err| Answer::Refused(format!("no random source for a workflow id: {err}")))?;
                 match self.create(caller, &id, &request, annotations).await? {
                     Created::New(workflow) => (id, workflow),
@@ -127,12 +127,12 @@ impl Core {
         &self,
         caller: &Caller,
         key: &str,
-        mut create: impl FnMut(WorkflowId) -> F,
-    ) -> Result<(WorkflowId, Box<K>), Answer> {
+        mut create: impl FnMut(WorkId) -> F,
+    ) -> Result<(WorkId, Box<K>), Answer> {
         let (cache, first_attempt) = (self.homes::<K>().current.cache, K::FIRST_ATTEMPT);
         // Per attempt, the id under each key: current first.
-        let attempts: Vec<Vec<WorkflowId>> = (first_attempt..first_attempt + IDEMPOTENT_ATTEMPTS)
-            .map(|attempt| WorkflowId::for_idempotency_key(&self.keys, caller, key, attempt))
+        let attempts: Vec<Vec<WorkId>> = (first_attempt..first_attempt + IDEMPOTENT_ATTEMPTS)
+            .map(|attempt| WorkId::for_idempotency_key(&self.keys, caller, key, attempt))
             .collect();
         // A retry finds its work without counting against the limit,
         // under the current key or a rotation's previous one.
@@ -169,7 +169,7 @@ impl Core {
     pub(crate) async fn reserve_place(
         &self,
         caller: &Caller,
-        id: &WorkflowId,
+        id: &WorkId,
         tool_limit: Option<quota::ToolLimit<'_>>,
     ) -> Result<(), Answer> {
         let ledgers = quota::Ledgers { ledgers: &self.ledgers, keys: &self.keys, quotas: self.quotas };
@@ -186,14 +186,14 @@ impl Core {
     async fn create(
         &self,
         caller: &Caller,
-        id: &WorkflowId,
+        id: &WorkId,
         request: &StartRequest,
         annotations: &[(&str, String)],
     ) -> Result<Created<MiningWorkflow>, Answer> {
         self.reserve_place(caller, id, None).await?;
-        let built = workflows::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
+        let built = kube_calls::build_workflow(&self.keys, &self.namespace, id, caller, request, annotations);
         match self
-            .api_call("create", workflows::create(self.homes::<MiningWorkflow>().current.api, &built))
+            .api_call("create", kube_calls::create(self.homes::<MiningWorkflow>().current.api, &built))
             .await
         {
             Ok(created) => {

@@ -14,12 +14,12 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::{Answer, Core, StartOptions};
-use crate::ids::{Caller, WorkflowId, check_idempotency_key};
+use crate::ids::{Caller, WorkId, check_idempotency_key};
+use crate::kube_calls::{Created, MANAGER};
 use crate::metrics::ReasonLabels;
 use crate::quota;
 use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract;
-use crate::workflows::{Created, MANAGER};
 
 /// What a run keeps from its call besides the arguments: annotations (a
 /// trace, a task's progress token) and a task's requested retention.
@@ -106,7 +106,7 @@ impl Core {
             Answer::InvalidArguments(format!("the arguments do not match {name}'s inputSchema: {why}"))
         })?;
         let Some(key) = idempotency_key else {
-            let id = WorkflowId::random(&self.keys, caller)
+            let id = WorkId::random(&self.keys, caller)
                 .map_err(|err| Answer::Refused(format!("no random source for a run id: {err}")))?;
             return match self.create_run(caller, id, name, tool, &text, kept).await? {
                 Created::New(run) => Ok(run),
@@ -138,7 +138,7 @@ impl Core {
     async fn create_run(
         &self,
         caller: &Caller,
-        id: WorkflowId,
+        id: WorkId,
         name: &str,
         tool: &DefinedTool,
         text: &str,
@@ -167,7 +167,7 @@ impl Core {
         self.reserve_place(caller, &id, limit).await?;
         let run = self.build_run(caller, &id, name, tool, text.to_string(), kept).map_err(Answer::Refused)?;
         match self
-            .api_call("create", crate::workflows::create(self.homes::<ToolRun>().current.api, &run))
+            .api_call("create", crate::kube_calls::create(self.homes::<ToolRun>().current.api, &run))
             .await
         {
             Ok(created) => {
@@ -191,7 +191,7 @@ impl Core {
     fn build_run(
         &self,
         caller: &Caller,
-        id: &WorkflowId,
+        id: &WorkId,
         name: &str,
         tool: &DefinedTool,
         arguments: String,

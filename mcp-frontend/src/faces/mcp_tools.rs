@@ -1,6 +1,6 @@
 //! The rmcp face: the four tools, and the 2026-07-28 task hooks rmcp calls.
 //! Each tool parses its arguments, calls the core, and renders its answer.
-//! One `MiningServer` is made per request by rmcp's factory; it only clones
+//! One `McpServer` is made per request by rmcp's factory; it only clones
 //! an `Arc` of the [`Core`].
 
 use std::sync::Arc;
@@ -32,11 +32,11 @@ use crate::tools::{
 const CANCEL_CONFIRM_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
-pub struct MiningServer {
+pub struct McpServer {
     pub(crate) core: Arc<Core>,
 }
 
-impl MiningServer {
+impl McpServer {
     pub fn new(core: Arc<Core>) -> Self {
         Self { core }
     }
@@ -90,7 +90,7 @@ impl WaitListener for ToolCallListener {
     }
 }
 
-impl MiningServer {
+impl McpServer {
     async fn start_mining(
         &self,
         caller: &Caller,
@@ -186,7 +186,7 @@ impl MiningServer {
     }
 }
 
-impl ServerHandler for MiningServer {
+impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder().enable_tools().enable_tasks().enable_resources().build(),

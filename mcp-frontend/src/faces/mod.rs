@@ -22,7 +22,7 @@ use rmcp::ErrorData as McpError;
 use serde_json::{Value, json};
 
 use crate::core::{Core, Starter};
-use crate::ids::{Caller, WorkflowId};
+use crate::ids::{Caller, WorkId};
 use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract::COMPANIONS;
 use crate::tools::MiningTool;
@@ -111,7 +111,7 @@ pub(crate) fn json_response(message: Value) -> Response {
 /// Every other id — unknown, malformed, another caller's — is "not found",
 /// all alike, so nothing is learnt of anyone else's tasks.
 pub fn missing_task(core: &Core, caller: &Caller, task_id: &str) -> McpError {
-    if WorkflowId::parse_for(&core.keys, caller, task_id).is_some() {
+    if WorkId::parse_for(&core.keys, caller, task_id).is_some() {
         McpError::invalid_params(
             format!(
                 "Failed to retrieve task: Task has expired (task {task_id:?} finished and was kept for its ttl, \

@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::mcp_tools::MiningServer;
+use super::mcp_tools::McpServer;
 pub use super::tasks_2025_wire::*;
 use super::{idempotency_key_of, incoming_trace, json_response, missing_task, response_json};
 use crate::core::{Answer, Any, CancelOutcome, Core, StartOptions, View, WaitListener};
@@ -148,7 +148,7 @@ impl CoreTasks {
     }
 
     fn initialize(&self) -> Value {
-        let info = MiningServer::new(self.core.clone()).get_info();
+        let info = McpServer::new(self.core.clone()).get_info();
         let mut info = serde_json::to_value(info).unwrap_or_else(|_| json!({}));
         info["protocolVersion"] = json!(PROTOCOL_VERSION);
         if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {

@@ -5,7 +5,7 @@
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
-use crate::ids::WorkflowId;
+use crate::ids::WorkId;
 use crate::tasks::TaskSnapshot;
 use crate::tools::START_MINING;
 
@@ -165,5 +165,5 @@ pub fn cursor_of(created: i64, name: &str) -> String {
 
 pub fn parse_cursor(cursor: &str) -> Option<(i64, String)> {
     let (created, name) = cursor.split_once('.')?;
-    Some((created.parse().ok()?, WorkflowId::parse(name)?.as_str().to_string()))
+    Some((created.parse().ok()?, WorkId::parse(name)?.as_str().to_string()))
 }

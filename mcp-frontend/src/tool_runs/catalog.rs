@@ -210,10 +210,10 @@ impl StatusWriter {
                 "kind": <McpTool as kube::Resource>::kind(&()),
                 "status": {"conditions": [condition]},
             });
-            let params = kube::api::PatchParams::apply(crate::workflows::MANAGER).force();
+            let params = kube::api::PatchParams::apply(crate::kube_calls::MANAGER).force();
             let patch = kube::api::Patch::Apply(body);
             let write = api.patch_status(&name, &params, &patch);
-            match tokio::time::timeout(crate::workflows::API_TIMEOUT, write).await {
+            match tokio::time::timeout(crate::kube_calls::API_TIMEOUT, write).await {
                 Ok(Ok(_)) => tracing::debug!(tool = %name, "wrote the McpTool's Accepted condition"),
                 Ok(Err(err)) => {
                     tracing::warn!(tool = %name, error = %err, "writing an McpTool's status failed")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use cluster_tests::mcp::{FrontendProcess, Sdk, collect, ownership_key_file, structured, tool_error_text};
 use cluster_tests::{Stack, assert_reference_chain, eventually, wait_for};
 use kube::api::Api;
-use mcp_frontend::ids::{Caller, WorkflowId};
+use mcp_frontend::ids::{Caller, WorkId};
 use mcp_frontend::ownership::OwnershipKeys;
 use mining_api::{MiningWorkflow, WorkflowPhase};
 use serde_json::{Value, json};
@@ -305,7 +305,7 @@ async fn an_unreachable_api_server_gets_a_tool_error_within_the_budget() {
     // An id of this caller's own (only those are looked up: any other is
     // `not_found` without asking the API server).
     let keys = OwnershipKeys::from_files(&ownership_key_file("default"), None).unwrap();
-    let id = WorkflowId::random(&keys, &Caller::anonymous()).unwrap().as_str().to_string();
+    let id = WorkId::random(&keys, &Caller::anonymous()).unwrap().as_str().to_string();
     let document =
         Sdk::Python.call(&frontend.url(), None, "get_mining_result", json!({"workflow_id": id})).await;
     assert!(tool_error_text(&document).contains("cannot read the workflow"));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};
 use cluster_tests::{OperatorProcess, TestNamespace, install_crd};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use mcp_frontend::ids::{Caller, WorkflowId};
+use mcp_frontend::ids::{Caller, WorkId};
 use mcp_frontend::ownership::OwnershipKeys;
 use mining_api::{MiningWorkflow, annotations, labels};
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ async fn a_squatted_idempotent_id_is_never_adopted_and_the_retry_gets_fresh_work
     // (no one can compute it without the frontend's secret) and created it
     // first, cancelled, through the API server.
     let bob = Caller::new("bob");
-    let squatted = WorkflowId::for_idempotency_key(&keys(&ns), &bob, "nightly", 0).remove(0);
+    let squatted = WorkId::for_idempotency_key(&keys(&ns), &bob, "nightly", 0).remove(0);
     let api: Api<MiningWorkflow> = ns.api();
     let trap = planted(squatted.as_str(), &bob, json!({"difficulty": 8, "blocks": 1, "cancel": true}));
     api.create(&PostParams::default(), &trap).await.unwrap();
@@ -199,7 +199,7 @@ async fn another_callers_id_and_an_unknown_id_cost_no_api_call_and_the_same_time
     )
     .clone();
     let existing = alices["workflow_id"].as_str().unwrap().to_string();
-    let unknown = WorkflowId::random(&keys(&ns), &Caller::new("alice")).unwrap().as_str().to_string();
+    let unknown = WorkId::random(&keys(&ns), &Caller::new("alice")).unwrap().as_str().to_string();
     let before = api_requests(&frontend).await;
     let (mut foreign, mut missing, mut control) = (Vec::new(), Vec::new(), Vec::new());
     // Interleaved, so the machine's noise falls on all three alike.

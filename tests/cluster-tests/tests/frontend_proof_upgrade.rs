@@ -9,7 +9,7 @@ use std::time::Duration;
 use cluster_tests::mcp::{FrontendProcess, Sdk, ownership_key_file, structured, tokens_file};
 use cluster_tests::{TestNamespace, eventually, install_crd};
 use kube::api::{Api, PostParams};
-use mcp_frontend::ids::{Caller, WorkflowId};
+use mcp_frontend::ids::{Caller, WorkId};
 use mcp_frontend::ownership::OwnershipKeys;
 use mining_api::{MiningWorkflow, MiningWorkflowSpec, ProofVersion, annotations, labels};
 use serde_json::json;
@@ -23,7 +23,7 @@ fn made_by_previous_release(
     caller: &Caller,
     difficulty: u32,
 ) -> MiningWorkflow {
-    let id = WorkflowId::random(keys, caller).unwrap();
+    let id = WorkId::random(keys, caller).unwrap();
     let mut workflow = MiningWorkflow::new(
         id.as_str(),
         MiningWorkflowSpec { blocks: 2, ..MiningWorkflowSpec::new(difficulty) },

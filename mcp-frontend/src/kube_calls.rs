@@ -1,4 +1,5 @@
-//! The few writes and reads the frontend makes on the API server, each bounded
+//! The few writes and reads the frontend makes on the API server (for work
+//! of every kind, its ledgers and its proofs), each bounded
 //! in time so that an unreachable API server never holds a caller past its budget.
 
 use std::time::Duration;
@@ -7,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use mining_api::{MiningWorkflow, labels};
 use serde_json::json;
 
-use crate::ids::{Caller, WorkflowId};
+use crate::ids::{Caller, WorkId};
 use crate::ownership::OwnershipKeys;
 use crate::tools::StartRequest;
 use crate::{Error, Result};
@@ -23,7 +24,7 @@ pub const MANAGER: &str = "mcp-frontend";
 pub fn build_workflow(
     keys: &OwnershipKeys,
     namespace: &str,
-    id: &WorkflowId,
+    id: &WorkId,
     caller: &Caller,
     request: &StartRequest,
     annotations: &[(&str, String)],
@@ -137,7 +138,7 @@ mod tests {
     fn built_workflow_is_named_by_its_id_and_labelled_by_its_caller() {
         let keys = OwnershipKeys::new(vec![3; 32], None).unwrap();
         let caller = Caller::new("alice");
-        let id = WorkflowId::random(&keys, &caller).unwrap();
+        let id = WorkId::random(&keys, &caller).unwrap();
         let spec = MiningWorkflowSpec { blocks: 3, parallelism: 2, ..MiningWorkflowSpec::new(9) };
         let request = StartRequest { spec, wait_seconds: 0, idempotency_key: None };
         let workflow = build_workflow(&keys, "ns", &id, &caller, &request, &[("k", "v".into())]);
