@@ -339,159 +339,6 @@ fn images_come_from_the_registry_and_digest_asked_for_and_miners_get_their_resou
 }
 
 #[test]
-fn replicas_spread_over_nodes_and_labels_reach_every_object() {
-    let helm = helm();
-    let manifests = render(&helm, "default", &[]);
-    // By default both Deployments spread their replicas by node, softly.
-    assert_eq!(manifests.matches("topologyKey: kubernetes.io/hostname\n").count(), 2);
-    assert_eq!(manifests.matches("whenUnsatisfiable: ScheduleAnyway\n").count(), 2);
-    let off = render(&helm, "default", &["--set", "topologySpread.default=false"]);
-    assert!(!off.contains("topologySpreadConstraints"));
-    // A constraint of one's own gets the component's selector.
-    let zoned = render(
-        &helm,
-        "default",
-        &[
-            "--set-json",
-            r#"frontend.topologySpreadConstraints=[{"maxSkew":2,"topologyKey":"zone","whenUnsatisfiable":"DoNotSchedule"}]"#,
-        ],
-    );
-    let zone = "app.kubernetes.io/component: frontend\n              app.kubernetes.io/instance: release\n              \
-                app.kubernetes.io/name: mining-operator\n          maxSkew: 2\n          topologyKey: zone\n";
-    assert!(zoned.contains(zone), "{zoned}");
-    // commonLabels on every object; podLabels on one component's Pods only.
-    let labelled = render(
-        &helm,
-        "default",
-        &["--set", "commonLabels.team=mining", "--set", "frontend.podLabels.tier=edge"],
-    );
-    let objects = labelled.matches("\nkind: ").count();
-    assert_eq!(
-        labelled.matches("team: mining\n").count(),
-        objects + 2,
-        "each object (the helm-test Pod too) and both Pod templates"
-    );
-    assert_eq!(labelled.matches("tier: edge\n").count(), 1);
-}
-
-/// `PREFIX_name` of every metric the operator and the frontend register.
-fn registered_metric_families() -> std::collections::BTreeSet<String> {
-    let mut families = std::collections::BTreeSet::new();
-    for source in ["operator/src/metrics.rs", "mcp-frontend/src/metrics.rs"] {
-        let text = std::fs::read_to_string(cluster_tests::repo_root().join(source)).unwrap();
-        let literal = |rest: &str| rest.split('"').nth(1).map(str::to_string);
-        let prefix = literal(text.split_once("with_prefix(").expect("a prefixed registry").1).unwrap();
-        for (at, _) in text.match_indices("registry.register(") {
-            families.insert(format!("{prefix}_{}", literal(&text[at..]).unwrap()));
-        }
-    }
-    assert!(families.len() > 10, "{families:?}");
-    families
-}
-
-#[test]
-fn every_alert_and_dashboard_query_parses_as_promql() {
-    use std::io::Write;
-    let queries = chart_queries(&helm(), "release", "mining");
-    assert!(queries.len() >= 8 + 11, "{queries:#?}");
-    // Each reads this release's series only.
-    for query in &queries {
-        assert!(query.contains("namespace=\"mining\""), "{query}");
-    }
-    // Every family they read is one the components register (empty
-    // families are not scraped, so their code is the record).
-    let registered = registered_metric_families();
-    for family in metric_families(&queries) {
-        assert!(registered.contains(&family), "the chart reads {family}; registered: {registered:?}");
-    }
-    // Prometheus's own grammar (lezer-promql), not a regex, says whether each parses.
-    let check = |queries: &[String]| -> Vec<serde_json::Value> {
-        let mut child = Command::new("node")
-            .arg(clients_dir().join("promql-check.mjs"))
-            .current_dir(clients_dir())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("node");
-        child.stdin.take().unwrap().write_all(serde_json::to_string(queries).unwrap().as_bytes()).unwrap();
-        let output = child.wait_with_output().unwrap();
-        (String::from_utf8_lossy(&output.stdout).lines())
-            .map(|l| serde_json::from_str(l).expect("one JSON line per query"))
-            .collect()
-    };
-    let verdicts = check(&queries);
-    assert_eq!(verdicts.len(), queries.len());
-    for verdict in verdicts {
-        assert_eq!(verdict["ok"], true, "{verdict}");
-    }
-    // And the checker can say no.
-    let refused = check(&["sum(rate(x[5m]) >".to_string()]);
-    assert_eq!(refused[0]["ok"], false, "{refused:?}");
-}
-
-#[test]
-fn an_ingress_makes_its_host_the_public_url_and_an_allowed_host() {
-    let helm = helm();
-    let args = ["--set", "frontend.ingress.enabled=true", "--set", "frontend.ingress.host=mcp.example.com"];
-    let tls = ["--set-json", r#"frontend.ingress.tls=[{"secretName":"mcp-tls"}]"#];
-    let manifests = render(&helm, "default", &[&args[..], &tls[..]].concat());
-    assert!(manifests.contains("kind: Ingress\n"));
-    assert!(manifests.contains("    - host: mcp.example.com\n"));
-    assert!(manifests.contains("- secretName: mcp-tls\n      hosts: [\"mcp.example.com\"]\n"), "{manifests}");
-    assert!(manifests.contains("- --public-url=https://mcp.example.com/mcp\n"));
-    assert!(manifests.contains(",mcp.example.com\n"), "the public host is allowed");
-    // Without TLS the URL says http; a publicUrl given wins, and its host is allowed too.
-    assert!(render(&helm, "default", &args).contains("- --public-url=http://mcp.example.com/mcp\n"));
-    let behind_proxy =
-        render(&helm, "default", &["--set", "frontend.publicUrl=https://agents.example.org:8443/mcp"]);
-    assert!(behind_proxy.contains("- --public-url=https://agents.example.org:8443/mcp\n"));
-    assert!(behind_proxy.contains(",agents.example.org\n"), "the public host is allowed");
-}
-
-#[test]
-fn trusted_proxies_and_the_ingress_controllers_own_limits_come_from_values() {
-    let helm = helm();
-    let plain = render(&helm, "default", &[]);
-    assert!(!plain.contains("--trusted-proxies"), "no forwarded address is believed by default");
-    let proxied =
-        render(&helm, "default", &["--set-json", r#"frontend.trustedProxies=["10.0.0.0/8","192.168.0.1"]"#]);
-    assert!(proxied.contains("- --trusted-proxies=10.0.0.0/8,192.168.0.1\n"), "{proxied}");
-    let ingress =
-        ["--set", "frontend.ingress.enabled=true", "--set", "frontend.ingress.host=mcp.example.com"];
-    let nginx =
-        render(&helm, "default", &[&ingress[..], &["--set", "frontend.ingress.className=nginx"]].concat());
-    assert!(nginx.contains("nginx.ingress.kubernetes.io/limit-connections: \"50\"\n"), "{nginx}");
-    assert!(nginx.contains("nginx.ingress.kubernetes.io/limit-rps: \"20\"\n"));
-    assert!(!render(&helm, "default", &ingress).contains("limit-connections"), "only for ingress-nginx");
-    let refused = Command::new(&helm)
-        .args(["template", "release", &chart()])
-        .args(THROWAWAY_KEY)
-        .args(["--set-json", r#"frontend.trustedProxies=["everyone"]"#])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "a trusted proxy must be an address or a CIDR");
-}
-
-#[test]
-fn tracing_is_off_by_default_and_one_value_turns_it_on_for_every_component() {
-    let helm = helm();
-    let quiet = render(&helm, "default", &[]);
-    assert!(!quiet.contains("OTEL_EXPORTER_OTLP"), "no export unless asked");
-    assert!(!quiet.contains("--miner-otlp-endpoint"));
-    let traced = render(&helm, "default", &["--set", "tracing.otlpEndpoint=http://collector.obs:4318"]);
-    let endpoint =
-        "- name: OTEL_EXPORTER_OTLP_ENDPOINT\n              value: \"http://collector.obs:4318\"\n";
-    assert_eq!(traced.matches(endpoint).count(), 2, "the operator and the frontend export: {traced}");
-    assert!(traced.contains("- --miner-otlp-endpoint=http://collector.obs:4318\n"), "and the block Jobs");
-    let no_jobs = render(
-        &helm,
-        "default",
-        &["--set", "tracing.otlpEndpoint=http://collector.obs:4318", "--set", "tracing.jobs=false"],
-    );
-    assert!(!no_jobs.contains("--miner-otlp-endpoint"));
-}
-
-#[test]
 fn runs_files_are_kept_in_the_embedded_store_by_default_or_in_s3_and_both_components_find_it() {
     let helm = helm();
     let url = "http://release-mining-operator-operator-outputs.default.svc:8082";
@@ -529,29 +376,6 @@ fn runs_files_are_kept_in_the_embedded_store_by_default_or_in_s3_and_both_compon
     assert_eq!(s3.matches("AWS_ACCESS_KEY_ID").count(), 0, "credentials only from the Secret");
     let none = render(&helm, "default", &["--set", "outputs.store=none"]);
     assert!(!none.contains("--outputs-"), "no store, no flag");
-}
-
-#[test]
-fn a_disruption_budget_is_rendered_only_where_it_cannot_block_a_drain() {
-    let helm = helm();
-    assert!(render(&helm, "default", &[]).contains("kind: PodDisruptionBudget"));
-    let single = render(&helm, "default", &["--set", "frontend.replicas=1"]);
-    assert!(!single.contains("kind: PodDisruptionBudget"), "one replica with minAvailable 1 blocks drains");
-    // With the scraper admitted, the ServiceMonitor renders.
-    let monitored = render(
-        &helm,
-        "default",
-        &[
-            "--set",
-            "serviceMonitor.enabled=true",
-            "--set-json",
-            r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
-        ],
-    );
-    assert!(
-        monitored.contains("kind: ServiceMonitor")
-            && monitored.contains("kubernetes.io/metadata.name: monitoring")
-    );
 }
 
 #[tokio::test]
@@ -658,3 +482,8 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
     };
     assert!(manifests.contains(&format!("apiVersion: {expected}kind: PodDisruptionBudget")), "{manifests}");
 }
+
+#[path = "chart_render/observability.rs"]
+mod observability;
+#[path = "chart_render/reach.rs"]
+mod reach;
