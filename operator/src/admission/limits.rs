@@ -112,7 +112,7 @@ impl Slots {
         let (taken, limit, ahead) = (self.taken, self.limit, self.waiting_for());
         match self.binding {
             Limit::Budget => format!(
-                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (shared by every kind of work) are taken"
+                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (all kinds of work) are taken"
             ),
             Limit::Kind => format!("queued: {ahead} ahead of it; {taken} of at most {limit} {running}"),
             Limit::Party => format!(

@@ -384,3 +384,13 @@ fn a_namespace_at_its_cap_waits_and_the_queue_serves_the_others() {
 
 mod preemption;
 mod shares;
+
+/// A workflow's status shows at most `MAX_MESSAGE_CHARS` of its message: the
+/// budget's queued message fits whole, with three-digit counts.
+#[test]
+fn the_budgets_queued_message_fits_a_workflows_status() {
+    let slots = Slots { taken: 100, limit: 100, ahead: 999, binding: Limit::Budget };
+    let message = slots.queued_message("workflows are mining");
+    assert!(message.chars().count() <= crate::mining::plan::MAX_MESSAGE_CHARS, "{message}");
+    assert!(message.ends_with("slots (all kinds of work) are taken"), "{message}");
+}
