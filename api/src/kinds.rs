@@ -37,8 +37,8 @@ impl ToolRunPhase {
 }
 
 /// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
-/// `spec.ttlSecondsAfterFinished`, `status.startedAt`, `status.admittedAt`),
-/// read the same way.
+/// `spec.ttlSecondsAfterFinished`, `status.startedAt`, `status.admittedAt`,
+/// `status.preemptions`), read the same way.
 macro_rules! common_fields {
     () => {
         fn lifecycle(&self) -> Lifecycle {
@@ -60,6 +60,10 @@ macro_rules! common_fields {
         fn admitted_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
             let status = self.status.as_ref()?;
             status.admitted_at.as_ref().or(status.started_at.as_ref()).map(|t| t.0)
+        }
+
+        fn preemptions(&self) -> u32 {
+            self.status.as_ref().and_then(|status| status.preemptions).unwrap_or(0)
         }
     };
 }

@@ -88,6 +88,12 @@ pub trait Work:
     /// tool said its steps may run twice (`McpToolSpec::preemptible`).
     fn preemptible(&self) -> bool;
 
+    /// How many times the slot it held was taken back while it ran (a kind
+    /// never preempted keeps none).
+    fn preemptions(&self) -> u32 {
+        0
+    }
+
     /// Seconds it is kept after it finished (the operator's default when `None`).
     fn ttl_seconds_after_finished(&self) -> Option<i64>;
 

@@ -165,6 +165,13 @@ pub struct MiningWorkflowStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = BLOCKS.min, max = BLOCKS.max))]
     pub admitted_blocks: Option<u32>,
+    /// How many times a running block was stopped to give the slot to work
+    /// that waited (every mined block kept). Each one protects the
+    /// workflow's next slot for longer, so a stream of short work cannot
+    /// keep taking it back (docs/OPERATOR.md, "Preemption makes progress").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = u32::MAX))]
+    pub preemptions: Option<u32>,
     /// Finished blocks whose result was lost with their Pod and that were
     /// mined again.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -35,7 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use mining_api::{Lifecycle, Work, labels};
 
 pub use limits::{Budget, Limit, Slots, Taken};
-pub use preempt::{Yield, holders_over_share, may_take_back, preempt_in, should_yield, yield_for};
+pub use preempt::{Yield, holders_over_share, may_take_back, preempt_in, protected_for, should_yield, yield_for};
 
 /// A kind of work in the queue, named by its noun ([`Work::NOUN`], one per
 /// kind). The queue lists no kinds: whatever kinds its entries have share it.
@@ -62,6 +62,8 @@ pub struct QueueEntry {
     pub preemptible: bool,
     /// When it last took a slot ([`Work::admitted_at`]).
     pub admitted: Option<Timestamp>,
+    /// How many times its slot was taken back while it ran ([`Work::preemptions`]).
+    pub preemptions: u32,
 }
 
 impl QueueEntry {
@@ -76,6 +78,7 @@ impl QueueEntry {
             leaving: work.cancel_requested() || meta.deletion_timestamp.is_some(),
             preemptible: work.preemptible(),
             admitted: work.admitted_at(),
+            preemptions: work.preemptions(),
         }
     }
 }

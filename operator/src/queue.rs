@@ -201,12 +201,13 @@ impl WorkQueue {
     /// should look again; `None` when slots are taken back only at block
     /// boundaries.
     pub fn reclaim_for(&self, me: &QueueEntry) -> Option<Duration> {
-        let left = preempt_in(me, &self.budget, Timestamp::now())?;
+        let now = Timestamp::now();
+        let left = preempt_in(me, &self.budget, now)?;
         if !left.is_zero() {
             return Some(left);
         }
         let all = self.all();
-        for holder in holders_over_share(&all, me, &self.budget) {
+        for holder in holders_over_share(&all, me, &self.budget, now) {
             if let Some(queued) = self.kind(holder.kind) {
                 self.memory.request_preemption(&holder.uid);
                 queued.wake(&holder.namespace, &holder.name);

@@ -22,6 +22,10 @@ pub enum Answer {
     InvalidArguments(String),
     /// A valid request that cannot be served now (limit, API down): a tool error.
     Refused(String),
+    /// A restricted tool (or a run of one) the caller is not granted: for
+    /// this caller the tool is not there, so faces that answer in JSON-RPC
+    /// errors answer as for an unknown tool (`-32602`), not as for a fault.
+    NotGranted(String),
 }
 
 impl Answer {
@@ -32,7 +36,7 @@ impl Answer {
             View::Missing => Outcome::<K::Details>::not_found(id_text),
             View::Found(work) => work.outcome(Timestamp::now()).with_operator(operator),
             View::Unreadable(problem) => Outcome::unreadable(id_text, problem),
-            View::NotGranted(why) => return Self::Refused(why),
+            View::NotGranted(why) => return Self::NotGranted(why),
         })
     }
 
@@ -51,14 +55,14 @@ impl Answer {
             Self::Outcome { status, .. } => status.as_str(),
             Self::List(_) => "listed",
             Self::InvalidArguments(_) => "invalid_arguments",
-            Self::Refused(_) => "refused",
+            Self::Refused(_) | Self::NotGranted(_) => "refused",
         }
     }
 
     /// The text of an error answer (for faces that answer errors as JSON-RPC errors).
     pub fn error_text(&self) -> Option<&str> {
         match self {
-            Self::InvalidArguments(text) | Self::Refused(text) => Some(text),
+            Self::InvalidArguments(text) | Self::Refused(text) | Self::NotGranted(text) => Some(text),
             Self::Outcome { .. } | Self::List(_) => None,
         }
     }
@@ -66,7 +70,7 @@ impl Answer {
     pub fn into_result(self) -> CallToolResult {
         match self {
             Self::Outcome { result, .. } | Self::List(result) => result,
-            Self::InvalidArguments(text) | Self::Refused(text) => {
+            Self::InvalidArguments(text) | Self::Refused(text) | Self::NotGranted(text) => {
                 CallToolResult::error(vec![ContentBlock::text(text)])
             }
         }

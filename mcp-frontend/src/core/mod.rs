@@ -139,13 +139,20 @@ impl Core {
         view: View<K>,
     ) -> Result<View<K>, String> {
         let View::Found(work) = &view else { return Ok(view) };
-        let Some(tool) = work.defined_tool() else { return Ok(view) };
-        let restricted = self.catalog.get(tool).is_some_and(|defined| defined.spec.restricted);
-        match self.access.check(caller, tool, restricted).await {
+        match self.grant_for(caller, work.defined_tool()).await {
             Ok(()) => Ok(view),
             Err(Denied::NotGranted(why)) => Ok(View::NotGranted(why)),
             Err(Denied::CannotCheck(why)) => Err(why),
         }
+    }
+
+    /// Whether `caller` holds what calling `tool` needs now (no tool: work
+    /// of no defined tool needs nothing). Verdicts are remembered briefly by
+    /// [`ToolAccess`](crate::tool_runs::access::ToolAccess).
+    pub(crate) async fn grant_for(&self, caller: &Caller, tool: Option<&str>) -> Result<(), Denied> {
+        let Some(tool) = tool else { return Ok(()) };
+        let restricted = self.catalog.get(tool).is_some_and(|defined| defined.spec.restricted);
+        self.access.check(caller, tool, restricted).await
     }
 
     /// `name` as the caller may see it in the caches of kind `K`; `None`

@@ -11,6 +11,7 @@ use super::{Core, View};
 use crate::cache::{Entry, Kind, Subscription};
 use crate::contract::{Details, Outcome, outcome};
 use crate::ids::{Caller, WorkId};
+use crate::tool_runs::access::Denied;
 use crate::tool_runs::contract::{ToolDetails, run_outcome};
 use crate::with_kind;
 
@@ -158,6 +159,14 @@ impl Core {
     /// [`Core::refresh`] of work of whichever kind.
     pub fn refresh_any(&self, caller: &Caller, latest: &mut Any, seen_in_cache: &mut bool) -> Refreshed {
         crate::each_kind!(latest, work => self.refresh(caller, work, seen_in_cache))
+    }
+
+    /// Whether `caller` may still be told of `work` (of whichever kind):
+    /// what every request about a run needs, checked again for each
+    /// notification, so a grant revoked while a listen is open ends what
+    /// the listen tells of the run.
+    pub async fn still_granted(&self, caller: &Caller, work: &Any) -> Result<(), Denied> {
+        self.grant_for(caller, crate::each_kind!(work, work => work.defined_tool())).await
     }
 
     /// Interest in the changes of `work` (of whichever kind), from its watch.

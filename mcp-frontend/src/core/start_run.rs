@@ -18,6 +18,7 @@ use crate::ids::{Caller, WorkId, check_idempotency_key};
 use crate::kube_calls::{Created, MANAGER};
 use crate::metrics::ReasonLabels;
 use crate::quota;
+use crate::tool_runs::access::Denied;
 use crate::tool_runs::catalog::DefinedTool;
 use crate::tool_runs::contract;
 
@@ -93,7 +94,10 @@ impl Core {
         self.access
             .check(caller, name, tool.spec.restricted)
             .await
-            .map_err(|denied| Answer::Refused(denied.text()))?;
+            .map_err(|denied| match denied {
+                Denied::NotGranted(why) => Answer::NotGranted(why),
+                Denied::CannotCheck(why) => Answer::Refused(why),
+            })?;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
         if text.len() > MAX_ARGUMENTS_BYTES {

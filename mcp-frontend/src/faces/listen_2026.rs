@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::JsonBody;
 use super::{json_response, response_json, tasks_2026};
 use crate::cache::Subscription;
+use crate::tool_runs::access::Denied;
 use crate::core::{Any, Core, Refreshed, View, WaitCap};
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
@@ -272,9 +273,24 @@ async fn run_listen(
     tracing::debug!(tasks = followed.len(), "listen opened");
     loop {
         for task in followed.iter_mut().filter(|task| !task.done) {
-            if let Some(notification) = next_notification(core, &caller, task, &id)
-                && sender.send(notification).await.is_err()
-            {
+            let Some(notification) = next_notification(core, &caller, task, &id) else { continue };
+            // Each notification needs what a request about the run needs:
+            // a grant revoked since the listen began ends its news of the
+            // run; one that cannot be checked now holds it back until the
+            // run's next change (fail closed; tasks/get still answers).
+            match core.still_granted(&caller, &task.latest).await {
+                Ok(()) => {}
+                Err(Denied::NotGranted(_)) => {
+                    tracing::debug!(task = task.latest.name(), "grant revoked: the listen stops following");
+                    task.done = true;
+                    continue;
+                }
+                Err(Denied::CannotCheck(_)) => {
+                    (task.told, task.done) = (None, false);
+                    continue;
+                }
+            }
+            if sender.send(notification).await.is_err() {
                 return;
             }
         }

@@ -235,7 +235,8 @@ impl CoreTasks {
             Err(answer) => {
                 self.core.record_call(label, answer.metric_outcome(), None);
                 let code = match answer {
-                    Answer::InvalidArguments(_) => ErrorCode::INVALID_PARAMS,
+                    // A tool the caller is not granted is, for it, no tool.
+                    Answer::InvalidArguments(_) | Answer::NotGranted(_) => ErrorCode::INVALID_PARAMS,
                     _ => ErrorCode::INTERNAL_ERROR,
                 };
                 let text = answer.error_text().unwrap_or("the task was not created").to_string();

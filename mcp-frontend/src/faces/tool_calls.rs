@@ -93,7 +93,8 @@ pub async fn call_companion(
                 Ok(Responded::NotWaiting(run)) => Answer::outcome(run.outcome(now).with_operator(operator)),
                 Err(RespondError::NotFound) => Answer::outcome(ToolOutcome::not_found(&args.workflow_id)),
                 Err(RespondError::Invalid(why)) => Answer::InvalidArguments(why),
-                Err(RespondError::Unavailable(why) | RespondError::NotGranted(why)) => Answer::Refused(why),
+                Err(RespondError::Unavailable(why)) => Answer::Refused(why),
+                Err(RespondError::NotGranted(why)) => Answer::NotGranted(why),
             }
         }
         _ => {

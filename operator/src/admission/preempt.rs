@@ -4,6 +4,8 @@
 //! said its steps may run twice), that work yields at its next boundary,
 //! or mid-way once the head has waited `--preempt-after-seconds`.
 
+use std::time::Duration;
+
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Budget, Holdings, QueueEntry, Seen, WorkKind, holds_slot, namespace_of, party_of, queue};
@@ -37,10 +39,34 @@ pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp)
     // `me` as the queue sees it: with its last admission this operator wrote.
     let me = all.iter().find(|s| s.work.uid == me.uid).map_or(me, |s| &s.work);
     match (budget.preempt_after, waited) {
-        (Some(after), Some(waited)) if waited >= after && may_take_back(&head.work, me) => Yield::Now,
+        (Some(after), Some(waited))
+            if waited >= after && may_take_back(&head.work, me) && protected_for(me, after, now).is_zero() =>
+        {
+            Yield::Now
+        }
         _ => Yield::AtBlockBoundary,
     }
 }
+
+/// How much longer `holder` keeps its slot against being taken back
+/// mid-step (`after`: the preemption delay). Each time its slot was taken
+/// back while it ran doubles how long it holds the next one first: after
+/// `k` preemptions, `after × (2^k − 1)` from its last admission. So under
+/// any stream of others' short work, work whose step takes `s` is taken
+/// back at most `⌈log2(s / after + 1)⌉` times before it holds a slot as
+/// long as its step, and completes; work never preempted has no
+/// protection, so for it the head's wait stays `after` (docs/OPERATOR.md).
+pub fn protected_for(holder: &QueueEntry, after: Duration, now: Timestamp) -> Duration {
+    let Some(admitted) = holder.admitted.filter(|_| holder.preemptions > 0) else { return Duration::ZERO };
+    let doublings = holder.preemptions.min(MAX_DOUBLINGS);
+    let protection = after.saturating_mul((1u32 << doublings) - 1);
+    let held = Duration::try_from(now.duration_since(admitted)).unwrap_or(Duration::ZERO);
+    protection.saturating_sub(held)
+}
+
+/// Past this many preemptions the protection stops growing (`2^20` delays:
+/// more than a year at the default 60 s).
+const MAX_DOUBLINGS: u32 = 20;
 
 /// Whether `head` may take `holder`'s slot back mid-step: only when the
 /// holder took it before `head` began to wait (was created, or last took a
@@ -127,10 +153,17 @@ fn yield_to<'a>(all: &'a [Seen], me: &QueueEntry, budget: &Budget) -> Option<&'a
 /// (each by [`should_yield`]) and may while it runs: whom the head wakes
 /// when it may take a slot back mid-block, since a block that takes days
 /// sends no event before. (A tool run that is not preemptible keeps its
-/// slot, and so does work that took it while `head` waited.)
-pub fn holders_over_share<'a>(all: &'a [Seen], head: &QueueEntry, budget: &Budget) -> Vec<&'a QueueEntry> {
+/// slot, and so does work that took it while `head` waited, or that is
+/// still protected by earlier preemptions: [`protected_for`].)
+pub fn holders_over_share<'a>(
+    all: &'a [Seen],
+    head: &QueueEntry,
+    budget: &Budget,
+    now: Timestamp,
+) -> Vec<&'a QueueEntry> {
+    let unprotected = |work: &QueueEntry| budget.preempt_after.is_none_or(|after| protected_for(work, after, now).is_zero());
     all.iter()
-        .filter(|s| holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work))
+        .filter(|s| holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work) && unprotected(&s.work))
         .filter(|s| should_yield(all, &s.work, budget))
         .map(|s| &s.work)
         .collect()

@@ -28,6 +28,7 @@ fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lif
         preemptible: kind == WORKFLOW,
         // Work holding a slot took it when it was made.
         admitted: (phase == Lifecycle::Active).then(|| at(created)),
+        preemptions: 0,
     };
     Seen { work, phase, party: String::new() }
 }

@@ -182,8 +182,13 @@ impl FrontendProcess {
     /// caller of bearer `token` (the workflow is the task in both
     /// generations) and returns its id; panics with the answer otherwise.
     pub async fn start_2025_task(&self, token: &str, arguments: &Value) -> String {
+        self.start_2025_task_of(token, "start_mining", arguments).await
+    }
+
+    /// A 2025-11-25 task of `tool` as `token`; its id.
+    pub async fn start_2025_task_of(&self, token: &str, tool: &str, arguments: &Value) -> String {
         let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "start_mining", "arguments": arguments, "task": {}}});
+            "params": {"name": tool, "arguments": arguments, "task": {}}});
         let auth = format!("Authorization: Bearer {token}");
         let (code, _, text) =
             self.post_mcp_version("localhost", "2025-11-25", &[auth.as_str()], &body.to_string()).await;

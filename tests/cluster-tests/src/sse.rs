@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -154,4 +154,26 @@ impl SseStream {
         }
         self.body = rest.to_string();
     }
+}
+
+/// The 2026-07-28 Tasks extension's capability, declared in a request's `_meta`.
+pub const TASKS_DECLARED: &str = r#"{"io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}"#;
+
+/// The request head of a 2026-07-28 `subscriptions/listen` as `token`.
+pub fn listen_head(token: &str) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: subscriptions/listen\r\nAuthorization: Bearer {token}\r\n"
+    )
+}
+
+/// Opens a `subscriptions/listen` on the frontend at `addr` as `token`, with
+/// request id `id`, asking for `notifications` (declaring the Tasks
+/// extension when `declare`).
+pub async fn listen(addr: SocketAddr, token: &str, id: &str, notifications: Value, declare: bool) -> SseStream {
+    let meta: Value = if declare { serde_json::from_str(TASKS_DECLARED).unwrap() } else { json!({}) };
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+        "params": {"notifications": notifications, "_meta": meta}});
+    SseStream::open(addr, &listen_head(token), &body.to_string()).await
 }

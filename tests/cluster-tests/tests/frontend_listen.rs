@@ -15,15 +15,6 @@ use serde_json::{Value, json};
 
 const ALICE_AND_BOB: &str = "alice-secret alice\nbob-secret bob\n";
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-const DECLARED: &str = r#"{"io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}"#;
-
-fn head(token: &str) -> String {
-    format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Mcp-Method: subscriptions/listen\r\nAuthorization: Bearer {token}\r\n"
-    )
-}
 
 /// Opens a listen on `frontend` as `token` with request id `id`.
 async fn listen(
@@ -33,10 +24,7 @@ async fn listen(
     notifications: Value,
     declare: bool,
 ) -> SseStream {
-    let meta: Value = if declare { serde_json::from_str(DECLARED).unwrap() } else { json!({}) };
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-        "params": {"notifications": notifications, "_meta": meta}});
-    SseStream::open(frontend.addr, &head(token), &body.to_string()).await
+    cluster_tests::sse::listen(frontend.addr, token, id, notifications, declare).await
 }
 
 /// A two-block `start_mining` task of `token`'s caller.

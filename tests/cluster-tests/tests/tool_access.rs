@@ -11,16 +11,22 @@ use std::time::Duration;
 use cluster_tests::mcp::{Sdk, structured, tool_error_text};
 use cluster_tests::tasks::TaskClient;
 use cluster_tests::tools::{ALICE, BOB, call, listed_names_for, setup_with_frontend_args};
-use cluster_tests::{TestNamespace, eventually, service_account_token};
+use cluster_tests::{TestNamespace, eventually, service_account_token, sse};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, PostParams};
 use mining_api::tool_caller::{CALL_VERB, TOOLS_RESOURCE};
-use mining_api::{McpTool, ToolRun, mcp_permission};
+use mining_api::{McpTool, ToolRun, Work as _, mcp_permission};
 use serde_json::{Value, json};
 
 /// A tool whose result is who called it, as its environment says.
 fn whoami(name: &str, spec: Value) -> McpTool {
-    let script = r#"printf '{"caller":"%s","claims":%s}' "${MCP_CALLER:-none}" "${MCP_CALLER_CLAIMS:-null}" > /dev/termination-log"#;
+    shell_tool(name, WHOAMI, spec)
+}
+
+const WHOAMI: &str = r#"printf '{"caller":"%s","claims":%s}' "${MCP_CALLER:-none}" "${MCP_CALLER_CLAIMS:-null}" > /dev/termination-log"#;
+
+/// A tool that runs `script` in `sh`, with `spec`'s fields added.
+fn shell_tool(name: &str, script: &str, spec: Value) -> McpTool {
     let mut value = json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool",
         "metadata": {"name": name},
@@ -129,6 +135,10 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
         let document = client.run_tool("whoami", &url, Some(&plain), &[command, "{}"]).await;
         assert!(document.to_string().contains("mcptools/whoami"), "{client:?}: {document:#}");
     }
+    // For the ungranted the tool is not there: the 2025 task call's error is
+    // the spec's invalid-params, not an internal error (red team round 5).
+    let document = TaskClient::TypeScript2025.run_tool("whoami", &url, Some(&plain), &["start", "{}"]).await;
+    assert_eq!(document["error"]["code"].as_i64(), Some(-32602), "{document:#}");
     let runs: Api<ToolRun> = ns.api();
     assert!(runs.list(&Default::default()).await.unwrap().items.is_empty(), "a refused call made no run");
 
@@ -210,4 +220,68 @@ async fn without_rbac_the_grants_file_decides_and_a_grant_of_one_tool_is_no_gran
         json!({"caller": "alice", "claims": null}),
         "tokens mode names only the subject"
     );
+}
+
+/// Red team, round 5: a listen opened while the caller held the grant went
+/// on after it was revoked and delivered the run's completion with its
+/// result, while `tasks/get` was refused. Each notification now needs the
+/// grant, as every request does.
+#[tokio::test]
+async fn a_grant_revoked_while_a_listen_is_open_ends_what_the_listen_tells() {
+    let (ns, _operator, frontend) =
+        setup_with_frontend_args("listen-revoked", &["--auth", "kubernetes", "--auth-cache-seconds", "1"]).await;
+    let callers = TestNamespace::new("listen-revoked-callers").await;
+    let granted = service_account_token(&callers, "granted").await;
+    let mcp = PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
+        verbs: vec![mcp_permission::VERB.into()],
+        ..Default::default()
+    };
+    role(&ns, "callers", mcp, vec![subject("granted", &callers.name)]).await;
+    grant_as_documented(&ns.name, &callers.name, "granted", "slow");
+    // Long enough to revoke the grant (and see it revoked) while it runs.
+    let script = format!("sleep 30; {WHOAMI}");
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &shell_tool("slow", &script, json!({"restricted": true}))).await.unwrap();
+    let url = frontend.url();
+    eventually("the restricted tool listed to the granted caller", Duration::from_secs(30), || async {
+        listed_names_for(&url, Some(&granted)).await.contains(&"slow".to_string()).then_some(())
+    })
+    .await;
+
+    let task = frontend.start_2025_task_of(&granted, "slow", &json!({})).await;
+    let mut stream = sse::listen(frontend.addr, &granted, "l1", json!({"taskIds": [task]}), true).await;
+    let ack = stream.next(Duration::from_secs(10)).await.expect("an acknowledgement");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task]), "{ack}");
+    let first = stream.next(Duration::from_secs(10)).await.expect("the task as it is");
+    assert_eq!(first["params"]["status"], "working", "{first}");
+
+    let bindings: Api<RoleBinding> = ns.api();
+    bindings.delete("agent-calls-deploy", &DeleteParams::default()).await.unwrap();
+    eventually("the revoked grant to refuse get_tool_result", Duration::from_secs(20), || async {
+        let seen =
+            Sdk::Python.call(&url, Some(&granted), "get_tool_result", json!({"workflow_id": task})).await;
+        (seen["result"]["isError"] == true).then_some(())
+    })
+    .await;
+    let runs: Api<ToolRun> = ns.api();
+    eventually("the run to finish", Duration::from_secs(120), || async {
+        runs.get(&task).await.ok().filter(|run| run.lifecycle().is_finished()).map(|_| ())
+    })
+    .await;
+    // The run finished: the listen says no more of it and ends.
+    let mut told = Vec::new();
+    let closing = loop {
+        let message = stream.next(Duration::from_secs(30)).await.expect("the listen to end once it may not tell");
+        if message.get("id").is_some() {
+            break message;
+        }
+        told.push(message);
+    };
+    assert_eq!(closing["id"], "l1", "{closing}");
+    for message in &told {
+        assert_ne!(message["params"]["status"], "completed", "told after the revocation: {message}");
+        assert!(!message.to_string().contains("caller"), "the result after the revocation: {message}");
+    }
 }

@@ -28,7 +28,7 @@ fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
     assert_eq!(preempt_in(head, &budget(2), at(200)), None);
     // Whom the head wakes: both holders are over the victim's share of none.
     let woken: Vec<&str> =
-        holders_over_share(&all, head, &preempting).iter().map(|w| w.name.as_str()).collect();
+        holders_over_share(&all, head, &preempting, at(10_000)).iter().map(|w| w.name.as_str()).collect();
     assert_eq!(woken, ["long-0", "long-1"]);
     // Once one gave its slot back and the victim mines, shares are 1 and 1:
     // nobody else is taken from, whatever the wait.
@@ -36,7 +36,7 @@ fn a_long_block_gives_its_slot_back_once_the_head_has_waited_past_the_delay() {
     all[2].phase = Lifecycle::Active;
     assert_eq!(yield_for(&all, &all[1].work.clone(), &preempting, at(10_000)), Yield::Keep);
     let victim = all[2].work.clone();
-    assert!(holders_over_share(&all, &victim, &preempting).is_empty());
+    assert!(holders_over_share(&all, &victim, &preempting, at(10_000)).is_empty());
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn only_a_preemptible_tool_run_is_asked_for_its_slot_back_mid_step() {
     all[1].work.preemptible = true;
     let preempting = Budget::new(10).capping(RUN, 2).preempting_after(Duration::from_secs(60));
     let woken = |all: &[Seen]| -> Vec<String> {
-        holders_over_share(all, &all[2].work, &preempting).iter().map(|w| w.name.clone()).collect()
+        holders_over_share(all, &all[2].work, &preempting, at(10_000)).iter().map(|w| w.name.clone()).collect()
     };
     assert_eq!(woken(&all), ["long-stoppable"], "the run that may not be stopped is never asked");
     // Both are over bob's share: which gives way is the tool's to say.
@@ -92,7 +92,7 @@ fn a_slot_taken_back_is_not_taken_back_again_by_the_work_that_gave_it() {
     let (alice, bob) = (all[0].work.clone(), all[1].work.clone());
     assert!(!may_take_back(&alice, &bob), "bob took the slot while alice waited");
     assert_eq!(yield_for(&all, &bob, &preempting, at(10_000)), Yield::AtBlockBoundary);
-    assert!(holders_over_share(&all, &alice, &preempting).is_empty(), "nobody is woken for it");
+    assert!(holders_over_share(&all, &alice, &preempting, at(10_000)).is_empty(), "nobody is woken for it");
     // Work made after bob took the slot still takes it back after the delay.
     all.push(run("carol", 200, Lifecycle::Waiting, "carol"));
     all[0].phase = Lifecycle::Succeeded;
@@ -100,7 +100,7 @@ fn a_slot_taken_back_is_not_taken_back_again_by_the_work_that_gave_it() {
     assert!(may_take_back(&carol, &bob));
     assert_eq!(yield_for(&all, &bob, &preempting, at(230)), Yield::AtBlockBoundary, "30 s: not yet");
     assert_eq!(yield_for(&all, &bob, &preempting, at(260)), Yield::Now);
-    assert_eq!(names_of(holders_over_share(&all, &carol, &preempting)), ["bob-short"]);
+    assert_eq!(names_of(holders_over_share(&all, &carol, &preempting, at(260))), ["bob-short"]);
     // A holder that shows no admission yet was admitted a moment ago.
     all[1].work.admitted = None;
     assert!(!may_take_back(&carol, &all[1].work));
@@ -127,4 +127,62 @@ fn a_workflow_at_its_kinds_cap_gives_way_to_a_tool_run_when_the_budget_binds_too
     // A run whose own cap is full could not take it: nobody gives way.
     let capped = budget.clone().capping(RUN, 0);
     assert_eq!(yield_for(&all, &all[0].work, &capped, at(106)), Yield::Keep);
+}
+
+/// Drives a stream of others' short work at `holder`, a preemptible piece
+/// of work whose step takes `step` seconds holding the only slot: each
+/// newcomer arrives a second after the holder (re)takes the slot, runs for
+/// three seconds once it has it, and the holder takes the slot back at
+/// once. Returns the holder's preemptions when it completed, `None` if it
+/// did not within a day.
+fn preemptions_under_a_stream(step: i64, delay_seconds: u64) -> Option<u32> {
+    let preempting = budget(1).preempting_after(std::time::Duration::from_secs(delay_seconds));
+    let mut holder = seen_in("a", Some("alice"), "long", 0, Lifecycle::Active);
+    let mut held_since = 0;
+    for second in 0..86_400 {
+        if second - held_since >= step {
+            return Some(holder.work.preemptions);
+        }
+        let newcomer = seen_in("b", Some("bob"), "short", held_since + 1, Lifecycle::Waiting);
+        if second <= held_since {
+            continue;
+        }
+        let all = [holder.clone(), newcomer];
+        if yield_for(&all, &holder.work, &preempting, at(second)) == Yield::Now {
+            // Taken back: the newcomer's call runs, then the holder resumes.
+            holder.work.preemptions += 1;
+            held_since = second + 3;
+            holder.work.admitted = Some(at(held_since));
+        }
+    }
+    None
+}
+
+#[test]
+fn preemption_makes_progress_under_a_stream_of_short_work() {
+    // Red team round 5: with a 10 s delay, a 30 s step was taken back each
+    // time another caller's one-second call arrived, and never completed.
+    assert_eq!(preemptions_under_a_stream(30, 10), Some(2), "10 s, then 10 s, then 30 s held");
+    // The bound: at most ceil(log2(step / delay + 1)) preemptions.
+    for (step, delay) in [(30, 10), (600, 60), (3_000, 5), (59, 60)] {
+        let taken = preemptions_under_a_stream(step, delay).expect("completes");
+        let bound = ((step as f64 / delay as f64) + 1.0).log2().ceil() as u32;
+        assert!(taken <= bound, "step {step} s, delay {delay} s: {taken} preemptions > {bound}");
+    }
+}
+
+#[test]
+fn protection_doubles_with_each_preemption_and_runs_from_the_last_admission() {
+    let after = std::time::Duration::from_secs(10);
+    let mut work = seen_in("a", None, "w", 0, Lifecycle::Active).work;
+    assert_eq!(protected_for(&work, after, at(0)), std::time::Duration::ZERO, "never preempted: none");
+    work.preemptions = 1;
+    work.admitted = Some(at(100));
+    assert_eq!(protected_for(&work, after, at(100)), after);
+    assert_eq!(protected_for(&work, after, at(104)), std::time::Duration::from_secs(6));
+    work.preemptions = 3;
+    assert_eq!(protected_for(&work, after, at(100)), after * 7);
+    assert_eq!(protected_for(&work, after, at(200)), std::time::Duration::ZERO);
+    work.preemptions = u32::MAX;
+    assert!(protected_for(&work, after, at(100)) >= after * 1_000_000, "no overflow, still protected");
 }

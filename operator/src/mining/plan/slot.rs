@@ -103,6 +103,7 @@ impl Planner<'_> {
     /// preemption delay: back in the queue, every mined block kept, `block`
     /// mined again from its first nonce when a slot frees.
     pub(super) fn preempted(&mut self, block: u32, total: u32) {
+        self.count_preemption();
         self.back_in_queue(format!(
             "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
              {} blocks mined so far are kept, block {block} is mined again when a slot frees",
@@ -114,12 +115,20 @@ impl Planner<'_> {
     /// searched is kept, the search goes on above that when a slot frees.
     pub(super) fn preempted_in_ranges(&mut self, block: u32, total: u32) {
         let searched = self.plan.status.no_winner_below.unwrap_or(0);
+        self.count_preemption();
         self.back_in_queue(format!(
             "queued: gave its slot back during block {block}/{total} to work that waited its turn; the \
              {} blocks mined so far are kept, and block {block}'s search goes on above nonce {searched} when \
              a slot frees",
             block - 1
         ));
+    }
+
+    /// One more running block stopped for work that waited: what protects
+    /// the next slot for longer (`admission::protected_for`).
+    fn count_preemption(&mut self) {
+        let before = self.plan.status.preemptions.unwrap_or(0);
+        self.plan.status.preemptions = Some(before.saturating_add(1));
     }
 
     /// Back in the queue with its slot given away, saying why (`message`).
