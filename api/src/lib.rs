@@ -68,6 +68,8 @@ mod workflow;
 pub use workflow::*;
 #[cfg(feature = "proofs")]
 pub mod ownership;
+#[cfg(feature = "kubernetes")]
+pub mod reach;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -65,6 +65,20 @@ pub enum Command {
     },
     /// Ask it to stop (spec.cancel: true), as its caller's cancel does.
     Cancel { target: String },
+    /// Who holds every caller's runs in the namespace: the subjects (besides
+    /// cluster admins, Kubernetes' own components and this product's
+    /// accounts) that may create Pods, exec or attach into them, read or
+    /// write Secrets, or write run status there — each right and the binding
+    /// it comes through, confirmed by a SubjectAccessReview. Exits 0 when
+    /// nobody is listed, 3 when anyone is (1 on an error).
+    Audit {
+        /// The namespace the product is installed in: its ServiceAccounts
+        /// are the product's own (README's `helm install` uses `mining`).
+        #[arg(long, default_value = "mining")]
+        product_namespace: String,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Check McpTool definitions before applying them: the frontend's own
     /// verdict (the message it would write into the tool's Accepted condition).
     Validate {

@@ -50,6 +50,9 @@ async fn client(context: Option<&str>) -> Result<Client, CliError> {
     Client::try_from(config).map_err(|err| CliError::Config(err.to_string()))
 }
 
+/// `audit`'s exit status when anyone holds the namespace's runs.
+const AUDIT_FOUND: u8 = 3;
+
 fn print_object(value: &serde_json::Value, output: Output) -> Result<(), CliError> {
     let text = match output {
         Output::Yaml => serde_yaml::to_string(value).map_err(|err| CliError::Invalid(err.to_string()))?,
@@ -87,6 +90,24 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
                 }
             }
             Ok(0)
+        }
+        Command::Audit { product_namespace, output } => {
+            let report = mining_api::reach::audit(&client, &namespace, &product_namespace).await?;
+            if !report.complete {
+                eprintln!(
+                    "warning: stopped after {} access reviews; the list may be incomplete",
+                    mining_api::reach::MAX_REVIEWS
+                );
+            }
+            match output {
+                Output::Table if report.findings.is_empty() => eprintln!(
+                    "Nobody besides cluster admins, Kubernetes and this product (namespace {product_namespace}) \
+                     holds the runs of namespace {namespace}."
+                ),
+                Output::Table => print!("{}", render::reach(&report)),
+                output => print_object(&serde_json::to_value(&report).unwrap_or_default(), output)?,
+            }
+            Ok(if report.findings.is_empty() { 0 } else { AUDIT_FOUND })
         }
         Command::Show { target, output } => {
             let found = cluster::find(&client, &namespace, &target).await?;

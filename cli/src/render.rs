@@ -61,6 +61,20 @@ pub fn table(works: &[WorkView], all_namespaces: bool, now: Timestamp) -> String
     columns(&rows)
 }
 
+/// `audit`'s table: who holds the namespace's runs, through what.
+pub fn reach(report: &mining_api::reach::Report) -> String {
+    let mut rows = vec![["SUBJECT", "BINDING", "ROLE", "RIGHTS"].map(String::from).to_vec()];
+    for finding in &report.findings {
+        rows.push(vec![
+            finding.subject.text(),
+            finding.binding.clone(),
+            finding.role.clone(),
+            finding.rights.join(", "),
+        ]);
+    }
+    columns(&rows)
+}
+
 /// The phase, and what a person should know beside it.
 fn phase_with_notes(work: &WorkView) -> String {
     let mut phase = work.phase.clone();

@@ -273,6 +273,21 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]
     pub default_ttl_seconds: u64,
 
+    /// How often to list who holds every caller's runs in the workflow
+    /// namespace (`mining_api::reach`; docs/SECURITY.md): a metric, and a
+    /// warning Event and log line when the set changes. 0: never. Needs
+    /// RBAC read access and SubjectAccessReviews (the chart's `-audit`
+    /// ClusterRole, on by default there).
+    #[arg(long, env = "AUDIT_INTERVAL_SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub audit_interval_seconds: u32,
+
+    /// The namespace this product is installed in: its ServiceAccounts are
+    /// the product's own, never listed by the audit (default: the
+    /// operator Lease's namespace).
+    #[arg(long, env = "PRODUCT_NAMESPACE")]
+    pub product_namespace: Option<String>,
+
     /// The operator's leader Lease, NAMESPACE/NAME (the chart's
     /// `RELEASE-mining-operator-operator` in the release namespace). Read
     /// every few seconds: while no operator holds it, unfinished workflows

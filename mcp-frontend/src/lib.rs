@@ -31,6 +31,7 @@ pub mod operator_presence;
 pub mod ownership;
 pub mod proxies;
 pub mod quota;
+pub mod reach_watch;
 pub mod run_files;
 pub mod serve;
 pub mod tasks;

@@ -105,6 +105,17 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => OperatorWatch::unknown(),
     };
+    let product_namespace =
+        config.product_namespace.clone().or_else(|| config.operator_lease.as_ref().map(|(namespace, _)| namespace.clone()));
+    let audit_task = (config.audit_interval_seconds > 0).then(|| {
+        tokio::spawn(mcp_frontend::reach_watch::watch(
+            client.clone(),
+            namespace.clone(),
+            product_namespace.unwrap_or_default(),
+            std::time::Duration::from_secs(u64::from(config.audit_interval_seconds)),
+            metrics.clone(),
+        ))
+    });
     let (catalog, run_catalog) = mcp_frontend::tool_runs::catalog::ToolCatalog::new(
         Api::namespaced(client.clone(), &namespace),
         metrics.clone(),
@@ -181,6 +192,9 @@ async fn main() -> anyhow::Result<()> {
         task.abort();
     }
     reprove_task.abort();
+    if let Some(task) = audit_task {
+        task.abort();
+    }
     Ok(())
 }
 

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub listens_open: Gauge,
     pub listens_refused: Family<ReasonLabels, Counter>,
     pub task_notifications: Counter,
+    pub namespace_reach_subjects: Gauge,
+    pub namespace_reach_audit_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -59,6 +61,21 @@ impl Default for Metrics {
             "tool_duration_seconds",
             "Time to answer a tool call, waits included",
             tool_duration.clone(),
+        );
+        let namespace_reach_subjects = Gauge::default();
+        namespace_reach_subjects.set(-1);
+        registry.register(
+            "namespace_reach_subjects",
+            "Subjects besides cluster admins, Kubernetes and this product that hold every caller's runs in the \
+             workflow namespace (create Pods, exec, Secrets, run status): 0 on a default install; -1 before the \
+             first audit (kubectl mining audit lists them)",
+            namespace_reach_subjects.clone(),
+        );
+        let namespace_reach_audit_errors = Counter::default();
+        registry.register(
+            "namespace_reach_audit_errors",
+            "Audits of the workflow namespace's reach that failed (RBAC read or review refused)",
+            namespace_reach_audit_errors.clone(),
         );
         let waiters = Gauge::default();
         registry.register("waiters", "Calls waiting for a workflow to change", waiters.clone());
@@ -155,6 +172,8 @@ impl Default for Metrics {
             connections_refused,
             connections_displaced,
             operator_leading,
+            namespace_reach_subjects,
+            namespace_reach_audit_errors,
             listens_open,
             listens_refused,
             task_notifications,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, without Docker:
 # etcd + kube-apiserver + kube-controller-manager (Job, GC, TTL, namespace, ResourceQuota,
-# service-account, Deployment, Endpoints controllers) + our node agent as the
+# service-account, Deployment, Endpoints, ClusterRole aggregation controllers) + our node agent as the
 # kubelet (Pod IPs added to lo from 10.244.0.0/16, httpGet probes).
 #
 #   cluster.sh up          start everything with fresh state (no-op when already up)
@@ -249,7 +249,7 @@ KCFG
 
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG_PATH" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --port 0 \
-    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset,endpoint,disruption,resourcequota \
+    --controllers job,garbagecollector,namespace,ttl-after-finished,serviceaccount,serviceaccount-token,deployment,replicaset,endpoint,disruption,resourcequota,clusterrole-aggregation \
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
     --use-service-account-credentials=false --kube-api-qps 200 --kube-api-burst 400
 
