@@ -224,8 +224,11 @@ pub fn candidates<'a>(
 ) -> BTreeMap<(Holder, &'a str, &'a str), Vec<Right>> {
     let mut found: BTreeMap<(Holder, &str, &str), Vec<Right>> = BTreeMap::new();
     for binding in bindings {
-        let rights: Vec<Right> =
-            RIGHTS.iter().filter(|right| binding.rules.iter().any(|rule| rule_grants(rule, right))).copied().collect();
+        let rights: Vec<Right> = RIGHTS
+            .iter()
+            .filter(|right| binding.rules.iter().any(|rule| rule_grants(rule, right)))
+            .copied()
+            .collect();
         if rights.is_empty() {
             continue;
         }
@@ -234,7 +237,10 @@ pub fn candidates<'a>(
             if exempt.covers(&holder) {
                 continue;
             }
-            found.entry((holder, &binding.binding, &binding.role)).or_default().extend(rights.iter().copied());
+            found
+                .entry((holder, &binding.binding, &binding.role))
+                .or_default()
+                .extend(rights.iter().copied());
         }
     }
     found

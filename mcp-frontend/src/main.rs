@@ -105,8 +105,10 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => OperatorWatch::unknown(),
     };
-    let product_namespace =
-        config.product_namespace.clone().or_else(|| config.operator_lease.as_ref().map(|(namespace, _)| namespace.clone()));
+    let product_namespace = config
+        .product_namespace
+        .clone()
+        .or_else(|| config.operator_lease.as_ref().map(|(namespace, _)| namespace.clone()));
     let audit_task = (config.audit_interval_seconds > 0).then(|| {
         tokio::spawn(mcp_frontend::reach_watch::watch(
             client.clone(),

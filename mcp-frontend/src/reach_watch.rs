@@ -26,7 +26,11 @@ const MAX_NOTE_BYTES: usize = 1024;
 /// One line per holder and binding, as the log and the Event say them; the
 /// rights are `kubectl mining audit`'s to list (an Event keeps 1 KiB) (pure).
 pub fn holders(report: &Report) -> BTreeSet<String> {
-    report.findings.iter().map(|f| format!("{} through {} ({})", f.subject.text(), f.binding, f.role)).collect()
+    report
+        .findings
+        .iter()
+        .map(|f| format!("{} through {} ({})", f.subject.text(), f.binding, f.role))
+        .collect()
 }
 
 /// How many distinct subjects hold the reach (pure).
@@ -36,12 +40,18 @@ pub fn subjects(report: &Report) -> usize {
 
 /// What to say when the holders went from `before` to `after`: nothing when
 /// unchanged, or on the first audit when nobody holds it (pure).
-pub fn change_note(namespace: &str, before: Option<&BTreeSet<String>>, after: &BTreeSet<String>) -> Option<String> {
+pub fn change_note(
+    namespace: &str,
+    before: Option<&BTreeSet<String>>,
+    after: &BTreeSet<String>,
+) -> Option<String> {
     if before == Some(after) || (before.is_none() && after.is_empty()) {
         return None;
     }
     let mut note = if after.is_empty() {
-        format!("nobody besides cluster admins, Kubernetes and this product holds the runs of namespace {namespace} now")
+        format!(
+            "nobody besides cluster admins, Kubernetes and this product holds the runs of namespace {namespace} now"
+        )
     } else {
         let list: Vec<&str> = after.iter().map(String::as_str).collect();
         format!(
@@ -119,7 +129,9 @@ async fn publish(client: &Client, namespace: &str, warning: bool, note: String) 
         }),
         ..Default::default()
     };
-    if let Err(err) = Api::<Event>::namespaced(client.clone(), namespace).create(&PostParams::default(), &event).await {
+    if let Err(err) =
+        Api::<Event>::namespaced(client.clone(), namespace).create(&PostParams::default(), &event).await
+    {
         tracing::warn!(namespace = %namespace, error = %err, "could not record the reach Event");
     }
 }

@@ -35,7 +35,9 @@ use k8s_openapi::jiff::Timestamp;
 use mining_api::{Lifecycle, Work, labels};
 
 pub use limits::{Budget, Limit, Slots, Taken};
-pub use preempt::{Yield, holders_over_share, may_take_back, preempt_in, protected_for, should_yield, yield_for};
+pub use preempt::{
+    Yield, holders_over_share, may_take_back, preempt_in, protected_for, should_yield, yield_for,
+};
 
 /// A kind of work in the queue, named by its noun ([`Work::NOUN`], one per
 /// kind). The queue lists no kinds: whatever kinds its entries have share it.

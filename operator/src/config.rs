@@ -89,6 +89,17 @@ pub struct OutputSettings {
     #[arg(long = "outputs-uploads-at-once", env = "OUTPUTS_UPLOADS_AT_ONCE", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub uploads_at_once: u32,
+    /// Largest sum of the files of one caller's runs (its share of the
+    /// store; default a quarter of --outputs-max-total-bytes). Runs without
+    /// the frontend's proof share one party's.
+    #[arg(long = "outputs-max-caller-bytes", env = "OUTPUTS_MAX_CALLER_BYTES")]
+    pub max_caller_bytes: Option<u64>,
+    /// Uploads of one caller's runs streaming at once (default: a quarter
+    /// of --outputs-uploads-at-once, at least 1), so no caller's tools hold
+    /// every upload slot.
+    #[arg(long = "outputs-uploads-per-caller", env = "OUTPUTS_UPLOADS_PER_CALLER",
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub uploads_per_caller: Option<u32>,
 }
 
 /// Leader election: several replicas, one reconciling.

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
 use serde::Serialize;
 
 use super::{BindingRules, Exempt, Finding, Holder, Right, candidates, cluster_admins};
@@ -33,9 +33,13 @@ pub async fn audit(client: &Client, namespace: &str, product_namespace: &str) ->
     let all = ListParams::default();
     let role_bindings = Api::<RoleBinding>::namespaced(client.clone(), namespace).list(&all).await?.items;
     let cluster_bindings = Api::<ClusterRoleBinding>::all(client.clone()).list(&all).await?.items;
-    let rules_by_name = |items: Vec<(Option<String>, Option<Vec<PolicyRule>>)>| -> HashMap<String, Vec<PolicyRule>> {
-        items.into_iter().map(|(name, rules)| (name.unwrap_or_default(), rules.unwrap_or_default())).collect()
-    };
+    let rules_by_name =
+        |items: Vec<(Option<String>, Option<Vec<PolicyRule>>)>| -> HashMap<String, Vec<PolicyRule>> {
+            items
+                .into_iter()
+                .map(|(name, rules)| (name.unwrap_or_default(), rules.unwrap_or_default()))
+                .collect()
+        };
     let roles = rules_by_name(
         Api::<Role>::namespaced(client.clone(), namespace)
             .list(&all)
@@ -63,9 +67,12 @@ pub async fn audit(client: &Client, namespace: &str, product_namespace: &str) ->
         }
         .map_or(&[], Vec::as_slice)
     };
-    let admins = cluster_admins(cluster_bindings.iter().filter(|b| b.role_ref.kind == "ClusterRole").map(|b| {
-        (b.role_ref.name.as_str(), b.subjects.as_deref().unwrap_or_default())
-    }));
+    let admins = cluster_admins(
+        cluster_bindings
+            .iter()
+            .filter(|b| b.role_ref.kind == "ClusterRole")
+            .map(|b| (b.role_ref.name.as_str(), b.subjects.as_deref().unwrap_or_default())),
+    );
     let mut bindings: Vec<BindingRules<'_>> = Vec::new();
     for binding in &role_bindings {
         let name = binding.metadata.name.as_deref().unwrap_or_default();
@@ -113,14 +120,24 @@ pub async fn audit(client: &Client, namespace: &str, product_namespace: &str) ->
             }
         }
         if !confirmed.is_empty() {
-            findings.push(Finding { subject: holder, binding: binding.into(), role: role.into(), rights: confirmed });
+            findings.push(Finding {
+                subject: holder,
+                binding: binding.into(),
+                role: role.into(),
+                rights: confirmed,
+            });
         }
     }
     Ok(Report { namespace: namespace.into(), findings, complete })
 }
 
 /// Whether the API server's authorizers allow `holder` `right` in `namespace`.
-async fn review(client: &Client, namespace: &str, holder: &Holder, right: &Right) -> Result<bool, kube::Error> {
+async fn review(
+    client: &Client,
+    namespace: &str,
+    holder: &Holder,
+    right: &Right,
+) -> Result<bool, kube::Error> {
     let (user, groups) = holder.review_identity();
     let attributes = ResourceAttributes {
         namespace: Some(namespace.into()),
@@ -139,6 +156,7 @@ async fn review(client: &Client, namespace: &str, holder: &Holder, right: &Right
         },
         ..Default::default()
     };
-    let answer = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;
+    let answer =
+        Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;
     Ok(answer.status.is_some_and(|status| status.allowed))
 }

@@ -11,7 +11,12 @@ fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
 }
 
 fn subject(kind: &str, name: &str, namespace: Option<&str>) -> Subject {
-    Subject { kind: kind.into(), name: name.into(), namespace: namespace.map(str::to_string), ..Default::default() }
+    Subject {
+        kind: kind.into(),
+        name: name.into(),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    }
 }
 
 fn right(verb: &str, resource: &str, subresource: &str) -> Right {
@@ -28,7 +33,10 @@ fn rules_match_as_rbac_matches_them() {
     assert!(rule_grants(&rule(&["*"], &["*"], &["*"]), &status));
     assert!(rule_grants(&rule(&["patch"], &[crate::GROUP], &["*/status"]), &status), "*/SUB is RBAC's");
     assert!(!rule_grants(&rule(&["patch"], &[crate::GROUP], &["toolruns"]), &status), "not the subresource");
-    assert!(!rule_grants(&rule(&["get"], &[crate::GROUP], &["toolruns/status"]), &status), "reading is no reach");
+    assert!(
+        !rule_grants(&rule(&["get"], &[crate::GROUP], &["toolruns/status"]), &status),
+        "reading is no reach"
+    );
     assert!(!rule_grants(&rule(&["patch"], &[""], &["toolruns/status"]), &status), "another group");
     let exec = right("create", "pods", "exec");
     assert!(rule_grants(&rule(&["create"], &[""], &["pods/exec"]), &exec));
@@ -42,26 +50,52 @@ fn rules_match_as_rbac_matches_them() {
 fn the_edit_role_and_a_status_only_role_hold_the_reach_and_a_viewer_does_not() {
     // The rules of Kubernetes' `edit` that matter, and what red team round 5 used.
     let edit = [
-        rule(&["create", "delete", "patch", "update"], &[""], &["pods", "pods/attach", "pods/exec", "secrets"]),
+        rule(
+            &["create", "delete", "patch", "update"],
+            &[""],
+            &["pods", "pods/attach", "pods/exec", "secrets"],
+        ),
         rule(&["get", "list", "watch"], &[""], &["pods/attach", "pods/exec", "secrets"]),
         rule(&["create", "patch"], &["batch"], &["jobs", "cronjobs"]),
     ];
     let status_only = [rule(&["patch"], &[crate::GROUP], &["toolruns/status"])];
-    let view = [rule(&["get", "list", "watch"], &["", crate::GROUP], &["pods", "toolruns", "miningworkflows"])];
+    let view =
+        [rule(&["get", "list", "watch"], &["", crate::GROUP], &["pods", "toolruns", "miningworkflows"])];
     let (alice, eve, vic) = (
         [subject("User", "alice", None)],
         [subject("User", "eve", None)],
         [subject("ServiceAccount", "viewer", None)],
     );
     let bindings = [
-        BindingRules { binding: "RoleBinding w/a".into(), role: "ClusterRole edit".into(), namespace: Some("w"), subjects: &alice, rules: &edit },
-        BindingRules { binding: "RoleBinding w/e".into(), role: "Role s".into(), namespace: Some("w"), subjects: &eve, rules: &status_only },
-        BindingRules { binding: "RoleBinding w/v".into(), role: "ClusterRole view".into(), namespace: Some("w"), subjects: &vic, rules: &view },
+        BindingRules {
+            binding: "RoleBinding w/a".into(),
+            role: "ClusterRole edit".into(),
+            namespace: Some("w"),
+            subjects: &alice,
+            rules: &edit,
+        },
+        BindingRules {
+            binding: "RoleBinding w/e".into(),
+            role: "Role s".into(),
+            namespace: Some("w"),
+            subjects: &eve,
+            rules: &status_only,
+        },
+        BindingRules {
+            binding: "RoleBinding w/v".into(),
+            role: "ClusterRole view".into(),
+            namespace: Some("w"),
+            subjects: &vic,
+            rules: &view,
+        },
     ];
     let admins = BTreeSet::new();
-    let found = candidates(&bindings, &Exempt { cluster_admins: &admins, product_namespace: "mining-operator" });
-    let listed: Vec<(String, Vec<String>)> =
-        found.iter().map(|((holder, _, _), rights)| (holder.text(), rights.iter().map(Right::text).collect())).collect();
+    let found =
+        candidates(&bindings, &Exempt { cluster_admins: &admins, product_namespace: "mining-operator" });
+    let listed: Vec<(String, Vec<String>)> = found
+        .iter()
+        .map(|((holder, _, _), rights)| (holder.text(), rights.iter().map(Right::text).collect()))
+        .collect();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let alices = &listed.iter().find(|(who, _)| who == "User alice").unwrap().1;
     for wanted in ["create pods", "create pods/exec", "get secrets", "create jobs"] {
@@ -90,7 +124,11 @@ fn admins_kubernetes_and_the_product_are_not_listed_and_everyone_groups_are() {
     ] {
         assert!(!exempt.covers(&listed), "{listed:?}");
     }
-    assert_eq!(holder("ServiceAccount", "default", None).namespace.as_deref(), Some("w"), "the binding's namespace");
+    assert_eq!(
+        holder("ServiceAccount", "default", None).namespace.as_deref(),
+        Some("w"),
+        "the binding's namespace"
+    );
 }
 
 #[test]

@@ -91,13 +91,10 @@ impl Core {
         idempotency_key: Option<&str>,
         kept: Kept<'_>,
     ) -> Result<Box<ToolRun>, Answer> {
-        self.access
-            .check(caller, name, tool.spec.restricted)
-            .await
-            .map_err(|denied| match denied {
-                Denied::NotGranted(why) => Answer::NotGranted(why),
-                Denied::CannotCheck(why) => Answer::Refused(why),
-            })?;
+        self.access.check(caller, name, tool.spec.restricted).await.map_err(|denied| match denied {
+            Denied::NotGranted(why) => Answer::NotGranted(why),
+            Denied::CannotCheck(why) => Answer::Refused(why),
+        })?;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let text = arguments.to_string();
         if text.len() > MAX_ARGUMENTS_BYTES {

@@ -38,11 +38,11 @@ use tokio_util::sync::CancellationToken;
 use super::JsonBody;
 use super::{json_response, response_json, tasks_2026};
 use crate::cache::Subscription;
-use crate::tool_runs::access::Denied;
 use crate::core::{Any, Core, Refreshed, View, WaitCap};
 use crate::ids::Caller;
 use crate::metrics::ReasonLabels;
 use crate::tasks::TaskState;
+use crate::tool_runs::access::Denied;
 
 pub const METHOD: &str = "subscriptions/listen";
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

@@ -40,7 +40,9 @@ pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp)
     let me = all.iter().find(|s| s.work.uid == me.uid).map_or(me, |s| &s.work);
     match (budget.preempt_after, waited) {
         (Some(after), Some(waited))
-            if waited >= after && may_take_back(&head.work, me) && protected_for(me, after, now).is_zero() =>
+            if waited >= after
+                && may_take_back(&head.work, me)
+                && protected_for(me, after, now).is_zero() =>
         {
             Yield::Now
         }
@@ -161,9 +163,13 @@ pub fn holders_over_share<'a>(
     budget: &Budget,
     now: Timestamp,
 ) -> Vec<&'a QueueEntry> {
-    let unprotected = |work: &QueueEntry| budget.preempt_after.is_none_or(|after| protected_for(work, after, now).is_zero());
+    let unprotected = |work: &QueueEntry| {
+        budget.preempt_after.is_none_or(|after| protected_for(work, after, now).is_zero())
+    };
     all.iter()
-        .filter(|s| holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work) && unprotected(&s.work))
+        .filter(|s| {
+            holds_slot(s) && s.work.preemptible && may_take_back(head, &s.work) && unprotected(&s.work)
+        })
         .filter(|s| should_yield(all, &s.work, budget))
         .map(|s| &s.work)
         .collect()

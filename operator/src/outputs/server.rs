@@ -56,17 +56,18 @@ async fn upload(
         return refused(Refusal::new(401, "not this run's upload token (MCP_OUTPUTS_TOKEN)"));
     }
     // Only while the run runs: a finished run's files are what it recorded.
-    let running = served
+    let found = served
         .runs
         .get(&ObjectRef::new(&run).within(&namespace))
-        .is_some_and(|r| r.metadata.uid.as_deref() == Some(uid.as_str()) && !r.is_finished());
-    if !running {
+        .filter(|r| r.metadata.uid.as_deref() == Some(uid.as_str()) && !r.is_finished());
+    let Some(found) = found else {
         return refused(Refusal::new(409, "the run is not running: it takes no more files"));
-    }
+    };
+    let party = party_of(&served.keys, &found);
     let content_type =
         request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = request.into_body().into_data_stream();
-    match served.outputs.upload(ids, &file, content_type.as_deref(), body).await {
+    match served.outputs.upload(ids, &party, &file, content_type.as_deref(), body).await {
         Ok(output) => {
             tracing::info!(namespace = %namespace, run = %run, file = %output.name, bytes = output.size, "stored a tool output");
             let json = serde_json::to_string(&output).unwrap_or_default();
@@ -112,6 +113,15 @@ async fn read(
             response
         }
         Err(refusal) => refused(refusal),
+    }
+}
+
+/// Whose share a run's files count against: its caller's when the
+/// frontend's proof says so, else the one party of every unproven run.
+pub fn party_of(keys: &OwnershipKeys, run: &ToolRun) -> String {
+    match run.caller_label() {
+        Some(label) if keys.proves(run) => label.to_string(),
+        _ => String::new(),
     }
 }
 

@@ -24,22 +24,45 @@ pub struct Limits {
     pub total_bytes: u64,
     /// Uploads streaming at once (each holds up to a multipart part in memory).
     pub uploads_at_once: usize,
+    /// What the runs of one party (an MCP caller; unproven runs: one more) may hold.
+    pub caller_bytes: u64,
+    /// Uploads of one party's runs streaming at once.
+    pub uploads_per_caller: usize,
 }
 
 impl Limits {
     /// The limits the operator's flags set.
     pub fn of(settings: &crate::config::OutputSettings) -> Self {
+        let uploads_at_once = settings.uploads_at_once as usize;
         Self {
             file_bytes: settings.max_file_bytes,
             run_bytes: settings.max_run_bytes,
             total_bytes: settings.max_total_bytes,
-            uploads_at_once: settings.uploads_at_once as usize,
+            uploads_at_once,
+            caller_bytes: settings.max_caller_bytes.unwrap_or(settings.max_total_bytes / 4),
+            uploads_per_caller: settings
+                .uploads_per_caller
+                .map_or((uploads_at_once / 4).max(1), |n| n as usize),
         }
     }
 }
 
 /// How long an upload may send nothing before it is cut.
 pub const IDLE_UPLOAD: Duration = Duration::from_secs(60);
+/// The slowest an upload may average once past [`RATE_GRACE`]: one byte
+/// every 15 s held an upload slot for ever (red team, round 5).
+pub const MIN_UPLOAD_BYTES_PER_SECOND: u64 = 64 << 10;
+/// How long an upload may take before its average rate counts.
+pub const RATE_GRACE: Duration = Duration::from_secs(10);
+
+/// How long to wait for an upload's next bytes, `elapsed` into it with
+/// `size` received, and whether that wait is set by the minimum rate
+/// rather than by idleness (pure).
+pub fn patience(elapsed: Duration, size: u64) -> (Duration, bool) {
+    let earned = RATE_GRACE.max(Duration::from_secs_f64(size as f64 / MIN_UPLOAD_BYTES_PER_SECOND as f64));
+    let left = earned.saturating_sub(elapsed);
+    if left < IDLE_UPLOAD { (left, true) } else { (IDLE_UPLOAD, false) }
+}
 /// Longest meta document read back (a recorded [`ToolOutput`] is ~300 bytes).
 const MAX_META_BYTES: u64 = 4096;
 /// Part size of multipart uploads: what one upload holds in memory at most.
@@ -96,6 +119,30 @@ pub struct Outputs {
     /// Bytes stored, as counted by the last sweep plus this replica's uploads since.
     used: AtomicU64,
     uploads: Semaphore,
+    /// Each party's uploads streaming and bytes stored (the sweep recounts the bytes).
+    parties: std::sync::Mutex<std::collections::HashMap<String, PartyUse>>,
+}
+
+/// What one party's runs use of the store.
+#[derive(Debug, Default, Clone, Copy)]
+struct PartyUse {
+    streaming: usize,
+    bytes: u64,
+}
+
+/// One of a party's upload slots, given back when dropped.
+struct PartySlot<'a> {
+    outputs: &'a Outputs,
+    party: String,
+}
+
+impl Drop for PartySlot<'_> {
+    fn drop(&mut self) {
+        let mut parties = self.outputs.parties.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(usage) = parties.get_mut(&self.party) {
+            usage.streaming = usage.streaming.saturating_sub(1);
+        }
+    }
 }
 
 impl Outputs {
@@ -133,6 +180,7 @@ impl Outputs {
             limits,
             used: AtomicU64::new(0),
             uploads: Semaphore::new(limits.uploads_at_once.max(1)),
+            parties: Default::default(),
         }
     }
 
@@ -146,6 +194,63 @@ impl Outputs {
 
     pub(super) fn set_used(&self, bytes: u64) {
         self.used.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The bytes each party's runs hold, as the sweep counted them.
+    pub(super) fn set_party_bytes(&self, counted: std::collections::HashMap<String, u64>) {
+        let mut parties = self.parties.lock().unwrap_or_else(|p| p.into_inner());
+        parties.retain(|_, usage| usage.streaming > 0);
+        for usage in parties.values_mut() {
+            usage.bytes = 0;
+        }
+        for (party, bytes) in counted {
+            parties.entry(party).or_default().bytes = bytes;
+        }
+    }
+
+    /// One of `party`'s upload slots, or the refusal naming its limit.
+    fn party_slot(&self, party: &str) -> Result<PartySlot<'_>, Refusal> {
+        let mut parties = self.parties.lock().unwrap_or_else(|p| p.into_inner());
+        let usage = parties.entry(party.to_string()).or_default();
+        if usage.streaming >= self.limits.uploads_per_caller {
+            return Err(Refusal {
+                status: 503,
+                message: format!(
+                    "this caller's runs have {} uploads streaming, the most one caller may have at once; retry \
+                     when one ends",
+                    self.limits.uploads_per_caller
+                ),
+                retry_after: Some(5),
+            });
+        }
+        usage.streaming += 1;
+        Ok(PartySlot { outputs: self, party: party.to_string() })
+    }
+
+    /// Counts `bytes` more for `party`, unless that passes its share.
+    fn add_party_bytes(&self, party: &str, bytes: u64) -> Result<(), Refusal> {
+        let mut parties = self.parties.lock().unwrap_or_else(|p| p.into_inner());
+        let usage = parties.entry(party.to_string()).or_default();
+        if usage.bytes + bytes > self.limits.caller_bytes {
+            return Err(Refusal {
+                status: 507,
+                message: format!(
+                    "this caller's runs' files would exceed {} bytes, one caller's share of the store; retry \
+                     once its older runs expire",
+                    self.limits.caller_bytes
+                ),
+                retry_after: Some(60),
+            });
+        }
+        usage.bytes += bytes;
+        Ok(())
+    }
+
+    fn sub_party_bytes(&self, party: &str, bytes: u64) {
+        let mut parties = self.parties.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(usage) = parties.get_mut(party) {
+            usage.bytes = usage.bytes.saturating_sub(bytes);
+        }
     }
 
     /// What the store holds for the run `uid` in `namespace`, as recorded
@@ -189,11 +294,13 @@ impl Outputs {
     }
 
     /// Stores `body` as the file `name` of `run` (namespace, name, uid),
+    /// a run of `party` (its proven caller's label, "" without a proof),
     /// within every bound, and records what it stored. A file of the same
     /// name is replaced; a refused upload leaves nothing behind.
     pub async fn upload<E: std::fmt::Display>(
         &self,
         run: [&str; 3],
+        party: &str,
         name: &str,
         content_type: Option<&str>,
         body: impl Stream<Item = Result<Bytes, E>> + Unpin,
@@ -206,6 +313,9 @@ impl Outputs {
                 "Content-Type is not a media type (type/subtype); leave it out for octet-stream",
             )
         })?;
+        // The caller's share first: a refusal then never names a slot
+        // another caller's runs hold.
+        let _party_slot = self.party_slot(party)?;
         let Ok(_permit) = self.uploads.try_acquire() else {
             return Err(Refusal {
                 status: 503,
@@ -232,8 +342,20 @@ impl Outputs {
         let mut writer = BufWriter::with_capacity(self.store.clone(), data_path, PART_BYTES);
         let (mut size, mut digest) = (0u64, Sha256::new());
         let mut body = body;
+        let started = tokio::time::Instant::now();
         let outcome = loop {
-            let chunk = match tokio::time::timeout(IDLE_UPLOAD, body.next()).await {
+            let (wait, by_rate) = patience(started.elapsed(), size);
+            let chunk = match tokio::time::timeout(wait, body.next()).await {
+                Err(_) if by_rate => {
+                    break Err(Refusal::new(
+                        408,
+                        format!(
+                            "the upload is slower than {} bytes/s on average (after its first {} s); send faster",
+                            MIN_UPLOAD_BYTES_PER_SECOND,
+                            RATE_GRACE.as_secs()
+                        ),
+                    ));
+                }
                 Err(_) => {
                     break Err(Refusal::new(
                         408,
@@ -244,19 +366,26 @@ impl Outputs {
                 Ok(Some(Err(err))) => break Err(Refusal::new(400, format!("the upload broke off: {err}"))),
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            size += chunk.len() as u64;
-            if size > self.limits.file_bytes {
+            // `size` counts only what the party's and the store's counts hold.
+            let next = size + chunk.len() as u64;
+            if next > self.limits.file_bytes {
                 break Err(Refusal::new(
                     413,
                     format!("{name} is larger than the limit of {} bytes per file", self.limits.file_bytes),
                 ));
             }
-            if others + size > self.limits.run_bytes {
+            if others + next > self.limits.run_bytes {
                 break Err(Refusal::new(
                     413,
                     format!("the run's files exceed the limit of {} bytes per run", self.limits.run_bytes),
                 ));
             }
+            // Counted for the party, then for the store: a refusal by either
+            // leaves both counting exactly `size`, which the failure takes back.
+            if let Err(refusal) = self.add_party_bytes(party, chunk.len() as u64) {
+                break Err(refusal);
+            }
+            size = next;
             let before = self.used.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             if before + chunk.len() as u64 > self.limits.total_bytes {
                 break Err(Refusal {
@@ -283,6 +412,7 @@ impl Outputs {
         if let Err(refusal) = stored {
             let _ = writer.abort().await;
             self.used.fetch_sub(size.min(self.used.load(Ordering::Relaxed)), Ordering::Relaxed);
+            self.sub_party_bytes(party, size);
             return Err(refusal);
         }
         let output = ToolOutput {
@@ -295,6 +425,7 @@ impl Outputs {
         self.store.put(&meta_path, PutPayload::from(meta)).await.map_err(Refusal::store)?;
         if let Some(old) = replaced {
             self.used.fetch_sub(old.min(self.used.load(Ordering::Relaxed)), Ordering::Relaxed);
+            self.sub_party_bytes(party, old);
         }
         Ok(output)
     }

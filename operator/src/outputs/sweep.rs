@@ -45,20 +45,28 @@ pub async fn sweep_every(
     namespace: Option<String>,
     leadership: Leadership,
     every: Duration,
+    keys: mining_api::ownership::OwnershipKeys,
 ) {
     if runs.wait_until_ready().await.is_err() {
         return;
     }
+    let party_of = |run: &ToolRun| super::server::party_of(&keys, run);
     loop {
         if leadership.is_leading() {
-            sweep(&outputs, &runs, namespace.as_deref()).await;
+            sweep(&outputs, &runs, namespace.as_deref(), &party_of).await;
         }
         tokio::time::sleep(every).await;
     }
 }
 
-/// One sweep: deletes what no run keeps; recounts what is kept.
-pub async fn sweep(outputs: &Outputs, runs: &Store<ToolRun>, namespace: Option<&str>) {
+/// One sweep: deletes what no run keeps; recounts what is kept, in all
+/// and for each party (`party_of`).
+pub async fn sweep(
+    outputs: &Outputs,
+    runs: &Store<ToolRun>,
+    namespace: Option<&str>,
+    party_of: &(dyn Fn(&ToolRun) -> String + Sync),
+) {
     let state = runs.state();
     let by_uid: HashMap<(&str, &str), &ToolRun> = state
         .iter()
@@ -70,10 +78,12 @@ pub async fn sweep(outputs: &Outputs, runs: &Store<ToolRun>, namespace: Option<&
         None => children(&store, &Path::from("runs")).await,
     };
     let mut kept = 0;
+    let mut by_party: HashMap<String, u64> = HashMap::new();
     for ns in namespaces {
         for uid in children(&store, &Path::from(format!("runs/{ns}"))).await {
             let prefix = Path::from(mining_api::tool_outputs::run_prefix(&ns, &uid));
-            kept += match keep(by_uid.get(&(ns.as_str(), uid.as_str())).copied()) {
+            let run = by_uid.get(&(ns.as_str(), uid.as_str())).copied();
+            let kept_of_run = match keep(run) {
                 Keep::All => outputs.delete_where(&prefix, |_| false).await,
                 Keep::Nothing => outputs.delete_where(&prefix, |_| true).await,
                 Keep::Recorded(names) => {
@@ -82,9 +92,14 @@ pub async fn sweep(outputs: &Outputs, runs: &Store<ToolRun>, namespace: Option<&
                         .await
                 }
             };
+            kept += kept_of_run;
+            if let Some(run) = run {
+                *by_party.entry(party_of(run)).or_default() += kept_of_run;
+            }
         }
     }
     outputs.set_used(kept);
+    outputs.set_party_bytes(by_party);
 }
 
 /// The names one level under `prefix`.

@@ -87,7 +87,8 @@ impl WorkKind for ToolRun {
     /// The outputs server and its sweep, when a store is configured.
     fn started(shell: &Arc<RunShell>) {
         let (Some(outputs), Some(keys)) = (shell.outputs.clone(), shell.keys.clone()) else { return };
-        let served = crate::outputs::serve(outputs.addr, outputs.store.clone(), keys, shell.store.clone());
+        let served =
+            crate::outputs::serve(outputs.addr, outputs.store.clone(), keys.clone(), shell.store.clone());
         tokio::spawn(async move {
             if let Err(err) = served.await {
                 tracing::error!(error = %err, "the outputs server stopped");
@@ -99,6 +100,7 @@ impl WorkKind for ToolRun {
             shell.namespace.clone(),
             shell.leadership.clone(),
             OUTPUTS_SWEEP,
+            keys,
         ));
     }
 }

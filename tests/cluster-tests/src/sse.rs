@@ -171,7 +171,13 @@ pub fn listen_head(token: &str) -> String {
 /// Opens a `subscriptions/listen` on the frontend at `addr` as `token`, with
 /// request id `id`, asking for `notifications` (declaring the Tasks
 /// extension when `declare`).
-pub async fn listen(addr: SocketAddr, token: &str, id: &str, notifications: Value, declare: bool) -> SseStream {
+pub async fn listen(
+    addr: SocketAddr,
+    token: &str,
+    id: &str,
+    notifications: Value,
+    declare: bool,
+) -> SseStream {
     let meta: Value = if declare { serde_json::from_str(TASKS_DECLARED).unwrap() } else { json!({}) };
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
         "params": {"notifications": notifications, "_meta": meta}});

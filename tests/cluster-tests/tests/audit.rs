@@ -50,13 +50,19 @@ fn persons(findings: &[Value]) -> Vec<String> {
 }
 
 fn user(name: &str) -> Subject {
-    Subject { kind: "User".into(), name: name.into(), api_group: Some("rbac.authorization.k8s.io".into()), ..Default::default() }
+    Subject {
+        kind: "User".into(),
+        name: name.into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        ..Default::default()
+    }
 }
 
 async fn bind(ns: &TestNamespace, name: &str, kind: &str, role: &str, subject: Subject) {
     let mut binding = RoleBinding::default();
     binding.metadata.name = Some(name.into());
-    binding.role_ref = RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: kind.into(), name: role.into() };
+    binding.role_ref =
+        RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: kind.into(), name: role.into() };
     binding.subjects = Some(vec![subject]);
     ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
 }

@@ -229,7 +229,8 @@ async fn without_rbac_the_grants_file_decides_and_a_grant_of_one_tool_is_no_gran
 #[tokio::test]
 async fn a_grant_revoked_while_a_listen_is_open_ends_what_the_listen_tells() {
     let (ns, _operator, frontend) =
-        setup_with_frontend_args("listen-revoked", &["--auth", "kubernetes", "--auth-cache-seconds", "1"]).await;
+        setup_with_frontend_args("listen-revoked", &["--auth", "kubernetes", "--auth-cache-seconds", "1"])
+            .await;
     let callers = TestNamespace::new("listen-revoked-callers").await;
     let granted = service_account_token(&callers, "granted").await;
     let mcp = PolicyRule {
@@ -243,7 +244,10 @@ async fn a_grant_revoked_while_a_listen_is_open_ends_what_the_listen_tells() {
     // Long enough to revoke the grant (and see it revoked) while it runs.
     let script = format!("sleep 30; {WHOAMI}");
     let tools: Api<McpTool> = ns.api();
-    tools.create(&PostParams::default(), &shell_tool("slow", &script, json!({"restricted": true}))).await.unwrap();
+    tools
+        .create(&PostParams::default(), &shell_tool("slow", &script, json!({"restricted": true})))
+        .await
+        .unwrap();
     let url = frontend.url();
     eventually("the restricted tool listed to the granted caller", Duration::from_secs(30), || async {
         listed_names_for(&url, Some(&granted)).await.contains(&"slow".to_string()).then_some(())
@@ -273,7 +277,8 @@ async fn a_grant_revoked_while_a_listen_is_open_ends_what_the_listen_tells() {
     // The run finished: the listen says no more of it and ends.
     let mut told = Vec::new();
     let closing = loop {
-        let message = stream.next(Duration::from_secs(30)).await.expect("the listen to end once it may not tell");
+        let message =
+            stream.next(Duration::from_secs(30)).await.expect("the listen to end once it may not tell");
         if message.get("id").is_some() {
             break message;
         }

@@ -57,7 +57,10 @@ fn only_a_preemptible_tool_run_is_asked_for_its_slot_back_mid_step() {
     all[1].work.preemptible = true;
     let preempting = Budget::new(10).capping(RUN, 2).preempting_after(Duration::from_secs(60));
     let woken = |all: &[Seen]| -> Vec<String> {
-        holders_over_share(all, &all[2].work, &preempting, at(10_000)).iter().map(|w| w.name.clone()).collect()
+        holders_over_share(all, &all[2].work, &preempting, at(10_000))
+            .iter()
+            .map(|w| w.name.clone())
+            .collect()
     };
     assert_eq!(woken(&all), ["long-stoppable"], "the run that may not be stopped is never asked");
     // Both are over bob's share: which gives way is the tool's to say.
