@@ -127,8 +127,8 @@ pub struct Config {
     #[arg(long, env = "OUTPUTS_URL")]
     pub outputs_url: Option<String>,
 
-    /// Files this replica streams to callers at once; more are refused with
-    /// when to retry.
+    /// Files this replica streams to callers at once, a quarter of them (at
+    /// least one) per caller; more are refused with when to retry.
     #[arg(long, env = "MAX_FILE_READS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_file_reads: u32,
 

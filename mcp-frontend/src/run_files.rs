@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::core::{OwnedWaitSlot, WaitCap, WaitSlots};
 use bytes::Bytes;
 use futures::Stream;
 use http_body_util::BodyExt as _;
@@ -13,7 +14,6 @@ use hyper_util::rt::TokioExecutor;
 use mining_api::ToolRun;
 use mining_api::ownership::OwnershipKeys;
 use mining_api::tool_outputs::ToolOutput;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a read token lives: long enough for the request, no longer.
 const READ_TOKEN_SECONDS: u64 = 60;
@@ -34,39 +34,45 @@ pub enum ReadError {
 pub struct RunFiles {
     base: String,
     client: Client<HttpConnector, http_body_util::Empty<Bytes>>,
-    reads: std::sync::Arc<Semaphore>,
-    max_reads: usize,
+    /// Reads at once: in all, and per caller (a quarter, at least one), so
+    /// one caller's stalled reads never hold every slot (red team, round 5).
+    reads: std::sync::Arc<WaitSlots>,
 }
 
 impl RunFiles {
     /// Reads from the outputs server at `base` (`--outputs-url`), at most
-    /// `max_reads` at once.
+    /// `max_reads` at once, a quarter of them (at least one) per caller.
     pub fn new(base: &str, max_reads: usize) -> Self {
+        let max_reads = max_reads.max(1);
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         Self {
             base: base.trim_end_matches('/').to_string(),
             client: Client::builder(TokioExecutor::new()).build(connector),
-            reads: std::sync::Arc::new(Semaphore::new(max_reads.max(1))),
-            max_reads,
+            reads: std::sync::Arc::new(WaitSlots::new((max_reads / 4).max(1), max_reads)),
         }
     }
 
-    /// The bytes of `output` of `run`, as a stream that holds a read slot
-    /// until it ends.
+    /// The bytes of `output` of `run`, read for the caller labelled
+    /// `caller_label`, as a stream that holds one of its read slots until it ends.
     pub async fn open(
         &self,
         keys: &OwnershipKeys,
+        caller_label: &str,
         run: &ToolRun,
         output: &ToolOutput,
     ) -> Result<impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<>, ReadError> {
         let busy = |message: String| ReadError::Busy { message, retry_after_seconds: 5 };
-        let Ok(permit) = self.reads.clone().try_acquire_owned() else {
-            return Err(busy(format!(
-                "{} files are being read at once (this replica's limit)",
-                self.max_reads
-            )));
-        };
+        let permit = self.reads.take_owned(caller_label).map_err(|cap| {
+            let (per_caller, total) = self.reads.caps();
+            busy(match cap {
+                WaitCap::PerCaller => format!(
+                    "this caller is already reading as many files at once as one caller may on this replica \
+                     ({per_caller})"
+                ),
+                WaitCap::Total => format!("{total} files are being read at once (this replica's limit)"),
+            })
+        })?;
         let ids = [
             run.metadata.namespace.as_deref().unwrap_or_default(),
             run.metadata.name.as_deref().unwrap_or_default(),
@@ -106,7 +112,7 @@ impl RunFiles {
 
 fn frames(
     body: hyper::body::Incoming,
-    permit: OwnedSemaphorePermit,
+    permit: OwnedWaitSlot,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
     futures::stream::unfold(Some((body, permit)), |state| async move {
         let (mut body, permit) = state?;
@@ -122,4 +128,60 @@ fn frames(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// An outputs server that starts every answer and never finishes it,
+    /// as a stalled reader leaves a read.
+    async fn stalling_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let _ = socket.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").await;
+                held.push(socket);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn one_callers_reads_never_hold_every_slot() {
+        // Red team round 5: one caller's stalled reads held every read slot.
+        let files = RunFiles::new(&stalling_server().await, 4);
+        let keys = OwnershipKeys::new(vec![7; 32], None).unwrap();
+        let run = mining_api::testing::tool_run_with_files(Some(mining_api::ToolRunPhase::Succeeded), &["f"]);
+        let output = ToolOutput {
+            name: "f".into(),
+            media_type: "text/plain".into(),
+            size: 10,
+            sha256: "0".repeat(64),
+        };
+        let held = files.open(&keys, "bob", &run, &output).await.expect("bob's first read");
+        let Err(ReadError::Busy { message, .. }) = files.open(&keys, "bob", &run, &output).await else {
+            panic!("bob's second read at once is refused")
+        };
+        assert!(message.contains("as many files at once as one caller may"), "{message}");
+        let mut others = Vec::new();
+        for caller in ["alice", "carol", "dave"] {
+            others.push(
+                files.open(&keys, caller, &run, &output).await.unwrap_or_else(|_| panic!("{caller} reads")),
+            );
+        }
+        let Err(ReadError::Busy { message, .. }) = files.open(&keys, "erin", &run, &output).await else {
+            panic!("past the replica's limit")
+        };
+        assert!(message.contains("4 files are being read at once"), "{message}");
+        drop(held);
+        let again = files.open(&keys, "bob", &run, &output).await;
+        assert!(again.is_ok(), "a slot given back is bob's again");
+        drop(others);
+    }
 }

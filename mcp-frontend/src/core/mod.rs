@@ -42,7 +42,7 @@ pub use list::Listed;
 pub use respond::{RespondError, Responded};
 pub use served::{Refreshed, Served};
 pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};
-pub use wait::{Unattended, WaitCap, WaitListener, WaitSlots};
+pub use wait::{OwnedWaitSlot, Unattended, WaitCap, WaitListener, WaitSlots};
 
 /// Shared by every request of every protocol face.
 pub struct Core {

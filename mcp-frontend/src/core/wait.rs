@@ -113,6 +113,18 @@ impl WaitSlots {
 
     /// A slot for `caller_label`, or the cap that is full.
     pub fn take(&self, caller_label: &str) -> Result<WaitSlot<'_>, WaitCap> {
+        self.reserve(caller_label)?;
+        Ok(WaitSlot { slots: self, caller_label: caller_label.to_string() })
+    }
+
+    /// [`Self::take`] for a slot that outlives the borrow (a streamed
+    /// response holds it until its last byte).
+    pub fn take_owned(self: &std::sync::Arc<Self>, caller_label: &str) -> Result<OwnedWaitSlot, WaitCap> {
+        self.reserve(caller_label)?;
+        Ok(OwnedWaitSlot { slots: self.clone(), caller_label: caller_label.to_string() })
+    }
+
+    fn reserve(&self, caller_label: &str) -> Result<(), WaitCap> {
         let mut held = self.lock();
         let (total, per_caller) = &mut *held;
         let mine = per_caller.get(caller_label).copied().unwrap_or(0);
@@ -124,7 +136,19 @@ impl WaitSlots {
         }
         *total += 1;
         per_caller.insert(caller_label.to_string(), mine + 1);
-        Ok(WaitSlot { slots: self, caller_label: caller_label.to_string() })
+        Ok(())
+    }
+
+    fn release(&self, caller_label: &str) {
+        let mut held = self.lock();
+        let (total, per_caller) = &mut *held;
+        *total = total.saturating_sub(1);
+        if let Some(mine) = per_caller.get_mut(caller_label) {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                per_caller.remove(caller_label);
+            }
+        }
     }
 
     /// The caps: (per caller, in total).
@@ -140,15 +164,19 @@ impl WaitSlots {
 
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
-        let mut held = self.slots.lock();
-        let (total, per_caller) = &mut *held;
-        *total = total.saturating_sub(1);
-        if let Some(mine) = per_caller.get_mut(&self.caller_label) {
-            *mine = mine.saturating_sub(1);
-            if *mine == 0 {
-                per_caller.remove(&self.caller_label);
-            }
-        }
+        self.slots.release(&self.caller_label);
+    }
+}
+
+/// A slot held by a value that owns it (see [`WaitSlots::take_owned`]).
+pub struct OwnedWaitSlot {
+    slots: std::sync::Arc<WaitSlots>,
+    caller_label: String,
+}
+
+impl Drop for OwnedWaitSlot {
+    fn drop(&mut self) {
+        self.slots.release(&self.caller_label);
     }
 }
 

@@ -68,7 +68,7 @@ async fn open(
     let Some(files) = &core.files else {
         return Err(McpError::internal_error("this install keeps no tool files (no --outputs-url)", None));
     };
-    match files.open(&core.keys, &run, &output).await {
+    match files.open(&core.keys, &caller.digest, &run, &output).await {
         Ok(bytes) => Ok((output, bytes)),
         Err(ReadError::Missing) => Err(not_found(uri)),
         Err(ReadError::Busy { message, retry_after_seconds }) => Err(McpError::internal_error(
