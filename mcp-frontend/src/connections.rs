@@ -8,9 +8,14 @@
 //! request, and is not serving one now, gives its place to a new
 //! connection when the pool (or its peer's share) is full — the oldest such
 //! first. A client holding a thousand idle connections holds them only until
-//! somebody else connects; connections that have carried an authenticated
-//! call keep theirs. Only when every place is held by busy or proven
-//! connections is a newcomer refused, told which limit and when to retry.
+//! somebody else connects. Connections that have carried an authenticated
+//! call keep theirs — unless one caller holds more of them than any other:
+//! when nothing unproven is idle, an idle connection of the caller holding
+//! the most gives way (never a caller's last), so a caller spreading keep-
+//! alive connections over many addresses cannot hold the pool (red team,
+//! round 5). Only when every place is held by busy connections or by
+//! callers' last ones is a newcomer refused, told which limit and when to
+//! retry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -41,8 +46,8 @@ struct Open {
     peer: IpAddr,
     /// Counted in its peer's share (its peer is not a trusted proxy).
     shared: bool,
-    /// Has carried an authenticated request.
-    proven: bool,
+    /// The caller (digest) whose authenticated request it carried, if any.
+    proven: Option<String>,
     /// Requests being served on it now.
     busy: usize,
     evict: CancellationToken,
@@ -57,12 +62,31 @@ struct Table {
 }
 
 impl Table {
-    /// The oldest connection that may give way (of `peer` only, when given).
-    fn oldest_idle_unproven(&self, peer: Option<IpAddr>) -> Option<u64> {
-        self.open
-            .iter()
-            .find(|(_, open)| !open.proven && open.busy == 0 && peer.is_none_or(|peer| open.peer == peer))
-            .map(|(id, _)| *id)
+    /// The oldest connection that may give way (of `peer` only, when
+    /// given): an idle one never proven, else an idle one of the caller
+    /// holding the most proven connections (of `peer`), when that caller
+    /// holds more than one.
+    fn victim(&self, peer: Option<IpAddr>) -> Option<u64> {
+        let of_peer = |open: &&Open| peer.is_none_or(|peer| open.peer == peer);
+        let unproven =
+            self.open.iter().find(|(_, open)| open.proven.is_none() && open.busy == 0 && of_peer(open));
+        if let Some((id, _)) = unproven {
+            return Some(*id);
+        }
+        let mut held: HashMap<&str, usize> = HashMap::new();
+        for open in self.open.values().filter(|open| of_peer(open)) {
+            if let Some(caller) = &open.proven {
+                *held.entry(caller.as_str()).or_default() += 1;
+            }
+        }
+        let idle_of = |caller: &str| {
+            self.open
+                .iter()
+                .find(|(_, open)| open.busy == 0 && of_peer(open) && open.proven.as_deref() == Some(caller))
+        };
+        let mut heaviest: Vec<(&str, usize)> = held.into_iter().filter(|(_, count)| *count > 1).collect();
+        heaviest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        heaviest.into_iter().find_map(|(caller, _)| idle_of(caller)).map(|(id, _)| *id)
     }
 
     fn remove(&mut self, id: u64) -> Option<Open> {
@@ -123,7 +147,8 @@ impl Connections {
     /// A place for a new connection from `peer`: within the pool and, for a
     /// peer that is not a trusted proxy, within its share — made, when
     /// full, by closing the oldest idle connection that never carried an
-    /// authenticated request (of the same peer when its share is full).
+    /// authenticated request, else an idle one of the caller holding the
+    /// most (of the same peer when its share is full).
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Place, Refused> {
         let peer = peer.to_canonical();
         let shared = !self.limits.trusted_proxies.contains(peer);
@@ -132,7 +157,7 @@ impl Connections {
         if shared
             && table.per_source.get(&peer).copied().unwrap_or(0) >= self.limits.max_connections_per_source
         {
-            let victim = table.oldest_idle_unproven(Some(peer));
+            let victim = table.victim(Some(peer));
             let open = victim.and_then(|id| table.remove(id));
             let Some(open) = open else {
                 return Err(Refused::PerSource(self.limits.max_connections_per_source));
@@ -141,7 +166,7 @@ impl Connections {
             displaced += 1;
         }
         if table.open.len() >= self.limits.max_connections {
-            let victim = table.oldest_idle_unproven(None);
+            let victim = table.victim(None);
             let open = victim.and_then(|id| table.remove(id));
             let Some(open) = open else { return Err(Refused::Total(self.limits.max_connections)) };
             open.evict.cancel();
@@ -150,7 +175,7 @@ impl Connections {
         let id = table.next_id;
         table.next_id += 1;
         let evicted = CancellationToken::new();
-        table.open.insert(id, Open { peer, shared, proven: false, busy: 0, evict: evicted.clone() });
+        table.open.insert(id, Open { peer, shared, proven: None, busy: 0, evict: evicted.clone() });
         if shared {
             *table.per_source.entry(peer).or_default() += 1;
         }
@@ -181,10 +206,11 @@ impl Drop for Place {
 }
 
 impl ConnectionHandle {
-    /// The connection carried an authenticated request: it keeps its place.
-    pub fn prove(&self) {
+    /// The connection carried a request authenticated as `caller` (its
+    /// digest): it keeps its place, within that caller's fair part.
+    pub fn prove(&self, caller: &str) {
         if let Some(open) = self.connections.lock().open.get_mut(&self.id) {
-            open.proven = true;
+            open.proven = Some(caller.to_string());
         }
     }
 
@@ -239,7 +265,7 @@ mod tests {
         let connections = pool(3, 3, "");
         let peer = ip("10.0.0.1");
         let proven = connections.admit(peer).unwrap();
-        proven.handle().prove();
+        proven.handle().prove("alice");
         let busy = connections.admit(peer).unwrap();
         let _serving = busy.handle().busy();
         let idle = connections.admit(peer).unwrap();
@@ -247,7 +273,7 @@ mod tests {
         assert!(
             idle.evicted.is_cancelled() && !proven.evicted.is_cancelled() && !busy.evicted.is_cancelled()
         );
-        newcomer.handle().prove();
+        newcomer.handle().prove("bob");
         assert_eq!(connections.admit(ip("10.0.0.3")).unwrap_err(), Refused::Total(3));
         assert_eq!(connections.admit(peer).unwrap_err(), Refused::Total(3));
         drop(newcomer);
@@ -259,7 +285,7 @@ mod tests {
         let connections = pool(10, 2, "");
         let peer = ip("10.0.0.1");
         let held: Vec<Place> = (0..2).map(|_| connections.admit(peer).unwrap()).collect();
-        held.iter().for_each(|place| place.handle().prove());
+        held.iter().enumerate().for_each(|(i, place)| place.handle().prove(&format!("caller-{i}")));
         assert_eq!(connections.admit(peer).unwrap_err(), Refused::PerSource(2));
         assert!(connections.admit(ip("10.0.0.2")).is_ok(), "another peer is not refused");
     }
@@ -276,5 +302,35 @@ mod tests {
         assert_eq!(connections.sources(), 1);
         drop(one);
         assert_eq!(connections.sources(), 0);
+    }
+
+    #[test]
+    fn one_caller_holding_proven_connections_gives_way_to_others() {
+        // Red team round 5: one caller's 80 connections from 4 addresses,
+        // each proven by one authenticated ping and kept alive, left no
+        // place for anyone.
+        let connections = pool(8, 2, "");
+        let flood: Vec<Place> = (0..8)
+            .map(|i| {
+                let place = connections.admit(ip(&format!("10.0.0.{}", i / 2 + 1))).unwrap();
+                place.handle().prove("bob");
+                place
+            })
+            .collect();
+        let alice = connections.admit(ip("10.0.1.1")).expect("a newcomer gets in");
+        assert_eq!(alice.displaced, 1);
+        assert!(flood[0].evicted.is_cancelled(), "bob's oldest idle connection gave way");
+        alice.handle().prove("alice");
+        let _busy = flood[1].handle().busy();
+        let carol = connections.admit(ip("10.0.2.1")).expect("and another");
+        assert!(flood[2].evicted.is_cancelled(), "bob's oldest idle one again; a busy one is kept");
+        assert!(!flood[1].evicted.is_cancelled() && !alice.evicted.is_cancelled());
+        drop(carol);
+        // A caller's last connection is never taken: with one each, a full pool refuses.
+        let small = pool(2, 2, "");
+        let (one, two) = (small.admit(ip("10.0.0.1")).unwrap(), small.admit(ip("10.0.0.2")).unwrap());
+        one.handle().prove("alice");
+        two.handle().prove("bob");
+        assert_eq!(small.admit(ip("10.0.0.3")).unwrap_err(), Refused::Total(2));
     }
 }

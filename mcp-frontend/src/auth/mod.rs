@@ -186,7 +186,7 @@ pub async fn require_caller(
         Ok(caller) => {
             // The connection carried an authenticated request: it keeps its place.
             if let Some(connection) = request.extensions().get::<crate::connections::ConnectionHandle>() {
-                connection.prove();
+                connection.prove(&caller.digest);
             }
             request.extensions_mut().insert(caller);
             next.run(request).await
