@@ -35,7 +35,27 @@ impl Release {
     /// Installs (and waits for) a release whose Roles cover only its own
     /// namespaces: the operator must not reconcile other tests' workflows.
     pub async fn install(prefix: &str, values: &[&str]) -> Self {
+        Self::install_with_secrets(prefix, values, &[]).await
+    }
+
+    /// [`Release::install`] with `secrets` (name, [(key, value)]) made in
+    /// the release namespace first, as an administrator makes the Secrets
+    /// an install's `existingSecret` values name.
+    pub async fn install_with_secrets(
+        prefix: &str,
+        values: &[&str],
+        secrets: &[(&str, &[(&str, &str)])],
+    ) -> Self {
         let ns = TestNamespace::new(prefix).await;
+        for (name, data) in secrets {
+            let mut secret = k8s_openapi::api::core::v1::Secret::default();
+            secret.metadata.name = Some((*name).to_string());
+            secret.string_data = Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+            ns.api::<k8s_openapi::api::core::v1::Secret>()
+                .create(&Default::default(), &secret)
+                .await
+                .unwrap();
+        }
         let work = TestNamespace::new(&format!("{prefix}-work")).await;
         let callers = TestNamespace::new(&format!("{prefix}-callers")).await;
         install_crd(&ns.client).await;

@@ -266,11 +266,15 @@ async fn oidc_mode_with_the_api_server_as_issuer_reads_its_keys_under_the_charts
 /// tool as alice through the frontend's Service, and reads its CSV with the
 /// Python SDK through the same Service: the bytes must be the CSV the test
 /// makes. Returns the release (to look at, then uninstall).
-async fn report_read_through_the_service(prefix: &str, values: &[&str]) -> Release {
+async fn report_read_through_the_service(
+    prefix: &str,
+    values: &[&str],
+    secrets: &[(&str, &[(&str, &str)])],
+) -> Release {
     use sha2::Digest as _;
     let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
-    let release =
-        Release::install(prefix, &[&tokens[..], &["--set", "frontend.replicas=1"], values].concat()).await;
+    let values = [&tokens[..], &["--set", "frontend.replicas=1"], values].concat();
+    let release = Release::install_with_secrets(prefix, &values, secrets).await;
     let report: mining_api::McpTool = serde_json::from_value(json!({
         "apiVersion": "mining-operator.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": "report"},
         "spec": {"description": "Writes a CSV and a chart.", "waitBudgetSeconds": 5,
@@ -307,7 +311,7 @@ async fn report_read_through_the_service(prefix: &str, values: &[&str]) -> Relea
 async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
     // Two operator replicas (the default): only the leader's volume holds
     // files, and the outputs Service reaches only the leader.
-    let release = report_read_through_the_service("helm-files", &[]).await;
+    let release = report_read_through_the_service("helm-files", &[], &[]).await;
     let outputs = format!("{}-operator-outputs", release.fullname());
     let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
     assert_eq!(ready_addresses(&endpoints).len(), 1, "{endpoints:?}");
@@ -323,7 +327,8 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_st
     let s3 = server.addr;
     // The operator's Pods share the host's network here, so they reach it.
     let endpoint = format!("outputs.s3.endpoint=http://{s3}");
-    let credentials = r#"operator.extraEnv=[{"name":"AWS_ACCESS_KEY_ID","value":"chart-access"},{"name":"AWS_SECRET_ACCESS_KEY","value":"chart-secret-key"}]"#;
+    // The credentials as the chart documents them: a Secret the
+    // administrator made, named by `outputs.s3.existingSecret` (envFrom).
     let values = [
         "--set",
         "outputs.store=s3",
@@ -333,10 +338,13 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_st
         &endpoint,
         "--set",
         "outputs.s3.allowHttp=true",
-        "--set-json",
-        credentials,
+        "--set",
+        "outputs.s3.existingSecret=s3-credentials",
     ];
-    let release = report_read_through_the_service("helm-s3", &values).await;
+    let credentials: &[(&str, &str)] =
+        &[("AWS_ACCESS_KEY_ID", "chart-access"), ("AWS_SECRET_ACCESS_KEY", "chart-secret-key")];
+    let release =
+        report_read_through_the_service("helm-s3", &values, &[("s3-credentials", credentials)]).await;
     // The bytes are in the bucket, under the configured prefix.
     let stored =
         std::fs::read_dir(root.join("runs-bucket").join("tool-outputs")).map(|d| d.count()).unwrap_or(0);

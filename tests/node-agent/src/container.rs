@@ -104,7 +104,7 @@ pub(crate) fn environment(
     pod: &Pod,
     container: &Container,
     pod_ip: Ipv4Addr,
-    secrets: &BTreeMap<(String, String), String>,
+    sources: &crate::volumes::EnvSources,
 ) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
@@ -116,6 +116,27 @@ pub(crate) fn environment(
     // As the kubelet does: a value's `$(NAME)` expands with the variables
     // the container's env defined before it, and `$$` is one `$`.
     let mut defined = BTreeMap::new();
+    // `envFrom` first, each source's keys with its prefix (never expanded),
+    // as the kubelet does; `env` then overrides them.
+    for from in container.env_from.iter().flatten() {
+        let source = match (&from.secret_ref, &from.config_map_ref) {
+            (Some(secret), _) => crate::volumes::secret_source(&secret.name),
+            (None, Some(map)) => crate::volumes::config_map_source(&map.name),
+            (None, None) => continue,
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        for ((_, key), value) in
+            sources.range((source.clone(), String::new())..).take_while(|((s, _), _)| *s == source)
+        {
+            let name = format!("{prefix}{key}");
+            if name.is_empty() || name.contains('=') {
+                tracing::warn!(var = %name, "not a valid variable name; left unset");
+                continue;
+            }
+            defined.insert(name.clone(), value.clone());
+            env.insert(name, value.clone());
+        }
+    }
     for var in container.env.iter().flatten() {
         let value = if let Some(value) = &var.value {
             Some(crate::network::expand(value, &defined))
@@ -135,9 +156,9 @@ pub(crate) fn environment(
             }
         } else if let Some(reference) = var.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
             // Never expanded: a Secret's value reaches the process as stored.
-            secrets.get(&(reference.name.clone(), reference.key.clone())).cloned()
+            sources.get(&(crate::volumes::secret_source(&reference.name), reference.key.clone())).cloned()
         } else {
-            tracing::warn!(var = %var.name, "only value, fieldRef and secretKeyRef env are supported; left unset");
+            tracing::warn!(var = %var.name, "only value, fieldRef and secretKeyRef env (and envFrom) are supported; left unset");
             None
         };
         if let Some(value) = value {
@@ -175,7 +196,7 @@ pub struct Sandbox {
     /// The Pod's prepared volumes by name, mounted where a container asks.
     pub volumes: std::collections::BTreeMap<String, PathBuf>,
     /// The values `secretKeyRef` env variables name: (Secret, key) → value.
-    pub secrets: BTreeMap<(String, String), String>,
+    pub secrets: crate::volumes::EnvSources,
 }
 
 /// Starts the container's process from a host binary (a test double mapped
@@ -342,10 +363,33 @@ mod tests {
             {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
             {"name": "AFTER", "value": "x"}]}))
         .unwrap();
-        let secrets = BTreeMap::from([(("s".to_string(), "k".to_string()), "$(API_KEY)".to_string())]);
+        let secrets = BTreeMap::from([(("secret/s".to_string(), "k".to_string()), "$(API_KEY)".to_string())]);
         let env = environment(&Pod::default(), &container, Ipv4Addr::LOCALHOST, &secrets);
         assert_eq!(env["ECHO"], "key=s3cret kept=$(API_KEY) later=$(AFTER)");
         assert_eq!(env["FROM_SECRET"], "$(API_KEY)", "a Secret's value is never expanded");
+    }
+
+    #[test]
+    fn env_from_brings_every_key_with_its_prefix_and_env_overrides_it() {
+        // The chart's S3 `existingSecret` reaches the operator by envFrom
+        // (red team round 5: the agent ignored it, so that path never ran).
+        let container: Container = serde_json::from_value(serde_json::json!({"name": "c",
+            "envFrom": [{"secretRef": {"name": "s3"}}, {"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+            "env": [{"name": "AWS_REGION", "value": "eu-$(AWS_ACCESS_KEY_ID)"}, {"name": "CM_A", "value": "mine"}]}))
+        .unwrap();
+        let sources = BTreeMap::from([
+            (("secret/s3".to_string(), "AWS_ACCESS_KEY_ID".to_string()), "id".to_string()),
+            (("secret/s3".to_string(), "AWS_SECRET_ACCESS_KEY".to_string()), "$(X)".to_string()),
+            (("secret/s3x".to_string(), "OTHER".to_string()), "no".to_string()),
+            (("configmap/cm".to_string(), "A".to_string()), "a".to_string()),
+            (("configmap/cm".to_string(), "B".to_string()), "b".to_string()),
+        ]);
+        let env = environment(&Pod::default(), &container, Ipv4Addr::LOCALHOST, &sources);
+        assert_eq!(env["AWS_ACCESS_KEY_ID"], "id");
+        assert_eq!(env["AWS_SECRET_ACCESS_KEY"], "$(X)", "never expanded");
+        assert!(!env.contains_key("OTHER"), "only the named source's keys");
+        assert_eq!((env["CM_A"].as_str(), env["CM_B"].as_str()), ("mine", "b"), "env overrides envFrom");
+        assert_eq!(env["AWS_REGION"], "eu-id", "env expands what envFrom defined");
     }
 
     #[test]

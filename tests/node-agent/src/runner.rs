@@ -82,7 +82,7 @@ impl PodRunner {
         // again every few seconds (it may be created), as a kubelet does.
         let mut reported: Option<String> = None;
         loop {
-            let config = match crate::volumes::secret_env(&self.client, &self.pod).await {
+            let config = match crate::volumes::env_sources(&self.client, &self.pod).await {
                 Ok(secrets) => crate::volumes::prepare(&self.client, &self.pod, &self.dir)
                     .await
                     .map(|volumes| (secrets, volumes)),

@@ -10,38 +10,87 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, KeyToPath, Pod, Secret, Volume};
 use kube::api::Api;
 
-/// The values of every `env[].valueFrom.secretKeyRef` of `pod`'s
-/// containers, read once when the Pod starts as the kubelet reads them:
-/// (Secret, key) → value. A missing Secret or key fails the Pod unless the
-/// reference is optional.
-pub async fn secret_env(
-    client: &kube::Client,
-    pod: &Pod,
-) -> Result<BTreeMap<(String, String), String>, String> {
+/// What containers' environments are made of besides literal values:
+/// (source, key) → value, the source being [`secret_source`] or
+/// [`config_map_source`] of a name.
+pub type EnvSources = BTreeMap<(String, String), String>;
+
+pub fn secret_source(name: &str) -> String {
+    format!("secret/{name}")
+}
+
+pub fn config_map_source(name: &str) -> String {
+    format!("configmap/{name}")
+}
+
+/// The values every `env[].valueFrom.secretKeyRef` and every
+/// `envFrom[]` (`secretRef`, `configMapRef`) of `pod`'s containers
+/// refer to, read once when the Pod starts as the kubelet reads them. A
+/// missing Secret, ConfigMap or key fails the Pod unless the reference is
+/// optional.
+pub async fn env_sources(client: &kube::Client, pod: &Pod) -> Result<EnvSources, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let mut values = BTreeMap::new();
-    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+    let containers: Vec<&Container> = pod.spec.iter().flat_map(|s| s.containers.iter()).collect();
+    let secret_data = |name: String| {
+        let secrets = secrets.clone();
+        async move {
+            let secret = secrets
+                .get_opt(&name)
+                .await
+                .map_err(|err| format!("reading secret {namespace}/{name}: {err}"))?;
+            Ok::<_, String>(secret.map(|secret| {
+                secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|(key, bytes)| Some((key, String::from_utf8(bytes.0).ok()?)))
+                    .collect::<BTreeMap<String, String>>()
+            }))
+        }
+    };
     for reference in containers
+        .iter()
         .flat_map(|c| c.env.iter().flatten())
         .filter_map(|v| v.value_from.as_ref()?.secret_key_ref.as_ref())
     {
         let name = reference.name.clone();
-        let secret = secrets
-            .get_opt(&name)
-            .await
-            .map_err(|err| format!("reading secret {namespace}/{name}: {err}"))?;
-        let value = secret.and_then(|secret| {
-            let data = secret.data.unwrap_or_default();
-            let bytes = data.get(&reference.key)?.0.clone();
-            String::from_utf8(bytes).ok()
-        });
+        let value = secret_data(name.clone()).await?.and_then(|data| data.get(&reference.key).cloned());
         match value {
             Some(value) => {
-                values.insert((name, reference.key.clone()), value);
+                values.insert((secret_source(&name), reference.key.clone()), value);
             }
             None if reference.optional == Some(true) => {}
             None => return Err(format!("secret {namespace}/{name} has no key {:?}", reference.key)),
+        }
+    }
+    for from in containers.iter().flat_map(|c| c.env_from.iter().flatten()) {
+        if let Some(reference) = &from.secret_ref {
+            match secret_data(reference.name.clone()).await? {
+                Some(data) => {
+                    values.extend(data.into_iter().map(|(k, v)| ((secret_source(&reference.name), k), v)))
+                }
+                None if reference.optional == Some(true) => {}
+                None => return Err(format!("secret {namespace}/{} not found (envFrom)", reference.name)),
+            }
+        }
+        if let Some(reference) = &from.config_map_ref {
+            let found = config_maps
+                .get_opt(&reference.name)
+                .await
+                .map_err(|err| format!("reading configmap {namespace}/{}: {err}", reference.name))?;
+            match found {
+                Some(map) => values.extend(
+                    map.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| ((config_map_source(&reference.name), k), v)),
+                ),
+                None if reference.optional == Some(true) => {}
+                None => return Err(format!("configmap {namespace}/{} not found (envFrom)", reference.name)),
+            }
         }
     }
     Ok(values)
