@@ -146,6 +146,14 @@ fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_tur
     let order = names(&queue(&all));
     let place = order.iter().position(|n| *n == "mcp").unwrap();
     assert!(place <= 1, "the caller's workflow waits {place} turns");
+    // Red team round 5 saw the caller admitted after 3 of them: a caller
+    // already holding 2 slots waits while the direct party takes as many,
+    // then turns alternate. That is the share, not the label.
+    all.push(seen_in("shared", Some("caller"), "held-1", 50, Lifecycle::Active));
+    all.push(seen_in("shared", Some("caller"), "held-2", 51, Lifecycle::Active));
+    let order = names(&queue(&all));
+    let place = order.iter().position(|n| *n == "mcp").unwrap();
+    assert!(place <= 3, "behind at most the 2 slots it holds and one turn: {place}");
 }
 
 #[test]
