@@ -315,6 +315,15 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_lead
     let outputs = format!("{}-operator-outputs", release.fullname());
     let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
     assert_eq!(ready_addresses(&endpoints).len(), 1, "{endpoints:?}");
+    // The default install binds nobody in its workflow namespace: the
+    // audit of who holds the callers' runs lists nobody (exit status 0).
+    let audited = std::process::Command::new(cluster_tests::mcp::release_binary("kubectl-mining"))
+        .args(["audit", "-n", &release.work.name, "--product-namespace", &release.ns.name, "-o", "json"])
+        .output()
+        .expect("kubectl-mining runs");
+    let report: Value = serde_json::from_slice(&audited.stdout).unwrap_or_default();
+    assert_eq!(audited.status.code(), Some(0), "{report:#} {}", String::from_utf8_lossy(&audited.stderr));
+    assert_eq!(report["findings"], json!([]), "{report:#}");
     release.helm_in_namespace(&["uninstall", &release.name, "--wait", "--timeout", "120s"]);
 }
 
