@@ -34,6 +34,7 @@ pub mod quota;
 pub mod reach_watch;
 pub mod run_files;
 pub mod serve;
+pub mod slots;
 pub mod tasks;
 pub mod tool_runs;
 pub mod tools;

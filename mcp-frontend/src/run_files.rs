@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::core::{OwnedWaitSlot, WaitCap, WaitSlots};
+use crate::slots::{OwnedWaitSlot, WaitCap, WaitSlots};
 use bytes::Bytes;
 use futures::Stream;
 use http_body_util::BodyExt as _;

@@ -35,6 +35,7 @@ use crate::quota::Quotas;
 use crate::tool_runs::access::Denied;
 use crate::tools::Limits;
 
+pub use crate::slots::{OwnedWaitSlot, WaitCap, WaitSlots};
 pub use answer::Answer;
 pub use cancel::CancelOutcome;
 pub use kinds::{Any, Home, Homes, KindId, Kinds, Registered, Starter};
@@ -42,7 +43,7 @@ pub use list::Listed;
 pub use respond::{RespondError, Responded};
 pub use served::{Refreshed, Served};
 pub use start::{IDEMPOTENCY_META_KEY, StartOptions, Started};
-pub use wait::{OwnedWaitSlot, Unattended, WaitCap, WaitListener, WaitSlots};
+pub use wait::{Unattended, WaitListener};
 
 /// Shared by every request of every protocol face.
 pub struct Core {
