@@ -35,7 +35,7 @@ pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp)
     let Some(head) = yield_to(all, me, budget) else {
         return Yield::Keep;
     };
-    let waited = waiting_since(&head.work).map(|since| now.duration_since(since).unsigned_abs());
+    let waited = waiting_since(&head.work).map(|since| elapsed(since, now));
     // `me` as the queue sees it: with its last admission this operator wrote.
     let me = all.iter().find(|s| s.work.uid == me.uid).map_or(me, |s| &s.work);
     match (budget.preempt_after, waited) {
@@ -62,7 +62,7 @@ pub fn protected_for(holder: &QueueEntry, after: Duration, now: Timestamp) -> Du
     let Some(admitted) = holder.admitted.filter(|_| holder.preemptions > 0) else { return Duration::ZERO };
     let doublings = holder.preemptions.min(MAX_DOUBLINGS);
     let protection = after.saturating_mul((1u32 << doublings) - 1);
-    let held = Duration::try_from(now.duration_since(admitted)).unwrap_or(Duration::ZERO);
+    let held = elapsed(admitted, now);
     protection.saturating_sub(held)
 }
 
@@ -80,12 +80,23 @@ const MAX_DOUBLINGS: u32 = 20;
 /// takes a slot back after the delay.
 pub fn may_take_back(head: &QueueEntry, holder: &QueueEntry) -> bool {
     match (holder.admitted, waiting_since(head)) {
-        (Some(taken), Some(waiting)) => taken <= waiting,
+        // In whole seconds: a creation time is the API server's, cut to
+        // the second, an admission the operator's to the nanosecond, so
+        // a head made at X.8 s after a holder took its slot at X.3 s reads
+        // as made at X.0 — before — and was never given the slot back
+        // (the lost wake-up of `days_long_blocks_…`, found in round 5).
+        (Some(taken), Some(waiting)) => taken.as_second() <= waiting.as_second(),
         // Holding, yet no admission written that this copy shows: it was
         // admitted a moment ago.
         (None, _) => false,
         (Some(_), None) => true,
     }
+}
+
+/// How long from `since` to `now`; zero when `now` is earlier (the API
+/// server's clock ahead of this operator's), never the distance backwards.
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }
 
 /// When `work` began waiting for the slot it waits for: its creation, or
@@ -102,7 +113,7 @@ fn waiting_since(work: &QueueEntry) -> Option<Timestamp> {
 /// from `now` (zero: already).
 pub fn preempt_in(head: &QueueEntry, budget: &Budget, now: Timestamp) -> Option<std::time::Duration> {
     let after = budget.preempt_after?;
-    let waited = waiting_since(head).map_or(after, |since| now.duration_since(since).unsigned_abs());
+    let waited = waiting_since(head).map_or(after, |since| elapsed(since, now));
     Some(after.saturating_sub(waited))
 }
 

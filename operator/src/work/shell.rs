@@ -74,11 +74,13 @@ impl<K: WorkKind> Shell<K> {
     /// two blocks) or asked by the head of the queue (`reclaim_for`).
     pub fn yielding(&self, work: &K, eligible: bool, at_boundary: bool, now: Timestamp) -> Yielding<'_> {
         let uid = work.meta().uid.as_deref().unwrap_or_default();
-        let may = eligible && (at_boundary || self.memory.take_preemption_request(uid));
-        let turn = may.then(|| self.memory.yield_turn()).flatten();
-        let decision = match turn {
-            Some(_) => self.queue.yield_for(&QueueEntry::of(work), now),
-            None => Yield::Keep,
+        // The turn first, then the head's request: a request taken while
+        // another reconcile held the turn was lost until the head asked again.
+        let turn = eligible.then(|| self.memory.yield_turn()).flatten();
+        let may = turn.is_some() && (at_boundary || self.memory.take_preemption_request(uid));
+        let decision = match may {
+            true => self.queue.yield_for(&QueueEntry::of(work), now),
+            false => Yield::Keep,
         };
         let turn = turn.filter(|_| decision != Yield::Keep);
         Yielding { decision, turn }

@@ -189,3 +189,34 @@ fn protection_doubles_with_each_preemption_and_runs_from_the_last_admission() {
     work.preemptions = u32::MAX;
     assert!(protected_for(&work, after, at(100)) >= after * 1_000_000, "no overflow, still protected");
 }
+
+#[test]
+fn a_head_made_in_the_second_a_holder_took_its_slot_may_take_it_back() {
+    // The lost wake-up: creation times are whole seconds, admissions are
+    // not. A head made at X.8 s (stored as X.0) after a holder took its
+    // slot at X.3 s was taken to have waited first, and never got a slot.
+    let holder_at = at(100).checked_add(jiff_millis(300)).unwrap();
+    let mut holder = seen_in("busy", None, "long", 0, Lifecycle::Active);
+    holder.work.admitted = Some(holder_at);
+    let head = seen_in("newcomer", Some("alice"), "short", 100, Lifecycle::Waiting);
+    assert!(may_take_back(&head.work, &holder.work));
+    let preempting = budget(1).preempting_after(std::time::Duration::from_secs(5));
+    let all = [holder.clone(), head];
+    assert_eq!(yield_for(&all, &holder.work, &preempting, at(106)), Yield::Now);
+    assert_eq!(names_of(holders_over_share(&all, &all[1].work, &preempting, at(106))), ["long"]);
+}
+
+#[test]
+fn a_clock_behind_the_api_servers_never_counts_as_time_waited() {
+    let preempting = budget(1).preempting_after(std::time::Duration::from_secs(60));
+    let holder = seen_in("busy", None, "long", 0, Lifecycle::Active);
+    let head = seen_in("newcomer", Some("alice"), "short", 1_000, Lifecycle::Waiting);
+    let all = [holder.clone(), head.clone()];
+    // `now` 500 s before the head's creation: it has waited nothing.
+    assert_eq!(yield_for(&all, &holder.work, &preempting, at(500)), Yield::AtBlockBoundary);
+    assert_eq!(preempt_in(&head.work, &preempting, at(500)), Some(std::time::Duration::from_secs(60)));
+}
+
+fn jiff_millis(ms: i64) -> k8s_openapi::jiff::SignedDuration {
+    k8s_openapi::jiff::SignedDuration::from_millis(ms)
+}
