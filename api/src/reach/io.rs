@@ -33,32 +33,12 @@ pub async fn audit(client: &Client, namespace: &str, product_namespace: &str) ->
     let all = ListParams::default();
     let role_bindings = Api::<RoleBinding>::namespaced(client.clone(), namespace).list(&all).await?.items;
     let cluster_bindings = Api::<ClusterRoleBinding>::all(client.clone()).list(&all).await?.items;
-    let rules_by_name =
-        |items: Vec<(Option<String>, Option<Vec<PolicyRule>>)>| -> HashMap<String, Vec<PolicyRule>> {
-            items
-                .into_iter()
-                .map(|(name, rules)| (name.unwrap_or_default(), rules.unwrap_or_default()))
-                .collect()
-        };
-    let roles = rules_by_name(
-        Api::<Role>::namespaced(client.clone(), namespace)
-            .list(&all)
-            .await?
-            .items
-            .into_iter()
-            .map(|role| (role.metadata.name, role.rules))
-            .collect(),
-    );
+    let roles =
+        rules_by_name(Api::<Role>::namespaced(client.clone(), namespace), |r| (r.metadata.name, r.rules));
     // An aggregated ClusterRole's rules are filled in by the control plane.
-    let cluster_roles = rules_by_name(
-        Api::<ClusterRole>::all(client.clone())
-            .list(&all)
-            .await?
-            .items
-            .into_iter()
-            .map(|role| (role.metadata.name, role.rules))
-            .collect(),
-    );
+    let cluster_roles =
+        rules_by_name(Api::<ClusterRole>::all(client.clone()), |r| (r.metadata.name, r.rules));
+    let (roles, cluster_roles) = (roles.await?, cluster_roles.await?);
     let rules_of = |kind: &str, name: &str| -> &[PolicyRule] {
         match kind {
             "Role" => roles.get(name),
@@ -129,6 +109,23 @@ pub async fn audit(client: &Client, namespace: &str, product_namespace: &str) ->
         }
     }
     Ok(Report { namespace: namespace.into(), findings, complete })
+}
+
+/// Every object of `api` (Roles or ClusterRoles) by name, with its rules
+/// (`parts` takes them out).
+async fn rules_by_name<K>(
+    api: Api<K>,
+    parts: impl Fn(K) -> (Option<String>, Option<Vec<PolicyRule>>),
+) -> Result<HashMap<String, Vec<PolicyRule>>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let listed = api.list(&ListParams::default()).await?.items;
+    Ok(listed
+        .into_iter()
+        .map(parts)
+        .map(|(name, rules)| (name.unwrap_or_default(), rules.unwrap_or_default()))
+        .collect())
 }
 
 /// Whether the API server's authorizers allow `holder` `right` in `namespace`.

@@ -43,6 +43,16 @@ fn shell_tool(name: &str, script: &str, spec: Value) -> McpTool {
     serde_json::from_value(value).unwrap()
 }
 
+/// The chart's `-mcp-caller` rule: what every MCP caller needs.
+fn mcp_caller_rule() -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
+        verbs: vec![mcp_permission::VERB.into()],
+        ..Default::default()
+    }
+}
+
 fn subject(name: &str, namespace: &str) -> Subject {
     Subject {
         kind: "ServiceAccount".into(),
@@ -95,12 +105,7 @@ async fn rbac_decides_who_sees_calls_and_follows_a_restricted_tool_and_only_a_to
     let granted = service_account_token(&callers, "granted").await;
     let plain = service_account_token(&callers, "plain").await;
     // Both may use the MCP tools (the chart's -mcp-caller rule) ...
-    let mcp = PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
-        verbs: vec![mcp_permission::VERB.into()],
-        ..Default::default()
-    };
+    let mcp = mcp_caller_rule();
     role(&ns, "callers", mcp, vec![subject("granted", &callers.name), subject("plain", &callers.name)]).await;
     // ... and only `granted` may call the restricted tool, by name: the
     // commands of docs/TOOLS.md, as printed (its names put in).
@@ -233,12 +238,7 @@ async fn a_grant_revoked_while_a_listen_is_open_ends_what_the_listen_tells() {
             .await;
     let callers = TestNamespace::new("listen-revoked-callers").await;
     let granted = service_account_token(&callers, "granted").await;
-    let mcp = PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
-        verbs: vec![mcp_permission::VERB.into()],
-        ..Default::default()
-    };
+    let mcp = mcp_caller_rule();
     role(&ns, "callers", mcp, vec![subject("granted", &callers.name)]).await;
     grant_as_documented(&ns.name, &callers.name, "granted", "slow");
     // Long enough to revoke the grant (and see it revoked) while it runs.
