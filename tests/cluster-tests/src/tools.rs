@@ -188,3 +188,15 @@ pub async fn define(ns: &TestNamespace, url: &str, defined: McpTool) {
     })
     .await;
 }
+
+/// The chart's `-mcp-caller` ClusterRole rule (`templates/operator-rbac.yaml`):
+/// what every MCP caller needs with `--auth kubernetes`.
+pub fn mcp_caller_rule() -> k8s_openapi::api::rbac::v1::PolicyRule {
+    use mining_api::mcp_permission;
+    k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![mining_api::GROUP.into()]),
+        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
+        verbs: vec![mcp_permission::VERB.into()],
+        ..Default::default()
+    }
+}

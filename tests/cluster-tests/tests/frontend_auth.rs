@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
+use cluster_tests::tools::mcp_caller_rule;
 use cluster_tests::{
     OperatorProcess, TestNamespace, account_token, eventually, install_crd, service_account_token,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
-use mining_api::{MiningWorkflow, mcp_permission};
+use mining_api::MiningWorkflow;
 use serde_json::json;
 
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
@@ -121,16 +122,6 @@ async fn a_callers_running_workflows_are_limited() {
     assert!(refused["result"]["content"][0]["text"].as_str().unwrap().contains("the limit is 2"));
     let api: Api<MiningWorkflow> = ns.api();
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 2);
-}
-
-/// The chart's `-mcp-caller` ClusterRole rule (`templates/operator-rbac.yaml`).
-fn mcp_caller_rule() -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
-        verbs: vec![mcp_permission::VERB.into()],
-        ..Default::default()
-    }
 }
 
 /// A client of the test cluster that authenticates with `token` alone.

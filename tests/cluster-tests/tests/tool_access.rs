@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use cluster_tests::mcp::{Sdk, structured, tool_error_text};
 use cluster_tests::tasks::TaskClient;
+use cluster_tests::tools::mcp_caller_rule;
 use cluster_tests::tools::{ALICE, BOB, call, listed_names_for, setup_with_frontend_args};
 use cluster_tests::{TestNamespace, eventually, service_account_token, sse};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, PostParams};
 use mining_api::tool_caller::{CALL_VERB, TOOLS_RESOURCE};
-use mining_api::{McpTool, ToolRun, Work as _, mcp_permission};
+use mining_api::{McpTool, ToolRun, Work as _};
 use serde_json::{Value, json};
 
 /// A tool whose result is who called it, as its environment says.
@@ -41,16 +42,6 @@ fn shell_tool(name: &str, script: &str, spec: Value) -> McpTool {
     });
     value["spec"].as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
     serde_json::from_value(value).unwrap()
-}
-
-/// The chart's `-mcp-caller` rule: what every MCP caller needs.
-fn mcp_caller_rule() -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![mining_api::GROUP.into()]),
-        resources: Some(vec![format!("{}/{}", mcp_permission::RESOURCE, mcp_permission::SUBRESOURCE)]),
-        verbs: vec![mcp_permission::VERB.into()],
-        ..Default::default()
-    }
 }
 
 fn subject(name: &str, namespace: &str) -> Subject {
