@@ -38,7 +38,7 @@ impl ToolRunPhase {
 
 /// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
 /// `spec.ttlSecondsAfterFinished`, `status.startedAt`, `status.admittedAt`,
-/// `status.preemptions`), read the same way.
+/// `status.preemptions`, `status.waitingForNodeSince`), read the same way.
 macro_rules! common_fields {
     () => {
         fn lifecycle(&self) -> Lifecycle {
@@ -64,6 +64,10 @@ macro_rules! common_fields {
 
         fn preemptions(&self) -> u32 {
             self.status.as_ref().and_then(|status| status.preemptions).unwrap_or(0)
+        }
+
+        fn waiting_for_node_since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+            self.status.as_ref()?.waiting_for_node_since.as_ref().map(|t| t.0)
         }
     };
 }

@@ -172,6 +172,12 @@ pub struct MiningWorkflowStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = u32::MAX))]
     pub preemptions: Option<u32>,
+    /// Since when the running block's Pods wait for room on the cluster's
+    /// nodes (the scheduler's "Insufficient …" / "Too many pods"), none of
+    /// them running: what fair share at the node reads (docs/OPERATOR.md,
+    /// "Fair share at the node"). Absent while its Pods run or it holds no slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_node_since: Option<Time>,
     /// Finished blocks whose result was lost with their Pod and that were
     /// mined again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,6 +275,10 @@ pub mod reasons {
     /// Between two blocks, the workflow gave its slot to one that waited,
     /// and queued again with its mined blocks kept.
     pub const YIELDED: &str = "Yielded";
+    /// Its Pods waited for room on the cluster's nodes past the bound, or
+    /// gave way there to work of a party running less: it gave its slot
+    /// back and queued again, nothing mined lost (its Pods never ran).
+    pub const NO_CAPACITY: &str = "NoCapacity";
     pub const ADMITTED: &str = "Admitted";
     pub const OVER_LIMIT: &str = "OverLimit";
     pub const SPEC_CHANGED: &str = "SpecChanged";

@@ -66,6 +66,9 @@ pub struct QueueEntry {
     pub admitted: Option<Timestamp>,
     /// How many times its slot was taken back while it ran ([`Work::preemptions`]).
     pub preemptions: u32,
+    /// Since when its Pods wait for a node, none running
+    /// ([`Work::waiting_for_node_since`]).
+    pub waiting_for_node: Option<Timestamp>,
 }
 
 impl QueueEntry {
@@ -81,6 +84,7 @@ impl QueueEntry {
             preemptible: work.preemptible(),
             admitted: work.admitted_at(),
             preemptions: work.preemptions(),
+            waiting_for_node: work.waiting_for_node_since().filter(|_| work.lifecycle() == Lifecycle::Active),
         }
     }
 }
@@ -450,6 +454,7 @@ pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry
 }
 
 mod limits;
+pub mod node;
 mod preempt;
 pub mod shares;
 #[cfg(test)]

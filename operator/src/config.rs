@@ -188,6 +188,9 @@ impl Limits {
         if self.max_work_per_namespace > 0 {
             budget = budget.capping_per_namespace(self.max_work_per_namespace);
         }
+        if self.capacity_wait_seconds > 0 {
+            budget = budget.giving_back_after(Duration::from_secs(self.capacity_wait_seconds));
+        }
         match self.preempt_after_seconds {
             0 => budget,
             seconds => budget.preempting_after(Duration::from_secs(seconds)),
@@ -242,6 +245,15 @@ pub struct Limits {
     #[arg(long, env = "PREEMPT_AFTER_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub preempt_after_seconds: u64,
+    /// How long work holding a slot waits for its Pods to get a node (the
+    /// scheduler: "Insufficient …", "Too many pods") before it gives the
+    /// slot back and queues again (condition Admitted=False, reason
+    /// NoCapacity), nothing it did lost: a budget larger than the cluster
+    /// runs then holds no slot for work that cannot run. 0: it waits as
+    /// long as it takes.
+    #[arg(long, env = "CAPACITY_WAIT_SECONDS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub capacity_wait_seconds: u64,
     /// Finished workflows are deleted after this long unless their spec says otherwise.
     #[arg(long = "default-ttl-seconds", env = "DEFAULT_TTL_SECONDS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(0..=mining_api::bounds::MAX_DURATION_SECONDS as u64))]

@@ -89,6 +89,10 @@ pub struct Memory {
     /// mid-block: only these look at the queue between block boundaries, so
     /// a running block's reconcile costs nothing more unless asked.
     preemption_requests: Mutex<HashSet<String>>,
+    /// When work waiting for a node (by uid) last asked running work to
+    /// give its slot back: one at a time, so the spot a victim frees is
+    /// seen taken before another is asked.
+    node_reclaims: Mutex<HashMap<String, Instant>>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
     /// The queue's last order and when it was computed: with thousands
@@ -212,6 +216,20 @@ impl Memory {
             requests.clear();
         }
         requests.insert(uid.to_string());
+    }
+
+    /// Whether `head`, waiting for a node, may ask for another slot back:
+    /// none asked in the last `pace` (then this counts as asking now).
+    pub fn node_reclaim_due(&self, head: &str, pace: Duration) -> bool {
+        let mut asked = lock(&self.node_reclaims);
+        if asked.get(head).is_some_and(|at| at.elapsed() < pace) {
+            return false;
+        }
+        if asked.len() >= MAX_PREEMPTION_REQUESTS {
+            asked.retain(|_, at| at.elapsed() < pace);
+        }
+        asked.insert(head.to_string(), Instant::now());
+        true
     }
 
     /// Whether `uid` was asked to give its slot back (the request is taken).

@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
 use mining_api::Work;
 
+use crate::admission::node::{GiveWay, gives_way, kept_by_nodes, node_victims};
 use crate::admission::shares::shares;
 use crate::admission::{
     Budget, QueueEntry, Seen, Slots, Standing, WorkKind, Yield, freshest_phases, holders_over_share,
@@ -26,6 +27,10 @@ use crate::parties::Parties;
 /// How often the head of the queue wakes the work over its share again
 /// while it may take a slot back and has not got one.
 const RECLAIM_RECHECK: Duration = Duration::from_secs(5);
+/// How long work waiting for a node gives the running work it asked to
+/// give its slot back to free the node's spot (its Pod's graceful end)
+/// before it asks another.
+const NODE_RECLAIM_PACE: Duration = Duration::from_secs(20);
 
 /// What the queue needs of one registered kind.
 trait Queued: Send + Sync {
@@ -174,6 +179,11 @@ impl WorkQueue {
             let all = self.all();
             let positions = self.memory.queue_positions(&me.uid, || queue_positions(&all, &self.budget));
             let slots = slots_for(me, taken_by_others(&all, me) + in_flight, &positions, &self.budget);
+            // A free slot is not a free node (`admission::node`).
+            let slots = match slots.admits() {
+                true => kept_by_nodes(&all, me).unwrap_or(slots),
+                false => slots,
+            };
             let first = all.iter().any(|s| s.work.uid == me.uid && s.work.admitted.is_none());
             if let (true, true, Some(metrics), Some(created)) =
                 (slots.admits(), first, &self.metrics, me.created)
@@ -212,6 +222,36 @@ impl WorkQueue {
                 self.memory.request_preemption(&holder.uid);
                 queued.wake(&holder.namespace, &holder.name);
             }
+        }
+        Some(RECLAIM_RECHECK)
+    }
+
+    /// Whether `me`, its Pods waiting for a node since `since`, gives its
+    /// slot back now (see `admission::node::gives_way`).
+    pub fn gives_way(&self, me: &QueueEntry, since: Timestamp, now: Timestamp) -> Option<GiveWay> {
+        gives_way(&self.all(), me, since, &self.budget, now)
+    }
+
+    /// `me` holds a slot and its Pods wait for a node since `since`: once
+    /// it waited the preemption delay, ask one piece of running work of a
+    /// group running more to give its slot back (one at a time), so the
+    /// spot its Pod frees is `me`'s. How long until `me` should look again.
+    pub fn reclaim_at_node(&self, me: &QueueEntry, since: Timestamp) -> Option<Duration> {
+        let now = Timestamp::now();
+        let after = self.budget.preempt_after?;
+        let waited = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
+        if waited < after {
+            return Some(after - waited);
+        }
+        let all = self.all();
+        let Some(victim) = node_victims(&all, me, since, &self.budget, now).into_iter().next() else {
+            return Some(RECLAIM_RECHECK);
+        };
+        if self.memory.node_reclaim_due(&me.uid, NODE_RECLAIM_PACE)
+            && let Some(queued) = self.kind(victim.kind)
+        {
+            self.memory.request_preemption(&victim.uid);
+            queued.wake(&victim.namespace, &victim.name);
         }
         Some(RECLAIM_RECHECK)
     }

@@ -18,11 +18,15 @@ pub struct Budget {
     /// workflow over its share gives its slot back mid-block (`None`: only
     /// at boundaries).
     pub preempt_after: Option<std::time::Duration>,
+    /// How long work holding a slot may wait for its Pods to get a node
+    /// before it gives the slot back and queues again (`None`: as long as
+    /// it takes), like Kueue's `waitForPodsReady`.
+    pub capacity_wait: Option<std::time::Duration>,
 }
 
 impl Budget {
     pub fn new(total: usize) -> Self {
-        Self { total, caps: Vec::new(), party_caps: Vec::new(), namespace_cap: None, preempt_after: None }
+        Self { total, caps: Vec::new(), party_caps: Vec::new(), namespace_cap: None, preempt_after: None, capacity_wait: None }
     }
 
     /// The same budget, one party holding at most `cap` slots of `kind`
@@ -53,6 +57,12 @@ impl Budget {
         self
     }
 
+    /// The same budget, work whose Pods waited `bound` for a node giving its slot back.
+    pub fn giving_back_after(mut self, bound: std::time::Duration) -> Self {
+        self.capacity_wait = Some(bound);
+        self
+    }
+
     /// The same budget with `kind` capped at `cap` slots.
     pub fn capping(mut self, kind: WorkKind, cap: usize) -> Self {
         self.caps.retain(|(k, _)| *k != kind);
@@ -77,6 +87,11 @@ pub enum Limit {
     Party,
     /// What one namespace may hold of all kinds (`--max-work-per-namespace`).
     Namespace,
+    /// The cluster's nodes: they are full (work holding a slot waits for
+    /// one), and work that runs no less than `me`'s waits first
+    /// ([`super::node::kept_by_nodes`]). `taken` and `limit` count the
+    /// work of this operator that runs, `ahead` the work waiting first.
+    Nodes,
 }
 
 /// How many slots are taken, of which limit, and how many waiting ahead of
@@ -123,6 +138,11 @@ impl Slots {
             Limit::Namespace => format!(
                 "queued: this namespace already holds {taken} of at most {limit} slots at once; {ahead} of its own \
                  go first; it starts when one of those ends"
+            ),
+            Limit::Nodes => format!(
+                "queued: waiting for a node: the cluster is full ({taken} of this operator's Pods run there); \
+                 {} waiting for a node go first",
+                self.ahead
             ),
         }
     }

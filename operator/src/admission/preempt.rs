@@ -33,7 +33,12 @@ pub enum Yield {
 /// ([`may_take_back`]).
 pub fn yield_for(all: &[Seen], me: &QueueEntry, budget: &Budget, now: Timestamp) -> Yield {
     let Some(head) = yield_to(all, me, budget) else {
-        return Yield::Keep;
+        // No slot owed; a node spot may be (`node`).
+        return match super::node::owed_at_node(all, me, budget, now) {
+            Some(true) => Yield::Now,
+            Some(false) => Yield::AtBlockBoundary,
+            None => Yield::Keep,
+        };
     };
     let waited = waiting_since(&head.work).map(|since| elapsed(since, now));
     // `me` as the queue sees it: with its last admission this operator wrote.
@@ -95,7 +100,7 @@ pub fn may_take_back(head: &QueueEntry, holder: &QueueEntry) -> bool {
 
 /// How long from `since` to `now`; zero when `now` is earlier (the API
 /// server's clock ahead of this operator's), never the distance backwards.
-fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+pub(super) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }
 

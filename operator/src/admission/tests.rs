@@ -29,6 +29,7 @@ fn seen_of(kind: WorkKind, namespace: &str, name: &str, created: i64, phase: Lif
         // Work holding a slot took it when it was made.
         admitted: (phase == Lifecycle::Active).then(|| at(created)),
         preemptions: 0,
+        waiting_for_node: None,
     };
     Seen { work, phase, party: String::new() }
 }
@@ -391,6 +392,7 @@ fn a_namespace_at_its_cap_waits_and_the_queue_serves_the_others() {
     assert!(should_yield(&all, &all[0].work, &full), "busy holds 2 against third's none");
 }
 
+mod node;
 mod preemption;
 mod shares;
 

@@ -18,7 +18,7 @@ use crate::work::{MANAGER, Outcome, PlannedEvent, REPLAN_AFTER, Shell, WorkKind,
 use crate::{Error, Result};
 use apply::{Applied, Target};
 use job::{MinerSettings, job_for_block};
-use observe::{BlockJob, JobSources, ObservedJobs, observe_jobs};
+use observe::{BlockJob, JobSources, ObservedJobs, observe_jobs, waiting_for_node};
 use plan::{Observed, plan};
 
 pub mod apply;
@@ -169,8 +169,12 @@ async fn reconcile_inner(workflow: &MiningWorkflow, shell: &WorkflowShell) -> Re
     // they searched.)
     let between_blocks = !jobs.values().any(BlockJob::is_running);
     let yielding = shell.yielding(workflow, before == WorkflowPhase::Mining, between_blocks, now);
+    // Its Pods waiting for a node: it may give its slot back (`admission::node`).
+    let waiting_for_node = waiting_for_node(&jobs, &ranges).filter(|_| before == WorkflowPhase::Mining);
+    let give_way = shell.gives_way(workflow, waiting_for_node, now);
     // Plan.
-    let observed = Observed { workflow, jobs, ranges, slots, yielding: yielding.decision, now };
+    let observed =
+        Observed { workflow, jobs, ranges, slots, yielding: yielding.decision, waiting_for_node, give_way, now };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &shell.kind.config.limits));

@@ -42,6 +42,28 @@ impl BlockJob {
     }
 }
 
+/// Since when the workflow's unfinished Jobs wait for a node, when every
+/// one of them does (none of their Pods runs): what fair share at the node
+/// reads (`admission::node`).
+pub fn waiting_for_node(
+    blocks: &BTreeMap<u32, BlockJob>,
+    ranges: &BTreeMap<u32, Vec<RangeJob>>,
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    let unfinished = (blocks.values())
+        .chain(ranges.values().flatten().map(|range| &range.state))
+        .filter(|job| job.is_running());
+    let mut since: Option<k8s_openapi::jiff::Timestamp> = None;
+    for job in unfinished {
+        match job {
+            BlockJob::Blocked(blocked) if blocked.cause == mining_api::pod_start::Cause::NoCapacity => {
+                since = Some(since.map_or(blocked.since, |s| s.min(blocked.since)));
+            }
+            _ => return None,
+        }
+    }
+    since
+}
+
 /// What a reconcile observed of a workflow's Jobs.
 #[derive(Debug, Default)]
 pub struct ObservedJobs {

@@ -16,6 +16,7 @@ use mining_api::{
 };
 
 use crate::admission::Yield;
+use crate::admission::node::GiveWay;
 use crate::config::Limits;
 use crate::mining::conditions::set_condition;
 use crate::mining::observe::{BlockJob, RangeJob};
@@ -47,6 +48,11 @@ pub struct Observed<'a> {
     /// Whether this workflow should give its slot to work that waits, and
     /// when: before its next block, or now (`admission::yield_for`).
     pub yielding: crate::admission::Yield,
+    /// Since when its running block's Pods wait for a node, none running
+    /// (`observe::waiting_for_node`).
+    pub waiting_for_node: Option<Timestamp>,
+    /// Whether it gives its slot back for that, and why (`admission::node::gives_way`).
+    pub give_way: Option<GiveWay>,
     pub now: Timestamp,
 }
 
@@ -120,6 +126,9 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
         },
     };
     planner.run(limits);
+    // What fair share at the node reads: only of work holding a slot.
+    let mining = planner.plan.status.phase == Some(WorkflowPhase::Mining);
+    planner.plan.status.waiting_for_node_since = observed.waiting_for_node.filter(|_| mining).map(Time);
     // `message` is a column of `kubectl get -o wide`: keep it short; the
     // conditions carry the whole text.
     if let Some(message) = planner.plan.status.message.as_mut()
@@ -272,6 +281,15 @@ impl Planner<'_> {
                     self.plan.actions.extend(stop);
                     return self.preempted_in_ranges(block, total);
                 }
+                // Every running range waits for a node and it gives way:
+                // what the ranges searched is kept.
+                if let Some(give_way) = self.observed.give_way.filter(|_| in_ranges) {
+                    let waiting = ranges.iter().filter(|job| job.state.is_running());
+                    let stop: Vec<Action> =
+                        waiting.map(|job| Action::DeleteJob { name: job.name.clone() }).collect();
+                    self.plan.actions.extend(stop);
+                    return self.no_capacity(give_way);
+                }
                 let blocked = ranges.iter().filter_map(|job| match &job.state {
                     BlockJob::Blocked(blocked) => Some(blocked.clone()),
                     _ => None,
@@ -313,6 +331,12 @@ impl Planner<'_> {
                         self.event(true, reasons::JOB_RECREATED, note);
                     }
                     return self.mining(block, total);
+                }
+                // Its Pods wait for a node and it gives way (they never ran).
+                Some(BlockJob::Blocked(_)) if let Some(give_way) = self.observed.give_way => {
+                    let job = block_job_name(&self.name, self.uid(), block);
+                    self.plan.actions.push(Action::DeleteJob { name: job });
+                    return self.no_capacity(give_way);
                 }
                 // The head of the queue waited past the preemption delay: the
                 // block's Job goes and it is mined again when this resumes.

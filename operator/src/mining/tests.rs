@@ -157,6 +157,8 @@ fn admitted(workflow: MiningWorkflow) -> MiningWorkflow {
             binding: crate::admission::Limit::Kind,
         },
         yielding: crate::admission::Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: Timestamp::now(),
     };
     let status = plan(&observed, &config.limits).status;

@@ -210,6 +210,12 @@ async fn reconcile_inner(run: &ToolRun, ctx: &RunShell) -> Result<Outcome> {
     let running_step = run.phase() == ToolRunPhase::Running
         && matches!(state, JobState::Ours { phase: JobPhase::Running, .. });
     let yielding = ctx.yielding(run, running_step && run.spec.preemptible, false, now);
+    // Its Pods waiting for a node (none running): it may give its slot
+    // back, preemptible or not, since its step never ran (`admission::node`).
+    let waiting_for_node = (starting.blocked.as_ref())
+        .filter(|blocked| running_step && blocked.cause == mining_api::pod_start::Cause::NoCapacity)
+        .map(|blocked| blocked.since);
+    let give_way = ctx.gives_way(run, waiting_for_node, now);
     let preempt = yielding.decision == Yield::Now;
     let proven = ctx.queue.parties.proves(run);
     let waiting = matches!(state, JobState::Missing)
@@ -267,6 +273,8 @@ async fn reconcile_inner(run: &ToolRun, ctx: &RunShell) -> Result<Outcome> {
         pods,
         answers,
         preempt,
+        waiting_for_node,
+        give_way,
         now,
         default_ttl_seconds: ctx.default_ttl_seconds,
         start: starting.blocked,
@@ -407,6 +415,10 @@ fn announce(ctx: &RunShell, run: &ToolRun, status: &ToolRunStatus, start_event: 
     }
 }
 
+/// How a run that gave its slot back for want of a node says so
+/// (`admission::node::GiveWay::message`).
+const NO_CAPACITY_SAID: &str = "no capacity:";
+
 /// The Event a status change is worth (pure): only what people read — a
 /// wait, a start after one, the end, every warning — as for workflows. A
 /// run admitted at once gets no `RunStarted`: its end says it all, and a
@@ -414,8 +426,12 @@ fn announce(ctx: &RunShell, run: &ToolRun, status: &ToolRunStatus, start_event: 
 fn event_for(before: Option<ToolRunPhase>, status: &ToolRunStatus) -> Option<PlannedEvent> {
     let phase = status.phase.filter(|phase| Some(*phase) != before)?;
     let (warning, reason) = match phase {
-        // Running, then queued again: it gave its slot back (preempted).
-        ToolRunPhase::Pending if before == Some(ToolRunPhase::Running) => (false, reasons::YIELDED),
+        // Running, then queued again: it gave its slot back, its Pods
+        // waiting for a node (`admission::node`), or preempted.
+        ToolRunPhase::Pending if before == Some(ToolRunPhase::Running) => {
+            let no_capacity = status.message.as_deref().is_some_and(|m| m.starts_with(NO_CAPACITY_SAID));
+            (false, if no_capacity { reasons::NO_CAPACITY } else { reasons::YIELDED })
+        }
         ToolRunPhase::Pending => (false, reasons::QUEUED),
         ToolRunPhase::Running if before.is_none() => return None,
         ToolRunPhase::Running => (false, reasons::RUN_STARTED),

@@ -13,6 +13,7 @@ use mining_api::tool_template::template_problem;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 
 use crate::admission::Slots;
+use crate::admission::node::GiveWay;
 
 /// How soon a queued run looks again whether a slot is free.
 pub const QUEUED_RETRY: Duration = Duration::from_secs(3);
@@ -78,6 +79,10 @@ pub struct Observed<'a> {
     /// waited past the preemption delay and the run is over its share
     /// (`admission::yield_for`). Taken only of a preemptible run.
     pub preempt: bool,
+    /// Since when its running step's Pods wait for a node, none running.
+    pub waiting_for_node: Option<Timestamp>,
+    /// Whether it gives its slot back for that, and why (`admission::node::gives_way`).
+    pub give_way: Option<GiveWay>,
     pub now: Timestamp,
     pub default_ttl_seconds: u64,
     /// Why the running step's Pods cannot start, if they cannot
@@ -229,12 +234,18 @@ pub fn plan(observed: &Observed) -> Plan {
             }
             JobState::Ours { uid, phase, succeeded } => {
                 let mut seen = ToolRunStatus {
+                    waiting_for_node_since: None,
                     job_uid: Some(uid.clone()),
                     progress: Some(format!("{}/{}", (*succeeded).clamp(0, run.parts()), run.parts())),
                     started_at: current.started_at.clone().or(Some(now.clone())),
                     ..current.clone()
                 };
                 match phase {
+                    JobPhase::Running if let Some(give_way) = observed.give_way => {
+                        plan.delete_job = true;
+                        plan.requeue_after = Some(PREEMPTED_RECHECK);
+                        gave_way(run, uid, seen, give_way)
+                    }
                     JobPhase::Running if observed.preempt && run.spec.preemptible => {
                         plan.delete_job = true;
                         plan.requeue_after = Some(PREEMPTED_RECHECK);
@@ -256,6 +267,7 @@ pub fn plan(observed: &Observed) -> Plan {
                                 ToolRunStatus {
                                     phase: Some(ToolRunPhase::Running),
                                     message: Some(message),
+                                    waiting_for_node_since: observed.waiting_for_node.map(Time),
                                     ..seen
                                 }
                             }
@@ -368,6 +380,20 @@ fn preempted(run: &ToolRun, uid: &str, seen: ToolRunStatus) -> ToolRunStatus {
         job_uid: None,
         preempted_job_uid: Some(uid.to_string()),
         preemptions: Some(seen.preemptions.unwrap_or(0).saturating_add(1)),
+        ..seen
+    }
+}
+
+/// The status of a run whose running step (its Job `uid`) waited for a
+/// node and gives its slot back (`admission::node::gives_way`): queued
+/// again, no preemption counted — the step never ran.
+fn gave_way(run: &ToolRun, uid: &str, seen: ToolRunStatus, give_way: GiveWay) -> ToolRunStatus {
+    ToolRunStatus {
+        phase: Some(ToolRunPhase::Pending),
+        message: Some(give_way.message("tool run")),
+        progress: Some(format!("0/{}", run.parts())),
+        job_uid: None,
+        preempted_job_uid: Some(uid.to_string()),
         ..seen
     }
 }

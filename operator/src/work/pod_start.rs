@@ -118,7 +118,13 @@ pub async fn observe(client: &Client, job: &Job, template: &Job, own: &[&Pod], n
         })
         .collect();
     if !unfinished.is_empty() {
-        let blocked = pod_start::first(unfinished.iter().filter_map(|pod| pod_start::of_pod(pod)));
+        let readings: Vec<Blocked> = unfinished.iter().filter_map(|pod| pod_start::of_pod(pod)).collect();
+        // A Job with a Pod the scheduler placed runs: its others waiting for
+        // room is its own parallelism, not work that waits for a node
+        // (`Cause::NoCapacity` means none of its Pods runs).
+        let placed = readings.len() < unfinished.len();
+        let readings = readings.into_iter().filter(|b| !(placed && b.cause == pod_start::Cause::NoCapacity));
+        let blocked = pod_start::first(readings);
         // A Pod that waits is looked at again, so the message follows the node's.
         let look_again = blocked.as_ref().map(|_| pod_start::WAITING_RECHECK);
         return Starting { blocked, look_again };

@@ -18,6 +18,7 @@ use mining_api::{Lifecycle, annotations, reasons};
 use tracing::warn;
 
 use super::{Outcome, PlannedEvent, Shared, WorkKind, publish_events};
+use crate::admission::node::GiveWay;
 use crate::admission::{QueueEntry, Slots, Yield};
 use crate::api_calls::counting_calls;
 use crate::memory::{Memory, Reservation, YieldTurn};
@@ -86,12 +87,24 @@ impl<K: WorkKind> Shell<K> {
         Yielding { decision, turn }
     }
 
+    /// Whether `work`, its Pods waiting for a node since `since` (none
+    /// running), gives its slot back now (`admission::node::gives_way`).
+    pub fn gives_way(&self, work: &K, since: Option<Timestamp>, now: Timestamp) -> Option<GiveWay> {
+        self.queue.gives_way(&QueueEntry::of(work), since?, now)
+    }
+
     /// What the queue learns once a reconcile is done: work that waited and
     /// is still waiting wakes whoever should take the free slots, or — the
     /// head of the queue, every slot taken — asks for one back.
     fn settle(&self, work: &K, outcome: Outcome) -> Outcome {
+        let freshest = self.memory.freshest(work);
+        // Holding a slot, its Pods waiting for a node: a spot owed may be taken back.
+        if let Some(since) = freshest.waiting_for_node_since().filter(|_| freshest.lifecycle() == Lifecycle::Active)
+        {
+            return outcome.sooner(self.queue.reclaim_at_node(&QueueEntry::of(&freshest), since));
+        }
         let Some(slots) = outcome.waited else { return outcome };
-        if self.memory.freshest(work).lifecycle() != Lifecycle::Waiting {
+        if freshest.lifecycle() != Lifecycle::Waiting {
             return outcome;
         }
         if slots.taken < slots.limit {

@@ -64,6 +64,25 @@ async fn pods_beyond_the_nodes_capacity_wait_unbound() {
         (total == capacity + extra && running >= capacity).then_some(())
     })
     .await;
+    // Each unbound one says why, in kube-scheduler's words (what the
+    // operator reads as "waiting for room on the cluster's nodes").
+    eventually("the unbound Pods to say the node is full", TIMEOUT, || async {
+        let items = pods.list(&ListParams::default().labels("job-name=crowd")).await.unwrap().items;
+        let unbound = items.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()));
+        let told = unbound
+            .filter(|p| {
+                let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions.into_iter().flatten().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                        && c.message.as_deref().is_some_and(|m| m.contains("Too many pods"))
+                })
+            })
+            .count();
+        (told == extra).then_some(())
+    })
+    .await;
     let held_until = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::time::Instant::now() < held_until {
         let (total, running, bound) = census().await;

@@ -4,7 +4,8 @@
 //! Scheduling: a Pod with no `nodeName` (and the default scheduler) is bound
 //! to this node while fewer than `max_pods` of ours are running; the rest wait,
 //! highest `spec.priority` first, then oldest, as kube-scheduler's queue sorts
-//! them. When the node is full and the first waiting Pod outranks a running
+//! them, each marked `PodScheduled=False` (`Unschedulable`, "Too many pods")
+//! as kube-scheduler marks a Pod no node has room for. When the node is full and the first waiting Pod outranks a running
 //! one, the lowest-priority, youngest running Pod is deleted (with its grace
 //! period) to make room: kube-scheduler's preemption, one victim at a time,
 //! never for a Pod whose `preemptionPolicy` is `Never` (it waits, first).
@@ -86,6 +87,8 @@ struct Agent {
     unscheduled: HashMap<String, Queued>,
     /// Pods this node can never take (said so once), by uid.
     unschedulable: HashSet<String>,
+    /// Unbound Pods told the node has no room for them now (once each), by uid.
+    told_full: HashSet<String>,
     /// The running Pod deleted to make room for a higher-priority one, until it ends.
     preempting: Option<String>,
     /// Pods bound here (by us or someone else) not started yet: waiting for a slot.
@@ -121,6 +124,7 @@ pub async fn run(
         finished: HashSet::new(),
         unscheduled: HashMap::new(),
         unschedulable: HashSet::new(),
+        told_full: HashSet::new(),
         preempting: None,
         waiting: HashMap::new(),
         binding: HashSet::new(),
@@ -275,6 +279,7 @@ impl Agent {
         let uid = uid_of(pod);
         self.unscheduled.remove(&uid);
         self.unschedulable.remove(&uid);
+        self.told_full.remove(&uid);
         self.waiting.remove(&uid);
         self.binding.remove(&uid);
         self.finished.remove(&uid);
@@ -325,6 +330,13 @@ impl Agent {
                     tracing::warn!(%pod, error = %err, "binding failed; will retry");
                     self.unscheduled.insert(uid.clone(), queued.clone());
                 }
+            }
+        }
+        // As kube-scheduler says of a Pod no node has room for (the API
+        // server's binding sets PodScheduled=True once one is bound).
+        for (queued, uid) in &queue {
+            if self.unscheduled.contains_key(uid) && self.told_full.insert(uid.clone()) {
+                tell_full(&self.client, &queued.namespace, &queued.name).await;
             }
         }
         if let Some((first, _)) = queue.iter().find(|(_, uid)| self.unscheduled.contains_key(uid)) {
@@ -487,6 +499,18 @@ pub async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &
         ],
     }});
     patch_status(client, pod, patch).await;
+}
+
+/// Marks the Pod `namespace/name` unscheduled for want of room, in
+/// kube-scheduler's words (`0/1 nodes are available: 1 Too many pods.`).
+async fn tell_full(client: &kube::Client, namespace: &str, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let patch = json!({"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Too many pods.", "lastTransitionTime": Time(Timestamp::now())}]}});
+    if let Err(err) = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        tracing::debug!(pod = %format!("{namespace}/{name}"), error = %err, "could not say the node is full");
+    }
 }
 
 pub async fn patch_status(client: &kube::Client, pod: &Pod, patch: serde_json::Value) {

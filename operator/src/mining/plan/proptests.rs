@@ -100,8 +100,8 @@ proptest! {
         now in time(),
         default_ttl_seconds in 0..=MAX_DURATION_SECONDS as u64,
     ) {
-        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, max_concurrent_tool_runs: 20, max_concurrent_work: None, max_tool_runs_per_caller: 5, max_work_per_namespace: 0, preempt_after_seconds: 60, default_ttl_seconds, minimality_check_budget: 1 << 20, max_parallelism: 8, nonce_range_size: None, pod_start_timeout_seconds: 600 };
-        let observed = Observed { workflow: &wf, jobs: jobs.clone(), ranges: BTreeMap::new(), slots: crate::admission::Slots { taken: others_mining, limit: 50, ahead: queued_ahead, binding: crate::admission::Limit::Kind }, yielding: crate::admission::Yield::Keep, now: now.0 };
+        let limits = Limits { max_difficulty: 40, max_blocks: 64, max_concurrent_workflows: 50, max_concurrent_tool_runs: 20, max_concurrent_work: None, max_tool_runs_per_caller: 5, max_work_per_namespace: 0, preempt_after_seconds: 60, capacity_wait_seconds: 300, default_ttl_seconds, minimality_check_budget: 1 << 20, max_parallelism: 8, nonce_range_size: None, pod_start_timeout_seconds: 600 };
+        let observed = Observed { workflow: &wf, jobs: jobs.clone(), ranges: BTreeMap::new(), slots: crate::admission::Slots { taken: others_mining, limit: 50, ahead: queued_ahead, binding: crate::admission::Limit::Kind }, yielding: crate::admission::Yield::Keep, waiting_for_node: None, give_way: None, now: now.0 };
         let plan = plan(&observed, &limits);
         let created: Vec<u32> = plan.actions.iter().filter_map(|a| match a {
             Action::CreateJob { block, .. } => Some(*block),

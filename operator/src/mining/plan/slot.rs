@@ -131,15 +131,26 @@ impl Planner<'_> {
         self.plan.status.preemptions = Some(before.saturating_add(1));
     }
 
+    /// Its block's Pods waited for a node and it gives its slot back
+    /// (`admission::node::gives_way`): back in the queue, every mined block
+    /// kept, and no preemption counted — its block never ran.
+    pub(super) fn no_capacity(&mut self, give_way: GiveWay) {
+        self.queue_again(reasons::NO_CAPACITY, give_way.message("workflow"));
+    }
+
     /// Back in the queue with its slot given away, saying why (`message`).
     pub(super) fn back_in_queue(&mut self, message: String) {
+        self.queue_again(reasons::YIELDED, message);
+    }
+
+    fn queue_again(&mut self, reason: &'static str, message: String) {
         self.plan.status.phase = Some(WorkflowPhase::Pending);
         self.plan.status.current_block = None;
         self.plan.status.message = Some(message.clone());
-        self.condition(condition_types::ADMITTED, ConditionStatus::False, reasons::YIELDED, &message);
-        self.condition(condition_types::MINING, ConditionStatus::False, reasons::YIELDED, &message);
+        self.condition(condition_types::ADMITTED, ConditionStatus::False, reason, &message);
+        self.condition(condition_types::MINING, ConditionStatus::False, reason, &message);
         self.condition(condition_types::READY, ConditionStatus::False, reasons::QUEUED, "waiting to resume");
-        self.event(false, reasons::YIELDED, message);
+        self.event(false, reason, message);
         self.requeue(QUEUED_RECHECK);
     }
 }

@@ -21,6 +21,8 @@ fn observe(wf: &MiningWorkflow, job: Option<BlockJob>, now: Timestamp) -> Plan {
         ranges: BTreeMap::new(),
         slots: Slots { taken: 0, limit: 2, ahead: 0, binding: Limit::Kind },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now,
     };
     plan(&observed, &limits())
@@ -90,4 +92,52 @@ fn full_nodes_are_waited_for_without_a_bound_and_a_cleared_cause_mines_on() {
         cleared.status.conditions.iter().find(|c| c.type_ == condition_types::MINING).unwrap().reason,
         reasons::BLOCK_STARTED
     );
+}
+
+#[test]
+fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anything() {
+    use crate::admission::node::GiveWay;
+    let mut wf = workflow("w", 8, 3);
+    let first = observe(&wf, None, at(0));
+    wf.status = Some(first.status);
+    // Block 1 mined; block 2's Pod waits for a node since 20.
+    let mut status = wf.status.clone().unwrap();
+    status.blocks.push(MinedBlock {
+        index: 1,
+        nonce: 1,
+        hash: "00AB".into(),
+        attempts: 2,
+        minimality_checked: true,
+        job_name: "j".into(),
+        started_at: None,
+        finished_at: None,
+    });
+    wf.status = Some(status);
+    let waiting_plan = |wf: &MiningWorkflow, give_way| {
+        let observed = Observed {
+            workflow: wf,
+            jobs: [(2, blocked(Cause::NoCapacity, 20))].into_iter().collect(),
+            ranges: BTreeMap::new(),
+            slots: Slots::OPEN,
+            yielding: Yield::Keep,
+            waiting_for_node: Some(at(20)),
+            give_way,
+            now: at(30),
+        };
+        plan(&observed, &limits())
+    };
+    let waiting = waiting_plan(&wf, None);
+    assert_eq!(waiting.status.phase, Some(WorkflowPhase::Mining));
+    assert_eq!(waiting.status.waiting_for_node_since, Some(Time(at(20))), "what fair share at the node reads");
+    let gave = waiting_plan(&wf, Some(GiveWay::ToLess));
+    assert_eq!(gave.status.phase, Some(WorkflowPhase::Pending), "back in the queue");
+    assert_eq!(gave.status.waiting_for_node_since, None, "holding no slot, it waits for none");
+    assert_eq!(gave.status.blocks.len(), 1, "the mined block is kept");
+    assert_eq!(gave.status.preemptions, None, "its block never ran: no preemption counted");
+    let admitted = gave.status.conditions.iter().find(|c| c.type_ == condition_types::ADMITTED).unwrap();
+    assert_eq!((admitted.status, admitted.reason.as_str()), (ConditionStatus::False, reasons::NO_CAPACITY));
+    assert!(admitted.message.starts_with("no capacity: requeued"), "{}", admitted.message);
+    let job = block_job_name("w", wf.metadata.uid.as_deref().unwrap(), 2);
+    assert_eq!(gave.actions, vec![Action::DeleteJob { name: job }]);
+    assert!(gave.events.iter().any(|e| e.reason == reasons::NO_CAPACITY));
 }

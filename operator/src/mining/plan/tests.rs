@@ -15,6 +15,7 @@ fn limits() -> Limits {
         max_tool_runs_per_caller: 5,
         max_work_per_namespace: 0,
         preempt_after_seconds: 60,
+        capacity_wait_seconds: 300,
         default_ttl_seconds: 3600,
         minimality_check_budget: 1 << 24,
         max_parallelism: 8,
@@ -46,6 +47,8 @@ fn observe_with(
             binding: crate::admission::Limit::Kind,
         },
         yielding,
+        waiting_for_node: None,
+        give_way: None,
         now,
     };
     plan(&observed, &limits())
@@ -398,6 +401,8 @@ fn in_ranges<'a>(
             binding: crate::admission::Limit::Kind,
         },
         yielding,
+        waiting_for_node: None,
+        give_way: None,
         now: at(1),
     }
 }

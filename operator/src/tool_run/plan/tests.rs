@@ -35,6 +35,8 @@ fn observe<'a>(run: &'a ToolRun, job: JobState, pods: Vec<PodOutcome>) -> Observ
         pods,
         answers: Default::default(),
         preempt: false,
+        waiting_for_node: None,
+        give_way: None,
         now: now(),
         default_ttl_seconds: 60,
         start: None,
@@ -413,3 +415,27 @@ fn a_running_step_whose_pod_cannot_start_fails_at_once_or_after_the_shorter_boun
 }
 
 mod input;
+
+#[test]
+fn a_step_waiting_for_a_node_says_since_when_and_gives_way_even_if_its_tool_is_not_preemptible() {
+    use crate::admission::node::GiveWay;
+    use mining_api::pod_start::{Blocked, Cause};
+    let run = running(false);
+    let since = now() - k8s_openapi::jiff::SignedDuration::from_secs(30);
+    let waiting = Observed {
+        start: Some(Blocked::new(Cause::NoCapacity, "0/1 nodes are available: 1 Too many pods.", since)),
+        waiting_for_node: Some(since),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    };
+    let plan_ = plan(&waiting);
+    assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Running), "it keeps its slot");
+    assert_eq!(status(&plan_).waiting_for_node_since.as_ref().map(|t| t.0), Some(since));
+    let gave = plan(&Observed { give_way: Some(GiveWay::ToLess), ..waiting });
+    assert!(gave.delete_job, "its Job goes (its Pod never ran)");
+    let status = status(&gave);
+    assert_eq!(status.phase, Some(ToolRunPhase::Pending), "back in the queue");
+    assert_eq!((status.job_uid.as_deref(), status.preempted_job_uid.as_deref()), (None, Some("job-uid")));
+    assert_eq!(status.preemptions, None, "its step never ran: no preemption counted");
+    assert_eq!(status.waiting_for_node_since, None);
+    assert!(status.message.as_deref().unwrap().starts_with("no capacity: requeued"), "{status:?}");
+}

@@ -26,6 +26,8 @@ fn a_workflow_beyond_the_concurrency_limit_waits_pending_and_rechecks() {
             binding: crate::admission::Limit::Kind,
         },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: at(0),
     };
     let plan = plan(&observed, &limits());
@@ -50,6 +52,8 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
             binding: crate::admission::Limit::Kind,
         },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: at(0),
     };
     let queued = plan(&observed, &limits());
@@ -72,6 +76,8 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
             binding: crate::admission::Limit::Kind,
         },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: at(1),
     };
     let later = plan(&observed, &limits());
@@ -89,6 +95,8 @@ fn older_queued_workflows_take_free_slots_first_and_the_message_tells_the_positi
             binding: crate::admission::Limit::Kind,
         },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: at(2),
     };
     let admitted = plan(&observed, &limits());

@@ -78,6 +78,8 @@ fn parallelism_above_the_operators_limit_is_capped_and_said_so() {
             binding: crate::admission::Limit::Kind,
         },
         yielding: Yield::Keep,
+        waiting_for_node: None,
+        give_way: None,
         now: at(0),
     };
     let plan = plan(&observed, &limits);
