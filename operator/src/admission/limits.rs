@@ -26,7 +26,14 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(total: usize) -> Self {
-        Self { total, caps: Vec::new(), party_caps: Vec::new(), namespace_cap: None, preempt_after: None, capacity_wait: None }
+        Self {
+            total,
+            caps: Vec::new(),
+            party_caps: Vec::new(),
+            namespace_cap: None,
+            preempt_after: None,
+            capacity_wait: None,
+        }
     }
 
     /// The same budget, one party holding at most `cap` slots of `kind`
@@ -139,11 +146,12 @@ impl Slots {
                 "queued: this namespace already holds {taken} of at most {limit} slots at once; {ahead} of its own \
                  go first; it starts when one of those ends"
             ),
-            Limit::Nodes => format!(
-                "queued: waiting for a node: the cluster is full ({taken} of this operator's Pods run there); \
-                 {} waiting for a node go first",
-                self.ahead
-            ),
+            // No counts: they change with every Pod placed or given back,
+            // and each change would be a status write of every waiter.
+            Limit::Nodes => "queued: waiting for a node: the cluster's nodes are full, and work of a party running \
+                             no more than this one's waits for a node first; it is admitted when that work runs or \
+                             gives its slot back"
+                .to_string(),
         }
     }
 }

@@ -173,8 +173,16 @@ async fn reconcile_inner(workflow: &MiningWorkflow, shell: &WorkflowShell) -> Re
     let waiting_for_node = waiting_for_node(&jobs, &ranges).filter(|_| before == WorkflowPhase::Mining);
     let give_way = shell.gives_way(workflow, waiting_for_node, now);
     // Plan.
-    let observed =
-        Observed { workflow, jobs, ranges, slots, yielding: yielding.decision, waiting_for_node, give_way, now };
+    let observed = Observed {
+        workflow,
+        jobs,
+        ranges,
+        slots,
+        yielding: yielding.decision,
+        waiting_for_node,
+        give_way,
+        now,
+    };
     // Verifying a block may hash up to the minimality budget (~0.5 s of a
     // core): keep that off the async workers' other tasks.
     let plan = tokio::task::block_in_place(|| plan(&observed, &shell.kind.config.limits));

@@ -99,7 +99,8 @@ impl<K: WorkKind> Shell<K> {
     fn settle(&self, work: &K, outcome: Outcome) -> Outcome {
         let freshest = self.memory.freshest(work);
         // Holding a slot, its Pods waiting for a node: a spot owed may be taken back.
-        if let Some(since) = freshest.waiting_for_node_since().filter(|_| freshest.lifecycle() == Lifecycle::Active)
+        if let Some(since) =
+            freshest.waiting_for_node_since().filter(|_| freshest.lifecycle() == Lifecycle::Active)
         {
             return outcome.sooner(self.queue.reclaim_at_node(&QueueEntry::of(&freshest), since));
         }

@@ -128,7 +128,11 @@ fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anyth
     };
     let waiting = waiting_plan(&wf, None);
     assert_eq!(waiting.status.phase, Some(WorkflowPhase::Mining));
-    assert_eq!(waiting.status.waiting_for_node_since, Some(Time(at(20))), "what fair share at the node reads");
+    assert_eq!(
+        waiting.status.waiting_for_node_since,
+        Some(Time(at(20))),
+        "what fair share at the node reads"
+    );
     let gave = waiting_plan(&wf, Some(GiveWay::ToLess));
     assert_eq!(gave.status.phase, Some(WorkflowPhase::Pending), "back in the queue");
     assert_eq!(gave.status.waiting_for_node_since, None, "holding no slot, it waits for none");
