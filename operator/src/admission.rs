@@ -104,6 +104,8 @@ pub struct Seen {
 pub struct Standing {
     pub phase: Lifecycle,
     pub admitted: Served,
+    /// Since when its Pods wait for a node ([`QueueEntry::waiting_for_node`]).
+    pub waiting_for_node: Option<Timestamp>,
 }
 
 /// The freshest phase and admission time of each piece of `cached` work: a
@@ -119,7 +121,11 @@ pub fn freshest_phases<W: Work>(
         .iter()
         .map(|work| {
             let entry = QueueEntry::of(work.as_ref());
-            let cached = Standing { phase: work.lifecycle(), admitted: work.admitted_at() };
+            let cached = Standing {
+                phase: work.lifecycle(),
+                admitted: work.admitted_at(),
+                waiting_for_node: entry.waiting_for_node,
+            };
             let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
             let phase = match work.meta().deletion_timestamp {
@@ -129,7 +135,10 @@ pub fn freshest_phases<W: Work>(
             // Its last admission as this operator wrote it: the cache may
             // not show a new one yet.
             let admitted = fresh.admitted.or(cached.admitted);
-            Seen { phase, party: party(work), work: QueueEntry { admitted, ..entry } }
+            // Whether its Pods wait for a node, as this operator last wrote:
+            // a Pod placed must open the nodes' gate before the cache shows it.
+            let waiting_for_node = fresh.waiting_for_node.filter(|_| phase == Lifecycle::Active);
+            Seen { phase, party: party(work), work: QueueEntry { admitted, waiting_for_node, ..entry } }
         })
         .collect()
 }
@@ -440,10 +449,16 @@ impl QueuePositions {
 /// The waiting work that should take the slots free now, in queue order.
 pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
     let mut holdings = Holdings::of(all);
+    // Work the full nodes keep waiting is nobody's next (`node`): waking it
+    // would only have it say so again.
+    let gate = node::NodeGate::of(all);
     let mut next = Vec::new();
     for seen in queue(all) {
         if holdings.total >= budget.total {
             break;
+        }
+        if gate.as_ref().is_some_and(|gate| gate.keeps_seen(seen)) {
+            continue;
         }
         if holdings.blocks(seen, budget).is_none() {
             holdings.add(seen);

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use kube::core::object::HasStatus;
 use mining_api::Work;
 
@@ -89,10 +90,9 @@ pub struct Memory {
     /// mid-block: only these look at the queue between block boundaries, so
     /// a running block's reconcile costs nothing more unless asked.
     preemption_requests: Mutex<HashSet<String>>,
-    /// When work waiting for a node (by uid) last asked running work to
-    /// give its slot back: one at a time, so the spot a victim frees is
-    /// seen taken before another is asked.
-    node_reclaims: Mutex<HashMap<String, Instant>>,
+    /// The victim each piece of work waiting for a node (by uid) asked to
+    /// give its slot back, with the start of that wait: one per wait.
+    node_reclaims: Mutex<HashMap<String, (Timestamp, String)>>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
     /// The queue's last order and when it was computed: with thousands
@@ -157,7 +157,11 @@ impl Memory {
     {
         let mut after = work.clone();
         *after.status_mut() = Some(status.clone());
-        let standing = Standing { phase: after.lifecycle(), admitted: after.admitted_at() };
+        let standing = Standing {
+            phase: after.lifecycle(),
+            admitted: after.admitted_at(),
+            waiting_for_node: after.waiting_for_node_since(),
+        };
         let written = Written {
             status: Box::new(status.clone()),
             resource_version: version,
@@ -218,17 +222,20 @@ impl Memory {
         requests.insert(uid.to_string());
     }
 
-    /// Whether `head`, waiting for a node, may ask for another slot back:
-    /// none asked in the last `pace` (then this counts as asking now).
-    pub fn node_reclaim_due(&self, head: &str, pace: Duration) -> bool {
+    /// Whether `head`, its Pods waiting for a node since `since`, may ask
+    /// `victim` to give its slot back: one victim per wait (asked again
+    /// while it has not, in case a request was lost). Asking counts.
+    pub fn node_reclaim_due(&self, head: &str, since: Timestamp, victim: &str) -> bool {
         let mut asked = lock(&self.node_reclaims);
-        if asked.get(head).is_some_and(|at| at.elapsed() < pace) {
-            return false;
+        match asked.get(head) {
+            Some((wait, asked)) if *wait == since => return asked == victim,
+            _ => {}
         }
+        // Waits long over are forgotten with the rest past this bound.
         if asked.len() >= MAX_PREEMPTION_REQUESTS {
-            asked.retain(|_, at| at.elapsed() < pace);
+            asked.clear();
         }
-        asked.insert(head.to_string(), Instant::now());
+        asked.insert(head.to_string(), (since, victim.to_string()));
         true
     }
 

@@ -27,10 +27,6 @@ use crate::parties::Parties;
 /// How often the head of the queue wakes the work over its share again
 /// while it may take a slot back and has not got one.
 const RECLAIM_RECHECK: Duration = Duration::from_secs(5);
-/// How long work waiting for a node gives the running work it asked to
-/// give its slot back to free the node's spot (its Pod's graceful end)
-/// before it asks another.
-const NODE_RECLAIM_PACE: Duration = Duration::from_secs(20);
 
 /// What the queue needs of one registered kind.
 trait Queued: Send + Sync {
@@ -179,11 +175,10 @@ impl WorkQueue {
             let all = self.all();
             let positions = self.memory.queue_positions(&me.uid, || queue_positions(&all, &self.budget));
             let slots = slots_for(me, taken_by_others(&all, me) + in_flight, &positions, &self.budget);
-            // A free slot is not a free node (`admission::node`).
-            let slots = match slots.admits() {
-                true => kept_by_nodes(&all, me).unwrap_or(slots),
-                false => slots,
-            };
+            // A free slot is not a free node (`admission::node`); and
+            // while the nodes keep it, that is what it says, whatever the
+            // budget: one steady message, not one per count that changes.
+            let slots = kept_by_nodes(&all, me).unwrap_or(slots);
             let first = all.iter().any(|s| s.work.uid == me.uid && s.work.admitted.is_none());
             if let (true, true, Some(metrics), Some(created)) =
                 (slots.admits(), first, &self.metrics, me.created)
@@ -234,8 +229,9 @@ impl WorkQueue {
 
     /// `me` holds a slot and its Pods wait for a node since `since`: once
     /// it waited the preemption delay, ask one piece of running work of a
-    /// group running more to give its slot back (one at a time), so the
-    /// spot its Pod frees is `me`'s. How long until `me` should look again.
+    /// group running more to give its slot back — one per wait (`Memory::
+    /// node_reclaim_due`) — so the spot its Pod frees is `me`'s. How long
+    /// until `me` should look again.
     pub fn reclaim_at_node(&self, me: &QueueEntry, since: Timestamp) -> Option<Duration> {
         let now = Timestamp::now();
         let after = self.budget.preempt_after?;
@@ -247,7 +243,7 @@ impl WorkQueue {
         let Some(victim) = node_victims(&all, me, since, &self.budget, now).into_iter().next() else {
             return Some(RECLAIM_RECHECK);
         };
-        if self.memory.node_reclaim_due(&me.uid, NODE_RECLAIM_PACE)
+        if self.memory.node_reclaim_due(&me.uid, since, &victim.uid)
             && let Some(queued) = self.kind(victim.kind)
         {
             self.memory.request_preemption(&victim.uid);

@@ -13,8 +13,10 @@
 //!   queue another Pod behind it;
 //! - work that has waited for a node `--preempt-after-seconds` takes one
 //!   running piece of work of a group running more than its own back
-//!   ([`node_victims`], paced by the queue: one at a time), so the spot
-//!   its Pod frees is the waiter's — no other group's Pod waits there.
+//!   ([`node_victims`]; the queue asks one victim per wait, never more:
+//!   a Pod too big for any node also reads "Insufficient …", and must not
+//!   stop others' work one after another for nothing), so the spot its Pod
+//!   frees is the waiter's — no other group's Pod waits there.
 //!
 //! "Runs" is what the scheduler placed: work holding a slot whose Pods do
 //! not wait for a node. The operator sees one pool of nodes: work waiting
@@ -151,14 +153,39 @@ pub fn gives_way(
 /// own included) waits for a node first. The standing then says so
 /// ([`Limit::Nodes`]).
 pub fn kept_by_nodes(all: &[Seen], me: &QueueEntry) -> Option<Slots> {
-    if !full(all) {
-        return None;
+    NodeGate::of(all)?.keeps(group_of(all, me))
+}
+
+/// The nodes' gate, read once for many pieces of waiting work (see
+/// [`kept_by_nodes`]): the work running, and who waits for a node, by group.
+pub struct NodeGate<'a> {
+    running: Running<'a>,
+    waiting: HashMap<(&'a str, &'a str), usize>,
+}
+
+impl<'a> NodeGate<'a> {
+    /// `None` while the nodes are not full.
+    pub fn of(all: &'a [Seen]) -> Option<Self> {
+        let mut waiting: HashMap<(&str, &str), usize> = HashMap::new();
+        for seen in all.iter().filter(|s| waits_for_node(s)) {
+            *waiting.entry(group(seen)).or_default() += 1;
+        }
+        (!waiting.is_empty()).then(|| Self { running: Running::of(all), waiting })
     }
-    let running = Running::of(all);
-    let mine = group_of(all, me);
-    let first = all.iter().filter(|s| s.work.uid != me.uid && waits_for_node(s));
-    let ahead = first.filter(|s| !running.less(mine, group(s))).count();
-    (ahead > 0).then_some(Slots { taken: running.total, limit: running.total, ahead, binding: Limit::Nodes })
+
+    /// The standing of waiting work of `mine` (namespace, party), when the
+    /// nodes keep it waiting.
+    pub fn keeps(&self, mine: (&str, &str)) -> Option<Slots> {
+        let first = self.waiting.iter().filter(|(group, _)| !self.running.less(mine, **group));
+        let ahead: usize = first.map(|(_, count)| count).sum();
+        let taken = self.running.total;
+        (ahead > 0).then_some(Slots { taken, limit: taken, ahead, binding: Limit::Nodes })
+    }
+
+    /// [`Self::keeps`] for `seen`.
+    pub fn keeps_seen(&self, seen: &Seen) -> bool {
+        self.keeps(group(seen)).is_some()
+    }
 }
 
 /// The running work whose slot `head` — holding a slot, its Pods waiting
@@ -181,10 +208,13 @@ pub fn node_victims<'a>(
     }
     let running = Running::of(all);
     let heads = group_of(all, head);
+    // It began to wait when its Pod did: a slot taken while its step ran
+    // (after its admission) was no debt to it then, and may be taken now.
+    let waiter = QueueEntry { admitted: Some(since), ..head.clone() };
     let mut victims: Vec<&QueueEntry> = all
         .iter()
         .filter(|s| runs(s) && s.work.preemptible && running.less(heads, group(s)))
-        .filter(|s| may_take_back(head, &s.work) && protected_for(&s.work, after, now).is_zero())
+        .filter(|s| may_take_back(&waiter, &s.work) && protected_for(&s.work, after, now).is_zero())
         .map(|s| &s.work)
         .collect();
     victims.sort_by(|a, b| (b.admitted, &b.uid).cmp(&(a.admitted, &a.uid)));

@@ -160,8 +160,14 @@ fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_tur
 #[test]
 fn what_this_operator_wrote_wins_over_a_lagging_cache() {
     let mut written = HashMap::new();
-    written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(7)) });
-    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, admitted: None });
+    written.insert(
+        "uid-b".to_string(),
+        Standing { phase: Lifecycle::Active, admitted: Some(at(7)), waiting_for_node: None },
+    );
+    written.insert(
+        "uid-a".to_string(),
+        Standing { phase: Lifecycle::Succeeded, admitted: None, waiting_for_node: None },
+    );
     let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
     let seen = freshest_phases(&cached, &written, |_| String::new());
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
@@ -174,7 +180,10 @@ fn what_this_operator_wrote_wins_over_a_lagging_cache() {
 fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
     let mut written = HashMap::new();
-    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(1)) });
+    written.insert(
+        "uid-a".to_string(),
+        Standing { phase: Lifecycle::Active, admitted: Some(at(1)), waiting_for_node: None },
+    );
     let mut deleted = workflow("a", 8, 1);
     deleted.metadata.deletion_timestamp = Some(Time(at(2)));
     deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);

@@ -45,7 +45,7 @@ fn old_written_statuses_are_swept_as_the_map_grows() {
     let written = |at| Written {
         status: Box::new(()),
         resource_version: None,
-        standing: Standing { phase: mining_api::Lifecycle::Active, admitted: None },
+        standing: Standing { phase: mining_api::Lifecycle::Active, admitted: None, waiting_for_node: None },
         at,
     };
     let mut all = WrittenStatuses::default();
@@ -177,4 +177,18 @@ fn one_yield_is_decided_at_a_time() {
     assert!(memory.yield_turn().is_none(), "a second waits for the first's write");
     drop(turn);
     assert!(memory.yield_turn().is_some());
+}
+
+#[test]
+fn work_waiting_for_a_node_asks_one_victim_per_wait() {
+    let memory = Memory::default();
+    let (wait, next_wait) = (crate::testing::at(10), crate::testing::at(400));
+    assert!(memory.node_reclaim_due("head", wait, "a"), "the first ask of a wait");
+    assert!(memory.node_reclaim_due("head", wait, "a"), "the same victim again, in case a request was lost");
+    assert!(!memory.node_reclaim_due("head", wait, "b"), "never a second victim in one wait");
+    assert!(memory.node_reclaim_due("other", wait, "b"), "another waiter has its own");
+    assert!(
+        memory.node_reclaim_due("head", next_wait, "b"),
+        "a new wait (after giving its slot back) asks again"
+    );
 }

@@ -113,3 +113,26 @@ fn work_admitted_after_the_waiter_began_to_wait_is_not_taken_back() {
     all[0].work.preemptible = false;
     assert!(node_victims(&all, &head, at(101), &preempting, at(300)).is_empty());
 }
+
+#[test]
+fn a_slot_taken_while_the_waiters_step_ran_may_be_taken_back_once_it_waits() {
+    // The waiter was admitted at 100 and ran a block; "busy" took its
+    // slot at 150; the waiter's next block waits for a node from 200.
+    let all = vec![holding("busy", "mid", 150, None), holding("new", "call", 100, Some(200))];
+    let preempting = budget(6).preempting_after(DELAY);
+    let victims = node_victims(&all, &all[1].work, at(200), &preempting, at(260));
+    assert_eq!(victims.len(), 1, "it began to wait at 200, after the slot was taken");
+}
+
+#[test]
+fn within_one_namespace_the_parties_are_compared() {
+    // The cluster test's shape: the direct creators ("") run 2 and wait at
+    // the node with 4; an MCP caller of the same namespace is a newcomer.
+    let mut all: Vec<Seen> = (0..2).map(|i| holding("busy", &format!("run-{i}"), i, None)).collect();
+    all.extend((2..6).map(|i| holding("busy", &format!("wait-{i}"), i, Some(i + 1))));
+    all.push(seen_in("busy", Some("carol"), "call", 100, Lifecycle::Waiting));
+    assert_eq!(kept_by_nodes(&all, &all[6].work), None, "carol runs less than the direct creators");
+    assert_eq!(gives_way(&all, &all[2].work, at(3), &budget(6), at(101)), Some(GiveWay::ToLess));
+    all.push(seen_in("busy", None, "more", 100, Lifecycle::Waiting));
+    assert!(kept_by_nodes(&all, &all[7].work).is_some(), "the direct creators' own waiters go first");
+}
