@@ -363,41 +363,6 @@ fn start_bound(observed: &Observed) -> Duration {
     tool.map_or(observed.pod_start_timeout, |tool| tool.min(observed.pod_start_timeout))
 }
 
-/// The status of a run whose running step (its Job `uid`) gives its slot
-/// back: queued again, the step to run again from its start.
-fn preempted(run: &ToolRun, uid: &str, seen: ToolRunStatus) -> ToolRunStatus {
-    let step = match run.step() {
-        0 => "it runs again from its start".to_string(),
-        step => format!("its step {step} runs again from its start"),
-    };
-    ToolRunStatus {
-        phase: Some(ToolRunPhase::Pending),
-        message: Some(format!(
-            "queued: gave its slot back to work that waited past the preemption delay (its tool is \
-             preemptible); {step} when its turn comes"
-        )),
-        progress: Some(format!("0/{}", run.parts())),
-        job_uid: None,
-        preempted_job_uid: Some(uid.to_string()),
-        preemptions: Some(seen.preemptions.unwrap_or(0).saturating_add(1)),
-        ..seen
-    }
-}
-
-/// The status of a run whose running step (its Job `uid`) waited for a
-/// node and gives its slot back (`admission::node::gives_way`): queued
-/// again, no preemption counted — the step never ran.
-fn gave_way(run: &ToolRun, uid: &str, seen: ToolRunStatus, give_way: GiveWay) -> ToolRunStatus {
-    ToolRunStatus {
-        phase: Some(ToolRunPhase::Pending),
-        message: Some(give_way.message("tool run")),
-        progress: Some(format!("0/{}", run.parts())),
-        job_uid: None,
-        preempted_job_uid: Some(uid.to_string()),
-        ..seen
-    }
-}
-
 /// The ask a finished step left instead of a result, if it left one (a run
 /// of one part only: parts answer, they do not converse).
 fn ask_of(run: &ToolRun, pods: &[PodOutcome]) -> Option<Result<Ask, String>> {
@@ -537,6 +502,9 @@ fn result_of(run: &ToolRun, pods: &[PodOutcome]) -> Result<String, String> {
     }
     Ok(stored)
 }
+
+mod slot;
+use slot::{gave_way, preempted};
 
 #[cfg(test)]
 mod tests;

@@ -336,7 +336,7 @@ impl Agent {
         // server's binding sets PodScheduled=True once one is bound).
         for (queued, uid) in &queue {
             if self.unscheduled.contains_key(uid) && self.told_full.insert(uid.clone()) {
-                tell_full(&self.client, &queued.namespace, &queued.name).await;
+                crate::node::tell_full(&self.client, &queued.namespace, &queued.name).await;
             }
         }
         if let Some((first, _)) = queue.iter().find(|(_, uid)| self.unscheduled.contains_key(uid)) {
@@ -499,18 +499,6 @@ pub async fn fail_pod(client: &kube::Client, pod: &Pod, reason: &str, message: &
         ],
     }});
     patch_status(client, pod, patch).await;
-}
-
-/// Marks the Pod `namespace/name` unscheduled for want of room, in
-/// kube-scheduler's words (`0/1 nodes are available: 1 Too many pods.`).
-async fn tell_full(client: &kube::Client, namespace: &str, name: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let patch = json!({"status": {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "0/1 nodes are available: 1 Too many pods.", "lastTransitionTime": Time(Timestamp::now())}]}});
-    if let Err(err) = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await {
-        tracing::debug!(pod = %format!("{namespace}/{name}"), error = %err, "could not say the node is full");
-    }
 }
 
 pub async fn patch_status(client: &kube::Client, pod: &Pod, patch: serde_json::Value) {

@@ -83,3 +83,19 @@ pub async fn heartbeat(client: kube::Client, config: Config) {
         }
     }
 }
+
+/// Marks the Pod `namespace/name` unscheduled for want of room, in
+/// kube-scheduler's words (`0/1 nodes are available: 1 Too many pods.`).
+pub async fn tell_full(client: &kube::Client, namespace: &str, name: &str) {
+    let pods: kube::api::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::api::Api::namespaced(client.clone(), namespace);
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let patch = serde_json::json!({"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Too many pods.", "lastTransitionTime": now}]}});
+    if let Err(err) =
+        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await
+    {
+        tracing::debug!(pod = %format!("{namespace}/{name}"), error = %err, "could not say the node is full");
+    }
+}
