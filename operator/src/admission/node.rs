@@ -6,7 +6,8 @@
 //!
 //! - work whose Pods wait for a node gives its slot back when another
 //!   group that *runs* fewer (namespaces first, then parties within one)
-//!   wants a node too, or when it has waited `--capacity-wait-seconds`
+//!   wants a node too (once it waited [`GIVE_WAY_AFTER`]), or when it has
+//!   waited `--capacity-wait-seconds`
 //!   ([`gives_way`]); its Pods never ran, so nothing is lost;
 //! - waiting work is not admitted while work of a group running no fewer
 //!   than its own waits for a node ([`kept_by_nodes`]): it would only
@@ -31,6 +32,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::preempt::{elapsed, may_take_back, protected_for};
 use super::{Budget, Holdings, QueueEntry, Seen, Slots, holds_slot, namespace_of, party_of, waiting};
 use crate::admission::Limit;
+
+/// How long work's Pods wait for a node before it gives way to a group
+/// running fewer ([`gives_way`]).
+pub const GIVE_WAY_AFTER: Duration = Duration::from_secs(10);
 
 /// Why work whose Pods wait for a node gives its slot back (see [`gives_way`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +133,12 @@ pub fn gives_way(
     let waited = elapsed(since, now);
     if budget.capacity_wait.is_some_and(|bound| waited >= bound) {
         return Some(GiveWay::Bound { waited });
+    }
+    // A Pod that waited less is not yet a full node but a busy one (Pods
+    // end and start every second between blocks): giving way then would
+    // trade node spots back and forth between parties of about equal share.
+    if waited < GIVE_WAY_AFTER {
+        return None;
     }
     let running = Running::of(all);
     // Queued work wants the slot `me` frees when every slot is taken and no

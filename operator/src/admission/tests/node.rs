@@ -136,3 +136,12 @@ fn within_one_namespace_the_parties_are_compared() {
     all.push(seen_in("busy", None, "more", 100, Lifecycle::Waiting));
     assert!(kept_by_nodes(&all, &all[7].work).is_some(), "the direct creators' own waiters go first");
 }
+
+#[test]
+fn a_pod_that_waited_only_moments_does_not_give_way_yet() {
+    let mut all = busy_node();
+    all.push(seen_in("new", Some("carol"), "call", 100, Lifecycle::Waiting));
+    // "busy"'s waiter began to wait at 95: a busy node, not yet a full one.
+    assert_eq!(gives_way(&all, &all[2].work, at(95), &budget(6), at(101)), None);
+    assert_eq!(gives_way(&all, &all[2].work, at(95), &budget(6), at(105)), Some(GiveWay::ToLess));
+}
