@@ -234,7 +234,7 @@ impl WorkQueue {
     /// until `me` should look again.
     pub fn reclaim_at_node(&self, me: &QueueEntry, since: Timestamp) -> Option<Duration> {
         let now = Timestamp::now();
-        let after = self.budget.preempt_after?;
+        let after = crate::admission::node::victim_delay(self.budget.preempt_after?);
         let waited = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
         if waited < after {
             return Some(after - waited);

@@ -37,6 +37,15 @@ use crate::admission::Limit;
 /// running fewer ([`gives_way`]).
 pub const GIVE_WAY_AFTER: Duration = Duration::from_secs(10);
 
+/// How long work waits for a node before it takes a running slot back
+/// ([`node_victims`]): the preemption delay, and never before others'
+/// waiting Pods that run no less had their turn to give way (their wait
+/// [`GIVE_WAY_AFTER`] and a recheck) — the spot a victim frees would go to
+/// one of them, and the one victim of this wait would be spent.
+pub fn victim_delay(after: Duration) -> Duration {
+    after.max(GIVE_WAY_AFTER + Duration::from_secs(5))
+}
+
 /// Why work whose Pods wait for a node gives its slot back (see [`gives_way`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GiveWay {
@@ -214,7 +223,7 @@ pub fn node_victims<'a>(
     now: Timestamp,
 ) -> Vec<&'a QueueEntry> {
     let Some(after) = budget.preempt_after else { return Vec::new() };
-    if elapsed(since, now) < after {
+    if elapsed(since, now) < victim_delay(after) {
         return Vec::new();
     }
     let running = Running::of(all);

@@ -382,13 +382,29 @@ pub async fn run(prefix: &str, plan: Plan) -> Report {
     }
     watch.abort();
     let jobs = jobs.lock().unwrap().clone();
+    // A block's Job deleted before any Pod of it got a node, the workflow
+    // giving its slot back at the full node (`NoCapacity`, docs/OPERATOR.md
+    // "Fair share at the node"), is made again: each such give-back
+    // explains one more Job; nothing else may.
+    let events: Api<k8s_openapi::api::events::v1::Event> = release.work.api();
+    let listed = events.list(&ListParams::default()).await.unwrap().items;
+    let mut gave_back: HashMap<String, usize> = HashMap::new();
+    for event in listed.iter().filter(|e| e.reason.as_deref() == Some(mining_api::reasons::NO_CAPACITY)) {
+        let name = event.regarding.as_ref().and_then(|r| r.name.clone()).unwrap_or_default();
+        *gave_back.entry(name).or_default() += 1;
+    }
     for id in &all_ids {
         let made: BTreeMap<&str, usize> = (jobs.iter())
             .filter(|((workflow, _), _)| workflow == id)
             .map(|((_, block), uids)| (block.as_str(), uids.len()))
             .collect();
         assert_eq!(made.len(), plan.blocks as usize, "{id}: Jobs for blocks {made:?}");
-        assert!(made.values().all(|&n| n == 1), "{id}: more than one Job for a block: {made:?}");
+        let extra: usize = made.values().map(|&n| n - 1).sum();
+        let explained = gave_back.get(id).copied().unwrap_or(0);
+        assert!(
+            extra <= explained,
+            "{id}: more than one Job for a block: {made:?}, {explained} given back for want of a node"
+        );
     }
     // Each caller lists exactly its own.
     for ((name, token), (owner, outcomes)) in tokens.iter().zip(&outcomes) {
