@@ -50,6 +50,12 @@ pub use tool::{McpTool, McpToolSpec, ToolRun, ToolRunPhase, ToolRunSpec, ToolRun
 /// Restricted tools and the caller's identity handed to tools.
 #[cfg(feature = "kubernetes")]
 pub mod tool_caller;
+/// A tool's result as MCP content blocks (`MCP_CONTENT`).
+#[cfg(feature = "kubernetes")]
+pub mod tool_content;
+/// How a tool appears in MCP: its name, task support, needed client capabilities.
+#[cfg(feature = "kubernetes")]
+pub mod tool_face;
 /// What a tool says it does (MCP tool annotations).
 #[cfg(feature = "kubernetes")]
 pub mod tool_hints;

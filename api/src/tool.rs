@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use crate::bounds::MAX_DURATION_SECONDS;
 use crate::tool_caller::{CallerIdentity, ToolCaller};
+use crate::tool_face::{ClientCapability, MAX_REQUIRED_CAPABILITIES, MAX_TOOL_NAME_BYTES, TaskSupport};
 use crate::tool_input::{
     MAX_ANSWERS, MAX_INPUT_DEADLINE_SECONDS, MAX_KEY_BYTES, MAX_REQUESTS_PER_ROUND, MAX_RESPONSE_BYTES,
     MAX_ROUNDS, MAX_STATE_BYTES,
@@ -86,6 +87,7 @@ pub const MAX_WAIT_BUDGET_SECONDS: u32 = 3600;
     namespaced,
     status = "McpToolStatus",
     printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name":"Tool Name","type":"string","jsonPath":".spec.toolName"}"#,
     printcolumn = r#"{"name":"Wait","type":"integer","jsonPath":".spec.waitBudgetSeconds"}"#,
     printcolumn = r#"{"name":"Parts","type":"integer","jsonPath":".spec.jobTemplate.spec.completions"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
@@ -94,6 +96,21 @@ pub const MAX_WAIT_BUDGET_SECONDS: u32 = 3600;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct McpToolSpec {
+    /// The tool's name in MCP (`tools/list`, `tools/call`): 1–128 of
+    /// `A-Za-z0-9_.-`, e.g. `get_weather`. Unset: the object's name. Two
+    /// tools of one name: the older is offered, the other is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_TOOL_NAME_BYTES), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    pub tool_name: Option<String>,
+    /// Whether a call may (`optional`, the default), must (`required`) or
+    /// must not (`forbidden`) run as an MCP task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_support: Option<TaskSupport>,
+    /// Client capabilities a call needs (`elicitation`, `sampling`,
+    /// `roots`): a client that did not declare one is refused (`-32021`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_REQUIRED_CAPABILITIES))]
+    pub required_client_capabilities: Vec<ClientCapability>,
     /// A short human-readable name for the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TITLE_BYTES))]
@@ -396,68 +413,17 @@ fn any_object_or_none(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "object", "nullable": true, "x-kubernetes-preserve-unknown-fields": true})
 }
 
-impl ToolRun {
-    /// Where the run is; `Pending` until the operator has said.
-    pub fn phase(&self) -> ToolRunPhase {
-        self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
-    }
-
-    /// The step its Job runs (0 until a round of answers moved it on).
-    pub fn step(&self) -> u32 {
-        self.status.as_ref().and_then(|s| s.step).unwrap_or(0)
-    }
-
-    /// The name of the Job of its current step: the run's own for the
-    /// first, `{run}-s{step}` after each round of answers.
-    pub fn job_name(&self) -> String {
-        let name = self.metadata.name.clone().unwrap_or_default();
-        match self.step() {
-            0 => name,
-            step => format!("{name}-s{step}"),
-        }
-    }
-
-    /// Whether `name` and `uid` are those of a Job the operator made for
-    /// this run: named for one of its steps so far and, for the current
-    /// step once recorded, the uid in its status (a label or an
-    /// ownerReference anyone in the namespace can write proves nothing).
-    pub fn is_own_job(&self, name: &str, uid: &str) -> bool {
-        let run = self.metadata.name.clone().unwrap_or_default();
-        let step = match name.strip_prefix(&run) {
-            Some("") => 0,
-            Some(rest) => match rest.strip_prefix("-s").and_then(|n| n.parse::<u32>().ok()) {
-                Some(step) if step > 0 && format!("-s{step}") == rest => step,
-                _ => return false,
-            },
-            None => return false,
-        };
-        let recorded = self.status.as_ref().and_then(|s| s.job_uid.as_deref());
-        match (step.cmp(&self.step()), recorded) {
-            (std::cmp::Ordering::Greater, _) => false,
-            (std::cmp::Ordering::Equal, Some(recorded)) => recorded == uid,
-            _ => true,
-        }
-    }
-
-    /// How long it may wait for its answers.
-    pub fn input_deadline_seconds(&self) -> i64 {
-        self.spec
-            .input_deadline_seconds
-            .unwrap_or(crate::tool_input::DEFAULT_INPUT_DEADLINE_SECONDS)
-            .clamp(1, MAX_INPUT_DEADLINE_SECONDS)
-    }
-
-    /// How many indexed parts the run has (1 when the template says none).
-    pub fn parts(&self) -> i32 {
-        self.spec.job_template.spec.as_ref().and_then(|s| s.completions).unwrap_or(1).max(1)
-    }
-}
-
 impl McpToolSpec {
     /// Why this definition cannot be offered as a tool, if it cannot: every
     /// part the frontend copies into memory or into a run is bounded here,
     /// so whoever may write McpTools cannot grow the frontend without limit.
     pub fn problem(&self) -> Option<String> {
+        if let Some(why) = self.tool_name.as_deref().and_then(crate::tool_face::name_problem) {
+            return Some(why);
+        }
+        if self.required_client_capabilities.len() > MAX_REQUIRED_CAPABILITIES {
+            return Some(format!("requiredClientCapabilities names more than {MAX_REQUIRED_CAPABILITIES}"));
+        }
         if self.description.len() > MAX_DESCRIPTION_BYTES {
             return Some(format!("description is longer than {MAX_DESCRIPTION_BYTES} bytes"));
         }
@@ -509,5 +475,6 @@ fn json_len<T: Serialize>(value: &T) -> usize {
     serde_json::to_vec(value).map_or(usize::MAX, |json| json.len())
 }
 
+mod run;
 #[cfg(test)]
 mod tests;

@@ -50,6 +50,9 @@ pub const MAX_INPUT_DEADLINE_SECONDS: i64 = 30 * 24 * 3600;
 /// The methods a tool may ask its caller.
 pub const ELICITATION: &str = "elicitation/create";
 pub const SAMPLING: &str = "sampling/createMessage";
+/// The client's roots (2026-07-28 `InputRequest`; 2025-11-25 clients are
+/// asked it on the task's stream like the others).
+pub const ROOTS: &str = "roots/list";
 
 /// The Secret holding step `step`'s answers and state (steps from 1).
 pub fn input_secret_name(run_name: &str, step: u32) -> String {
@@ -122,6 +125,12 @@ fn valid_key(key: &str) -> bool {
 /// elicitation with a flat object schema, or a sampling request.
 pub fn check_request(request: &Value) -> Result<(), String> {
     let method = request.get("method").and_then(Value::as_str).ok_or("it has no \"method\"")?;
+    if method == ROOTS {
+        return match request.get("params") {
+            None | Some(Value::Object(_)) => Ok(()),
+            Some(_) => Err("a roots/list request's \"params\" must be an object".into()),
+        };
+    }
     let params = request.get("params").and_then(Value::as_object).ok_or("it has no \"params\" object")?;
     match method {
         ELICITATION => {
@@ -149,7 +158,7 @@ pub fn check_request(request: &Value) -> Result<(), String> {
             Ok(())
         }
         other => Err(format!(
-            "{:?} is not a method a tool may ask ({ELICITATION} or {SAMPLING})",
+            "{:?} is not a method a tool may ask ({ELICITATION}, {SAMPLING} or {ROOTS})",
             crate::pow::clip(other, 64)
         )),
     }
@@ -195,6 +204,14 @@ pub fn check_response(request: &Value, response: &Value) -> Result<(), String> {
                 return Err("a sampling answer needs \"model\"".into());
             }
             Ok(())
+        }
+        Some(ROOTS) => {
+            let roots = response.get("roots").and_then(Value::as_array).ok_or("a roots answer needs \"roots\"")?;
+            if roots.iter().all(|root| root.get("uri").and_then(Value::as_str).is_some()) {
+                Ok(())
+            } else {
+                Err("each root needs a \"uri\"".into())
+            }
         }
         _ => Err("the request is not one that can be answered".into()),
     }

@@ -152,7 +152,7 @@ impl Core {
     /// [`ToolAccess`](crate::tool_runs::access::ToolAccess).
     pub(crate) async fn grant_for(&self, caller: &Caller, tool: Option<&str>) -> Result<(), Denied> {
         let Some(tool) = tool else { return Ok(()) };
-        let restricted = self.catalog.get(tool).is_some_and(|defined| defined.spec.restricted);
+        let restricted = self.catalog.by_object(tool).is_some_and(|defined| defined.spec.restricted);
         self.access.check(caller, tool, restricted).await
     }
 

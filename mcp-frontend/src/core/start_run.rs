@@ -35,8 +35,7 @@ impl Core {
         let mut tools = self.tools.clone();
         let mut defined = Vec::new();
         for tool in self.catalog.defined() {
-            let name = tool.listed.name.as_ref();
-            if self.access.check(caller, name, tool.spec.restricted).await.is_ok() {
+            if self.access.check(caller, &tool.object, tool.spec.restricted).await.is_ok() {
                 defined.push(tool.listed.clone());
             }
         }

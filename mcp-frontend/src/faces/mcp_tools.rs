@@ -252,13 +252,12 @@ impl ServerHandler for McpServer {
                 None,
             ));
         };
-        let name = request.name.to_string();
         let options = StartOptions {
             trace: trace_of(&ctx),
             idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
             ..StartOptions::default()
         };
-        if declares_tasks && let Some(starter) = called.starter(&name) {
+        if declares_tasks && let Some(starter) = called.starter() {
             let (response, outcome) =
                 tasks_2026::start_task(&self.core, &caller, starter, request.arguments, options).await;
             self.core.record_call(called.label(), outcome, None);
@@ -278,7 +277,7 @@ impl ServerHandler for McpServer {
             }
             Called::Defined(tool) => {
                 let arguments = request.arguments;
-                tool_calls::call_defined(&self.core, &caller, &name, tool, arguments, options, &mut listener)
+                tool_calls::call_defined(&self.core, &caller, &tool.object, tool, arguments, options, &mut listener)
                     .await
             }
         };

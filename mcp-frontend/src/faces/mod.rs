@@ -45,10 +45,12 @@ pub(crate) enum Called {
 
 impl Called {
     /// What the call starts, when it starts work (and so may run as a task).
-    pub(crate) fn starter<'a>(&'a self, name: &'a str) -> Option<Starter<'a>> {
+    /// A defined tool's run records its McpTool's object name, whatever
+    /// name it is listed by.
+    pub(crate) fn starter(&self) -> Option<Starter<'_>> {
         match self {
             Self::Mining(MiningTool::StartMining) => Some(Starter::Mining),
-            Self::Defined(tool) => Some(Starter::Defined { name, tool }),
+            Self::Defined(tool) => Some(Starter::Defined { name: &tool.object, tool }),
             Self::Mining(_) | Self::Companion(_) => None,
         }
     }

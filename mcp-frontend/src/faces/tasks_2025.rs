@@ -184,7 +184,7 @@ impl CoreTasks {
         let Some(called) = super::called(&self.core, name) else {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         };
-        let Some(starter) = called.starter(name) else {
+        let Some(starter) = called.starter() else {
             return Err(McpError::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!(

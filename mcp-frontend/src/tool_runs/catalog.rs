@@ -27,6 +27,9 @@ pub const MAX_TOOLS: usize = 256;
 /// One tool as offered: its listing, its compiled input schema, and the
 /// definition a call snapshots into its run.
 pub struct DefinedTool {
+    /// The McpTool's object name: what a run records, RBAC grants name and
+    /// `kubectl` shows (the listing carries the MCP name).
+    pub object: String,
     pub listed: Tool,
     pub input: Schema,
     pub spec: McpToolSpec,
@@ -34,7 +37,15 @@ pub struct DefinedTool {
     pub output_schema: Option<String>,
 }
 
-type Tools = BTreeMap<String, Arc<DefinedTool>>;
+/// The offered tools by MCP name, and the MCP name of each by object name.
+#[derive(Default, Clone)]
+struct Tools {
+    by_name: BTreeMap<String, Arc<DefinedTool>>,
+    by_object: BTreeMap<String, String>,
+}
+
+/// Each McpTool's verdict, by object name.
+type Verdicts = BTreeMap<String, Result<(), String>>;
 
 pub struct ToolCatalog {
     live: RwLock<Arc<Tools>>,
@@ -60,52 +71,65 @@ impl ToolCatalog {
         let run = async move {
             let events = watcher(api, watcher::Config::default().page_size(50)).default_backoff();
             let mut events = std::pin::pin!(events);
-            let mut listing: Option<Tools> = None;
+            // Every definition by object name: a name two tools claim goes
+            // to the older, so one's deletion can offer another.
+            let mut objects = BTreeMap::<String, McpTool>::new();
+            let mut initial: Option<BTreeMap<String, McpTool>> = None;
+            let mut verdicts = Verdicts::new();
             while let Some(event) = events.next().await {
                 metrics.watch_events.inc();
-                match event {
-                    Ok(watcher::Event::Init) => listing = Some(Tools::new()),
+                let touched = match event {
+                    Ok(watcher::Event::Init) => {
+                        initial = Some(BTreeMap::new());
+                        continue;
+                    }
                     Ok(watcher::Event::InitApply(tool)) => {
-                        if let Some(listing) = listing.as_mut() {
-                            statuses.tell(&tool, runner.add(listing, &tool));
+                        if let Some(initial) = initial.as_mut() {
+                            initial.insert(tool.metadata.name.clone().unwrap_or_default(), tool);
                         }
+                        continue;
                     }
                     Ok(watcher::Event::InitDone) => {
-                        if let Some(listing) = listing.take() {
-                            *runner.write() = Arc::new(listing);
+                        if let Some(initial) = initial.take() {
+                            objects = initial;
                         }
-                        // A relist after a lost watch may have missed changes.
-                        if runner.is_ready() {
-                            runner.changed();
-                        }
-                        runner.ready.store(true, Ordering::Release);
+                        None
                     }
                     Ok(watcher::Event::Apply(tool)) => {
                         let name = tool.metadata.name.clone().unwrap_or_default();
-                        let mut next = (*runner.read()).clone();
-                        let before = next.remove(&name).map(|defined| listing_of(&defined));
-                        let verdict = runner.add(&mut next, &tool);
-                        let after = next.get(&name).map(|defined| listing_of(defined));
-                        *runner.write() = Arc::new(next);
-                        // A status write (this frontend's own) changes no listing: nothing to tell.
-                        if before != after {
-                            runner.changed();
-                        }
-                        statuses.tell(&tool, verdict);
+                        objects.insert(name.clone(), tool);
+                        Some(name)
                     }
                     Ok(watcher::Event::Delete(tool)) => {
-                        let mut next = (*runner.read()).clone();
-                        let removed = next.remove(tool.metadata.name.as_deref().unwrap_or_default());
-                        *runner.write() = Arc::new(next);
-                        if removed.is_some() {
-                            runner.changed();
-                        }
+                        objects.remove(tool.metadata.name.as_deref().unwrap_or_default());
+                        None
                     }
                     Err(err) => {
                         metrics.watch_errors.inc();
                         tracing::warn!(error = %err, "watching McpTools failed; retrying");
+                        continue;
+                    }
+                };
+                let (tools, next) = build(&objects);
+                let before = listings_of(&runner.read());
+                let after = listings_of(&tools);
+                *runner.write() = Arc::new(tools);
+                // A status write (this frontend's own) changes no listing:
+                // nothing to tell. The first listing tells nobody.
+                if runner.is_ready() && before != after {
+                    runner.changed();
+                }
+                runner.ready.store(true, Ordering::Release);
+                // Tell each definition whose verdict moved, and the one
+                // that changed (its status may say an older verdict).
+                for (name, verdict) in &next {
+                    if (verdicts.get(name) != Some(verdict) || touched.as_deref() == Some(name))
+                        && let Some(tool) = objects.get(name)
+                    {
+                        statuses.tell(tool, verdict.clone());
                     }
                 }
+                verdicts = next;
             }
         };
         (catalog, run)
@@ -119,42 +143,29 @@ impl ToolCatalog {
         self.live.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Offers `tool` in `listing` when its definition is good; the verdict.
-    fn add(&self, listing: &mut Tools, tool: &McpTool) -> Result<(), String> {
-        let name = tool.metadata.name.clone().unwrap_or_default();
-        if listing.len() >= MAX_TOOLS {
-            tracing::warn!(tool = %name, max = MAX_TOOLS, "not offering an McpTool: too many tools are defined");
-            return Err(format!("too many tools are defined (this frontend offers at most {MAX_TOOLS})"));
-        }
-        match define(&name, &tool.spec) {
-            Ok(defined) => {
-                listing.insert(name, Arc::new(defined));
-                Ok(())
-            }
-            Err(why) => {
-                tracing::warn!(tool = %name, %why, "not offering an McpTool");
-                Err(why)
-            }
-        }
+    /// The tool listed as `name`, if one is offered.
+    pub fn get(&self, name: &str) -> Option<Arc<DefinedTool>> {
+        self.read().by_name.get(name).cloned()
     }
 
-    /// The tool named `name`, if one is offered.
-    pub fn get(&self, name: &str) -> Option<Arc<DefinedTool>> {
-        self.read().get(name).cloned()
+    /// The tool the McpTool `object` offers, if it offers one.
+    pub fn by_object(&self, object: &str) -> Option<Arc<DefinedTool>> {
+        let tools = self.read();
+        tools.by_object.get(object).and_then(|name| tools.by_name.get(name)).cloned()
     }
 
     /// Every offered tool's listing, by name.
     pub fn listed(&self) -> Vec<Tool> {
-        self.read().values().map(|tool| tool.listed.clone()).collect()
+        self.read().by_name.values().map(|tool| tool.listed.clone()).collect()
     }
 
     /// Every tool offered, by name.
     pub fn defined(&self) -> Vec<Arc<DefinedTool>> {
-        self.read().values().cloned().collect()
+        self.read().by_name.values().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read().by_name.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,6 +184,44 @@ impl ToolCatalog {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
+}
+
+/// The tools `objects` offer and each one's verdict (pure): definitions in
+/// age order (then by object name), so a name two claim goes to the older
+/// and the first [`MAX_TOOLS`] are offered, on every replica alike.
+fn build(objects: &BTreeMap<String, McpTool>) -> (Tools, Verdicts) {
+    let mut ordered: Vec<&McpTool> = objects.values().collect();
+    ordered.sort_by(|a, b| {
+        let age = |tool: &McpTool| tool.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        age(a).cmp(&age(b)).then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    let mut tools = Tools::default();
+    let mut verdicts = Verdicts::new();
+    for tool in ordered {
+        let object = tool.metadata.name.clone().unwrap_or_default();
+        let name = tool.mcp_name().to_string();
+        let verdict = if tools.by_name.len() >= MAX_TOOLS {
+            Err(format!("too many tools are defined (this frontend offers at most {MAX_TOOLS})"))
+        } else if let Some(taken) = tools.by_name.get(&name) {
+            Err(format!("the tool name {name} is taken by the older McpTool {}", taken.object))
+        } else {
+            define(&object, &tool.spec).map(|defined| {
+                tools.by_object.insert(object.clone(), name.clone());
+                tools.by_name.insert(name, Arc::new(defined));
+            })
+        };
+        if let Err(why) = &verdict {
+            tracing::warn!(tool = %object, %why, "not offering an McpTool");
+        }
+        verdicts.insert(object, verdict);
+    }
+    (tools, verdicts)
+}
+
+/// What `tools/list` shows, to tell a change of it from a write that
+/// changed nothing listed.
+fn listings_of(tools: &Tools) -> Vec<Option<Value>> {
+    tools.by_name.values().map(|defined| listing_of(defined)).collect()
 }
 
 /// What `tools/list` shows of a tool, to tell a change of it from a write
@@ -235,7 +284,7 @@ pub fn accepted_condition(
     use mining_api::tool::tool_conditions::{ACCEPTED, REASON_ACCEPTED, REASON_INVALID};
     use mining_api::{Condition, ConditionStatus};
     let (status, reason, message) = match verdict {
-        Ok(()) => (ConditionStatus::True, REASON_ACCEPTED, "offered as an MCP tool".to_string()),
+        Ok(()) => (ConditionStatus::True, REASON_ACCEPTED, format!("offered as the MCP tool {}", tool.mcp_name())),
         Err(why) => (ConditionStatus::False, REASON_INVALID, mining_api::pow::clip(why, 1024).to_string()),
     };
     let generation = tool.metadata.generation;
@@ -264,7 +313,8 @@ pub fn accepted_condition(
 
 /// The tool a definition offers, or why it offers none (pure; the verdict
 /// is the API's, the one `kubectl mining validate` gives too).
-pub fn define(name: &str, spec: &McpToolSpec) -> Result<DefinedTool, String> {
+pub fn define(object: &str, spec: &McpToolSpec) -> Result<DefinedTool, String> {
+    let name = spec.tool_name.as_deref().unwrap_or(object);
     let Offerable { input, output_schema: output } = offerable(name, spec)?;
     let mut listed =
         Tool::new(name.to_string(), spec.description.clone(), Arc::new(spec.input_schema.clone()))
@@ -274,6 +324,7 @@ pub fn define(name: &str, spec: &McpToolSpec) -> Result<DefinedTool, String> {
         listed = listed.with_title(title.clone());
     }
     Ok(DefinedTool {
+        object: object.to_string(),
         listed,
         input,
         spec: spec.clone(),
