@@ -144,6 +144,43 @@ impl OwnershipKeys {
         self.keys().any(|secret| mac_of(secret, "tool-input/v1", &parts).verify_slice(&claimed).is_ok())
     }
 
+    /// The `requestState` of a plain call whose run asks (MCP 2026-07-28,
+    /// SEP-2322): the run (name, uid) and an expiry, bound by a MAC to
+    /// `binding` — the caller's digest, the tool, a digest of the call's
+    /// arguments — so it answers only this caller's retry of this call.
+    /// `run` is its name, uid and round (each round's state differs).
+    pub fn request_state(&self, binding: [&str; 3], run: [&str; 3], expires: u64) -> String {
+        let expires = expires.to_string();
+        let tag = mac(&self.current, "request-state/v1", &request_state_parts(binding, run, &expires));
+        format!("rs1.{}.{}.{}.{expires}.{}", run[0], run[1], run[2], hex(&tag))
+    }
+
+    /// The run (name, uid) a `requestState` names, if the frontend (either
+    /// key) made it for `binding` and it has not expired at `now`; else why not.
+    pub fn open_request_state(
+        &self,
+        state: &str,
+        binding: [&str; 3],
+        now: u64,
+    ) -> Result<(String, String), &'static str> {
+        let fields: Vec<&str> = state.split('.').collect();
+        let [version, name, uid, round, expires, tag] = fields[..] else {
+            return Err("it is not a requestState this server made");
+        };
+        let claimed =
+            unhex(tag).filter(|_| version == "rs1").ok_or("it is not a requestState this server made")?;
+        let parts = request_state_parts(binding, [name, uid, round], expires);
+        if !self.keys().any(|key| mac_of(key, "request-state/v1", &parts).verify_slice(&claimed).is_ok()) {
+            return Err(
+                "it does not verify for this caller, tool and arguments (altered, or another call's)",
+            );
+        }
+        match expires.parse::<u64>() {
+            Ok(expires) if expires >= now => Ok((name.to_string(), uid.to_string())),
+            _ => Err("it has expired"),
+        }
+    }
+
     /// The token a run's Pods upload its files with: bound to the run
     /// (namespace, name, uid), so it opens no other run's outputs, nor one
     /// made again under the name. Reaches the tool through the run's
@@ -216,6 +253,10 @@ impl OwnershipKeys {
     }
 }
 
+fn request_state_parts<'a>(binding: [&'a str; 3], run: [&'a str; 3], expires: &'a str) -> [&'a str; 7] {
+    [binding[0], binding[1], binding[2], run[0], run[1], run[2], expires]
+}
+
 fn mac_of(key: &[u8], domain: &str, parts: &[impl AsRef<[u8]>]) -> HmacSha256 {
     // HMAC takes keys of any length, so this cannot fail.
     let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
@@ -271,6 +312,34 @@ mod tests {
         let proof = keys.proof(&workflow);
         workflow.metadata.annotations = Some([(annotations::OWNER_PROOF.to_string(), proof)].into());
         workflow
+    }
+
+    #[test]
+    fn a_request_state_answers_only_its_callers_retry_of_its_call_until_it_expires() {
+        let keys = keys();
+        let binding = ["alice", "greet", "args-digest"];
+        let state = keys.request_state(binding, ["mw-run", "uid-1", "0"], 1_000);
+        assert_ne!(
+            state,
+            keys.request_state(binding, ["mw-run", "uid-1", "1"], 1_000),
+            "each round's differs"
+        );
+        assert_eq!(keys.open_request_state(&state, binding, 999), Ok(("mw-run".into(), "uid-1".into())));
+        assert_eq!(keys.open_request_state(&state, binding, 1_001), Err("it has expired"));
+        for other in
+            [["bob", "greet", "args-digest"], ["alice", "deploy", "args-digest"], ["alice", "greet", "x"]]
+        {
+            assert!(keys.open_request_state(&state, other, 999).unwrap_err().contains("does not verify"));
+        }
+        let tampered = format!("{state}-TAMPERED");
+        assert!(keys.open_request_state(&tampered, binding, 999).is_err());
+        let moved = state.replacen("mw-run", "mw-other", 1);
+        assert!(keys.open_request_state(&moved, binding, 999).unwrap_err().contains("does not verify"));
+        let later = state.replacen(".1000.", ".9999.", 1);
+        assert!(keys.open_request_state(&later, binding, 2_000).is_err(), "the expiry is under the MAC");
+        let rotated = OwnershipKeys::new(vec![9; 32], Some(vec![7; 32])).unwrap();
+        assert!(rotated.open_request_state(&state, binding, 999).is_ok(), "the previous key still opens it");
+        assert!(keys.open_request_state("rs1.a.b", binding, 0).is_err());
     }
 
     #[test]

@@ -26,8 +26,9 @@ pub fn parse(message: &str) -> Option<Result<Vec<Value>, String>> {
 }
 
 fn checked(json: &str) -> Result<Vec<Value>, String> {
-    let blocks: Vec<Value> = serde_json::from_str(json.trim())
-        .map_err(|err| format!("{CONTENT_MARKER} must be followed by a JSON array of content blocks ({err})"))?;
+    let blocks: Vec<Value> = serde_json::from_str(json.trim()).map_err(|err| {
+        format!("{CONTENT_MARKER} must be followed by a JSON array of content blocks ({err})")
+    })?;
     if blocks.is_empty() || blocks.len() > MAX_BLOCKS {
         return Err(format!("a result has 1 to {MAX_BLOCKS} content blocks, not {}", blocks.len()));
     }
@@ -110,10 +111,18 @@ mod tests {
     fn unusable_blocks_say_which_and_why() {
         let why = |blocks: Value| parse(&content(blocks)).unwrap().unwrap_err();
         assert!(why(json!([])).contains("1 to 16"));
-        assert!(why(json!([{"type": "image", "mimeType": "image/png", "data": "not base64!"}])).contains("base64"));
-        assert!(why(json!([{"type": "text", "text": "ok"}, {"type": "video"}])).starts_with("content block 1"));
+        assert!(
+            why(json!([{"type": "image", "mimeType": "image/png", "data": "not base64!"}]))
+                .contains("base64")
+        );
+        assert!(
+            why(json!([{"type": "text", "text": "ok"}, {"type": "video"}])).starts_with("content block 1")
+        );
         assert!(why(json!([{"type": "audio", "mimeType": "image/png", "data": ""}])).contains("audio/"));
-        assert!(why(json!([{"type": "resource", "resource": {"uri": "u", "text": "t", "blob": ""}}])).contains("either"));
+        assert!(
+            why(json!([{"type": "resource", "resource": {"uri": "u", "text": "t", "blob": ""}}]))
+                .contains("either")
+        );
         assert!(parse("MCP_CONTENT not json").unwrap().is_err());
     }
 }

@@ -206,7 +206,8 @@ pub fn check_response(request: &Value, response: &Value) -> Result<(), String> {
             Ok(())
         }
         Some(ROOTS) => {
-            let roots = response.get("roots").and_then(Value::as_array).ok_or("a roots answer needs \"roots\"")?;
+            let roots =
+                response.get("roots").and_then(Value::as_array).ok_or("a roots answer needs \"roots\"")?;
             if roots.iter().all(|root| root.get("uri").and_then(Value::as_str).is_some()) {
                 Ok(())
             } else {

@@ -129,6 +129,11 @@ pub trait Details: Default + Serialize {
     fn resource_links(&self) -> Vec<rmcp::model::Resource> {
         Vec::new()
     }
+    /// The result as the work's own MCP content blocks, when it answered so
+    /// (they come first in the answer).
+    fn content_blocks(&self) -> Vec<ContentBlock> {
+        Vec::new()
+    }
 }
 
 /// The details of a mining workflow: blocks mined, and the verified chain.
@@ -229,7 +234,9 @@ impl<D: Details> Outcome<D> {
     pub fn into_result(self) -> CallToolResult {
         let failed = self.status == OutcomeStatus::Failed;
         let links = self.details.resource_links();
+        let blocks = self.details.content_blocks();
         let mut result = structured(self.to_text(), &self, failed);
+        result.content.splice(0..0, blocks);
         result.content.extend(links.into_iter().map(ContentBlock::resource_link));
         result
     }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use mining_api::MiningWorkflow;
 
-use super::{Called, tasks_2026, tool_calls};
+use super::{Called, asking_2026, tasks_2026, tool_calls};
 use crate::contract::outcome;
 use crate::core::{Answer, Core, StartOptions, WaitListener};
 use crate::ids::Caller;
@@ -27,6 +27,8 @@ use crate::tools::{
     CANCEL_MINING, CancelMiningArgs, GET_MINING_RESULT, GetMiningResultArgs, LIST_MINING_WORKFLOWS,
     ListMiningWorkflowsArgs, ListedWorkflow, MiningTool, WorkflowList, parse_args,
 };
+use mining_api::tool_face::TaskSupport;
+use rmcp::model::ProtocolVersion;
 
 /// How long `cancel_mining` waits for the operator to confirm the cancel.
 const CANCEL_CONFIRM_WAIT: Duration = Duration::from_secs(5);
@@ -257,7 +259,40 @@ impl ServerHandler for McpServer {
             idempotency_key: super::idempotency_key_of(Some(&**ctx.meta)),
             ..StartOptions::default()
         };
-        if declares_tasks && let Some(starter) = called.starter() {
+        let modern = ctx.protocol_version().is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
+        let capabilities = ctx.client_capabilities().filter(|_| modern);
+        if let Called::Defined(tool) = &called {
+            let as_task = declares_tasks && tool.spec.task_support != Some(TaskSupport::Forbidden);
+            if let Some(refused) = asking_2026::refusal(tool, capabilities.as_ref(), modern, as_task) {
+                self.core.record_call(called.label(), "refused", None);
+                return Err(refused);
+            }
+            if modern && !as_task {
+                let mut listener = ToolCallListener::of(&ctx);
+                let response = asking_2026::call(
+                    &self.core,
+                    &caller,
+                    tool,
+                    request,
+                    capabilities.as_ref(),
+                    options,
+                    &mut listener,
+                )
+                .await;
+                let outcome = match &response {
+                    Ok(CallToolResponse::InputRequired(_)) => "input_required",
+                    Ok(_) => "answered",
+                    Err(_) => "error",
+                };
+                self.core.record_call(called.label(), outcome, Some(started.elapsed()));
+                return response;
+            }
+        }
+        let forbidden = matches!(&called, Called::Defined(tool) if tool.spec.task_support == Some(TaskSupport::Forbidden));
+        if declares_tasks
+            && !forbidden
+            && let Some(starter) = called.starter()
+        {
             let (response, outcome) =
                 tasks_2026::start_task(&self.core, &caller, starter, request.arguments, options).await;
             self.core.record_call(called.label(), outcome, None);
@@ -277,8 +312,16 @@ impl ServerHandler for McpServer {
             }
             Called::Defined(tool) => {
                 let arguments = request.arguments;
-                tool_calls::call_defined(&self.core, &caller, &tool.object, tool, arguments, options, &mut listener)
-                    .await
+                tool_calls::call_defined(
+                    &self.core,
+                    &caller,
+                    &tool.object,
+                    tool,
+                    arguments,
+                    options,
+                    &mut listener,
+                )
+                .await
             }
         };
         let label = called.label();

@@ -5,9 +5,12 @@
 //!   defined tools and their companions, answered by the same core calls;
 //! - `tasks_2025`: core tasks of 2025-11-25, an axum layer in front of rmcp;
 //! - `tasks_2026`: the 2026-07-28 Tasks extension, through rmcp's task hooks;
+//! - `asking_2026`: a defined tool's plain call that asks (2026-07-28 MRTR),
+//!   and what a call of one is refused for before anything is made;
 //! - `listen_2026`: the extension's `subscriptions/listen` push, in front of rmcp;
 //! - `resources`: `resources/read` of a run's files, streamed, in front of rmcp.
 
+pub mod asking_2026;
 pub mod listen_2026;
 pub mod mcp_tools;
 pub mod resources;

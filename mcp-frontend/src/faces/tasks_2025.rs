@@ -134,7 +134,12 @@ impl CoreTasks {
             Route::Initialize => Ok(self.initialize()),
             Route::ListTools => {
                 let listed = self.core.listed_tools(&self.caller).await;
-                Ok(tools_json(&listed, |name| self.core.catalog.get(name).is_some()))
+                Ok(tools_json(&listed, |name| {
+                    self.core
+                        .catalog
+                        .get(name)
+                        .map(|tool| tool.spec.task_support.unwrap_or_default().as_str())
+                }))
             }
             Route::CreateTask => self.create(params, headers).await,
             Route::Get => self.get(&params).await,
@@ -184,7 +189,9 @@ impl CoreTasks {
         let Some(called) = super::called(&self.core, name) else {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         };
-        let Some(starter) = called.starter() else {
+        let forbidden = matches!(&called, super::Called::Defined(tool)
+            if tool.spec.task_support == Some(mining_api::tool_face::TaskSupport::Forbidden));
+        let Some(starter) = called.starter().filter(|_| !forbidden) else {
             return Err(McpError::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!(

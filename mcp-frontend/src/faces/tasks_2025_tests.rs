@@ -83,7 +83,7 @@ fn only_start_mining_may_run_as_a_task() {
         default_blocks: 4,
         wait_budget_seconds: 20,
     };
-    let listed = tools_json(&limits.tools(), |_| false);
+    let listed = tools_json(&limits.tools(), |_| None);
     let tools = listed["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 4);
     for tool in tools {

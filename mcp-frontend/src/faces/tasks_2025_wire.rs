@@ -143,14 +143,17 @@ pub fn task_retention_seconds(
 }
 
 /// The tools as 2025-11-25 lists them: with `execution.taskSupport`.
-/// `defined` tells a defined tool (whose calls are tool runs) by its name.
-pub fn tools_json(tools: &[rmcp::model::Tool], defined: impl Fn(&str) -> bool) -> Value {
+/// `defined` gives a defined tool's (whose calls are tool runs) by its name.
+pub fn tools_json(tools: &[rmcp::model::Tool], defined: impl Fn(&str) -> Option<&'static str>) -> Value {
     let tools: Vec<Value> = tools
         .iter()
         .map(|tool| {
             let mut value = serde_json::to_value(tool).unwrap_or_else(|_| json!({}));
-            let support =
-                if tool.name == START_MINING || defined(&tool.name) { "optional" } else { "forbidden" };
+            let support = match defined(&tool.name) {
+                Some(support) => support,
+                None if tool.name == START_MINING => "optional",
+                None => "forbidden",
+            };
             value["execution"] = json!({ "taskSupport": support });
             value
         })

@@ -284,7 +284,9 @@ pub fn accepted_condition(
     use mining_api::tool::tool_conditions::{ACCEPTED, REASON_ACCEPTED, REASON_INVALID};
     use mining_api::{Condition, ConditionStatus};
     let (status, reason, message) = match verdict {
-        Ok(()) => (ConditionStatus::True, REASON_ACCEPTED, format!("offered as the MCP tool {}", tool.mcp_name())),
+        Ok(()) => {
+            (ConditionStatus::True, REASON_ACCEPTED, format!("offered as the MCP tool {}", tool.mcp_name()))
+        }
         Err(why) => (ConditionStatus::False, REASON_INVALID, mining_api::pow::clip(why, 1024).to_string()),
     };
     let generation = tool.metadata.generation;

@@ -46,6 +46,10 @@ pub struct ToolDetails {
     /// only you can, until the run expires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileLink>,
+    /// The tool answered in MCP content blocks: `result` is their array,
+    /// and they lead the call's content.
+    #[serde(skip)]
+    pub content: bool,
 }
 
 /// One file a run handed over.
@@ -105,8 +109,16 @@ impl Details for ToolDetails {
             .collect()
     }
 
+    fn content_blocks(&self) -> Vec<rmcp::model::ContentBlock> {
+        let Some(Value::Array(blocks)) = self.result.as_ref().filter(|_| self.content) else {
+            return Vec::new();
+        };
+        blocks.iter().filter_map(|block| serde_json::from_value(block.clone()).ok()).collect()
+    }
+
     fn result_text(&self) -> Option<String> {
         let mut text = self.result.as_ref().map(|result| match result {
+            _ if self.content => "result: the content blocks above".to_string(),
             Value::String(text) => format!("result: {text}"),
             other => format!("result: {other}"),
         })?;
@@ -199,7 +211,9 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                 status_message: "The tool finished".into(),
                 ..base
             };
-            done.details.result = Some(parse_result(run));
+            let (result, content) = parse_result(run);
+            done.details.result = Some(result);
+            done.details.content = content;
             done.details.files = FileLink::of(run);
             done
         }
@@ -220,14 +234,18 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
 }
 
 /// The stored result as the model reads it: JSON when the tool declares an
-/// output schema (the operator checked it), else text.
-fn parse_result(run: &ToolRun) -> Value {
+/// output schema (the operator checked it), content blocks when it answered
+/// in them (checked again: a status is anyone's with status rights), else
+/// text; and whether it is content.
+fn parse_result(run: &ToolRun) -> (Value, bool) {
     let text = run.status.as_ref().and_then(|s| s.result.clone()).unwrap_or_default();
     let parts = run.parts() > 1;
     if run.spec.output_schema.is_some() || parts {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
+        (serde_json::from_str(&text).unwrap_or(Value::String(text)), false)
+    } else if let Some(Ok(blocks)) = mining_api::tool_content::parse(&text) {
+        (Value::Array(blocks), true)
     } else {
-        Value::String(text)
+        (Value::String(text), false)
     }
 }
 

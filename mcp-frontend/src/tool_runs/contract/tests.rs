@@ -128,3 +128,30 @@ fn a_finished_runs_files_are_linked_as_resources_with_name_type_and_size() {
     let result = run_outcome(&done, Timestamp::now()).into_result();
     assert!(result.content.iter().all(|c| c.as_resource_link().is_none()));
 }
+
+#[test]
+fn a_tool_answering_in_content_blocks_leads_the_answer_with_them() {
+    let now: Timestamp = "2026-11-25T01:00:40Z".parse().unwrap();
+    let written = r#"MCP_CONTENT [{"type": "text", "text": "a chart:"},
+        {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="},
+        {"type": "resource", "resource": {"uri": "test://r", "mimeType": "text/plain", "text": "hi"}}]"#;
+    let result = run_outcome(&run(ToolRunPhase::Succeeded, Some(written), false), now).into_result();
+    let content = serde_json::to_value(&result.content).unwrap();
+    assert_eq!(content[0], json!({"type": "text", "text": "a chart:"}));
+    assert_eq!(content[1], json!({"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}));
+    assert_eq!(content[2]["resource"]["uri"], "test://r");
+    assert_eq!(content[3]["text"].as_str().unwrap().lines().last(), Some("result: the content blocks above"));
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["result"].as_array().map(Vec::len), Some(3), "the envelope's result is the blocks");
+    // Blocks that do not check (a status anyone with status rights may write) are text.
+    let forged = r#"MCP_CONTENT [{"type": "image", "mimeType": "image/png", "data": "!!"}]"#;
+    let forged = run_outcome(&run(ToolRunPhase::Succeeded, Some(forged), false), now).into_result();
+    assert!(
+        serde_json::to_value(&forged.content)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["type"] == "text")
+    );
+}

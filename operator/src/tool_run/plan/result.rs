@@ -35,7 +35,9 @@ pub(super) fn result_of(run: &ToolRun, pods: &[PodOutcome]) -> Result<String, St
             return match (content, parts, &schema) {
                 (Err(why), ..) => Err(format!("the tool's content cannot be used: {why}")),
                 (Ok(_), 1, None) => Ok(text.to_string()),
-                (Ok(_), 1, Some(_)) => Err("a tool with an outputSchema answers JSON, not content blocks".into()),
+                (Ok(_), 1, Some(_)) => {
+                    Err("a tool with an outputSchema answers JSON, not content blocks".into())
+                }
                 (Ok(_), ..) => Err("a run of several parts answers JSON or text, not content blocks".into()),
             };
         }

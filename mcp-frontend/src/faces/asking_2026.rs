@@ -1,0 +1,296 @@
+//! Asking on a plain call, protocol 2026-07-28 (SEP-2322, "MRTR"), and what
+//! a defined tool refuses before anything is made.
+//!
+//! A defined tool's run that asks answers the waiting call with `resultType:
+//! "input_required"`: the requests the client can answer (by the
+//! capabilities it declared) and a `requestState` naming the run and its
+//! round, bound by a MAC under the ownership key to the caller, the tool and
+//! the call's arguments, and expiring with the run's input deadline. The
+//! client's retry carries `inputResponses` and the state: any replica, after
+//! any restart, opens the state, records the answers through the same core
+//! as `tasks/update`, and waits the tool's budget again — for the result, the
+//! next round's `input_required`, or the usual "still running" answer. The
+//! run is the only store; the state is a handle, never trusted for more than
+//! the MAC says.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use mining_api::tool_face::{ClientCapability, TaskSupport};
+use mining_api::{ToolRun, ToolRunPhase};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, InputRequiredResult,
+};
+use serde_json::{Map, Value, json};
+use sha2::Digest as _;
+use tokio::time::Instant;
+
+use crate::core::{Answer, Core, RespondError, Responded, StartOptions, View, WaitListener};
+use crate::ids::Caller;
+use crate::tool_runs::catalog::DefinedTool;
+
+/// Why a call of `tool` is refused before anything is made, if it is
+/// (pure): a client capability the tool needs and the client did not
+/// declare (only when it declared any: a 2025 plain call carries none), or
+/// a task the tool requires and the call did not ask for.
+pub fn refusal(
+    tool: &DefinedTool,
+    capabilities: Option<&ClientCapabilities>,
+    modern: bool,
+    as_task: bool,
+) -> Option<McpError> {
+    if let Some(capabilities) = capabilities {
+        let declared = |needed: ClientCapability| match needed {
+            ClientCapability::Elicitation => capabilities.elicitation.is_some(),
+            ClientCapability::Sampling => capabilities.sampling.is_some(),
+            ClientCapability::Roots => capabilities.roots.is_some(),
+        };
+        let missing: Map<String, Value> = tool
+            .spec
+            .required_client_capabilities
+            .iter()
+            .filter(|needed| !declared(**needed))
+            .map(|needed| (needed.as_str().to_string(), json!({})))
+            .collect();
+        if !missing.is_empty() {
+            let needed = serde_json::from_value(Value::Object(missing)).unwrap_or_default();
+            return Some(McpError::missing_required_client_capability(needed));
+        }
+    }
+    if tool.spec.task_support == Some(TaskSupport::Required) && !as_task {
+        let name = tool.listed.name.as_ref();
+        return Some(if modern {
+            McpError::missing_required_client_capability(ClientCapabilities::builder().enable_tasks().build())
+        } else {
+            McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "tool {name} runs only as a task (its taskSupport is \"required\"); call it with params.task"
+                ),
+                None,
+            )
+        });
+    }
+    None
+}
+
+/// A defined tool's plain call on 2026-07-28: started, or resumed from its
+/// `requestState` with the client's answers; waited for within the tool's
+/// budget; answered `input_required` when its run asks what the client can answer.
+pub async fn call(
+    core: &Core,
+    caller: &Caller,
+    tool: &DefinedTool,
+    request: CallToolRequestParams,
+    capabilities: Option<&ClientCapabilities>,
+    options: StartOptions<'_>,
+    listener: &mut impl WaitListener,
+) -> Result<CallToolResponse, McpError> {
+    let started = Instant::now();
+    let digest = arguments_digest(request.arguments.as_ref());
+    let binding = [caller.digest.as_str(), tool.object.as_str(), digest.as_str()];
+    let answered = |answer: Answer| Ok(answer.into_result().into());
+    let run = match request.request_state.as_deref() {
+        None => match core.start_run(caller, &tool.object, tool, request.arguments, options).await {
+            Ok(run) => run,
+            Err(answer) => return answered(answer),
+        },
+        Some(state) => match resume(core, caller, state, binding, request.input_responses).await? {
+            Ok(run) => run,
+            Err(answer) => return answered(answer),
+        },
+    };
+    let id = run.metadata.name.clone().unwrap_or_default();
+    let deadline = started + Duration::from_secs(u64::from(tool_budget(core, tool)));
+    let mut asking = Asking { inner: listener, answered: answered_keys(&run) };
+    let view = core.wait(caller, run, deadline, &mut asking).await;
+    if let View::Found(run) = &view
+        && let Some(result) = input_required(core, run, binding, capabilities)
+    {
+        return Ok(CallToolResponse::InputRequired(result));
+    }
+    answered(Answer::of(&id, view, core.operator_presence()))
+}
+
+/// How long a call of `tool` waits: its budget within the frontend's.
+pub fn tool_budget(core: &Core, tool: &DefinedTool) -> u32 {
+    let limit = core.limits.wait_budget_seconds;
+    tool.spec.wait_budget_seconds.unwrap_or(limit).min(limit)
+}
+
+/// The run a retry's `state` names, with `responses` recorded; a JSON-RPC
+/// error for a state that does not open (tampered, expired, another
+/// caller's or call's) or answers that do not fit, a tool error otherwise.
+async fn resume(
+    core: &Core,
+    caller: &Caller,
+    state: &str,
+    binding: [&str; 3],
+    responses: Option<rmcp::model::InputResponses>,
+) -> Result<Result<Box<ToolRun>, Answer>, McpError> {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second().max(0) as u64;
+    let refused = |why: &str| {
+        McpError::invalid_params(
+            format!("requestState cannot be used: {why}; call the tool again without it"),
+            None,
+        )
+    };
+    let (name, uid) = core.keys.open_request_state(state, binding, now).map_err(refused)?;
+    let run = match core.find::<ToolRun>(caller, &name).await {
+        Ok(View::Found(run)) if run.metadata.uid.as_deref() == Some(uid.as_str()) => run,
+        Ok(View::NotGranted(why)) => return Ok(Err(Answer::NotGranted(why))),
+        Ok(_) => return Err(refused("its run is gone (expired, deleted or made again)")),
+        Err(problem) => return Ok(Err(Answer::Refused(problem))),
+    };
+    let responses: Map<String, Value> = responses.unwrap_or_default().into_iter().collect();
+    if responses.is_empty() {
+        return Ok(Ok(run));
+    }
+    match core.respond(caller, &name, &responses).await {
+        Ok(Responded::Recorded { run, .. } | Responded::NotWaiting(run)) => Ok(Ok(run)),
+        Err(RespondError::Invalid(why)) => Err(McpError::invalid_params(why, None)),
+        Err(RespondError::NotFound) => Err(refused("its run is gone")),
+        Err(RespondError::Unavailable(why)) => Ok(Err(Answer::Refused(why))),
+        Err(RespondError::NotGranted(why)) => Ok(Err(Answer::NotGranted(why))),
+    }
+}
+
+/// The `input_required` answer for `run` when it asks something the client
+/// declared it can answer (pure but for the key); `None` otherwise, and the
+/// call answers as a tool call (whose `next` names `respond_tool_run`).
+fn input_required(
+    core: &Core,
+    run: &ToolRun,
+    binding: [&str; 3],
+    capabilities: Option<&ClientCapabilities>,
+) -> Option<InputRequiredResult> {
+    if run.phase() != ToolRunPhase::InputRequired {
+        return None;
+    }
+    let answered = answered_keys(run);
+    let asked = run.status.as_ref()?.input_requests.clone()?;
+    let can_answer = |request: &Value| {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+        capabilities.is_none_or(|caps| match method {
+            mining_api::tool_input::ELICITATION => caps.elicitation.is_some(),
+            mining_api::tool_input::SAMPLING => caps.sampling.is_some(),
+            mining_api::tool_input::ROOTS => caps.roots.is_some(),
+            _ => false,
+        })
+    };
+    let outstanding: Map<String, Value> =
+        asked.into_iter().filter(|(key, request)| !answered.contains(key) && can_answer(request)).collect();
+    if outstanding.is_empty() {
+        return None;
+    }
+    let meta = &run.metadata;
+    let name = meta.name.as_deref().unwrap_or_default();
+    let round = run.step().to_string();
+    let expires = k8s_openapi::jiff::Timestamp::now().as_second().max(0) as u64
+        + run.input_deadline_seconds().max(1) as u64;
+    let state =
+        core.keys.request_state(binding, [name, meta.uid.as_deref().unwrap_or_default(), &round], expires);
+    let result = json!({"resultType": "input_required", "inputRequests": outstanding, "requestState": state});
+    serde_json::from_value(result)
+        .inspect_err(
+            |err| tracing::warn!(run = %name, error = %err, "a run's requests are not MCP input requests"),
+        )
+        .ok()
+}
+
+/// The keys of `run`'s requests answered so far (by anyone: it only decides
+/// whether a wait goes on while the operator moves the run on).
+fn answered_keys(run: &ToolRun) -> BTreeSet<String> {
+    run.spec.input_responses.keys().cloned().collect()
+}
+
+/// The digest a `requestState` binds the call's arguments by: SHA-256 of
+/// their JSON with keys sorted, so a retry's key order does not matter.
+pub fn arguments_digest(arguments: Option<&Map<String, Value>>) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|key| (key.clone(), sorted(&map[key]))).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let text = sorted(&Value::Object(arguments.cloned().unwrap_or_default())).to_string();
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A plain call's wait: while every request of the run's round is answered
+/// (the operator has yet to start the next step) it goes on; a request left
+/// to answer ends it.
+struct Asking<'a, L> {
+    inner: &'a mut L,
+    answered: BTreeSet<String>,
+}
+
+impl<L: WaitListener> WaitListener for Asking<'_, L> {
+    fn progress(&mut self, progress: f64, total: u32, message: &str) -> impl Future<Output = bool> + Send {
+        self.inner.progress(progress, total, message)
+    }
+
+    fn gone(&self) -> impl Future<Output = ()> + Send {
+        self.inner.gone()
+    }
+
+    async fn asks(&mut self, requests: &Map<String, Value>) -> bool {
+        requests.keys().all(|key| self.answered.contains(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arguments_digest_ignores_key_order_and_nothing_else() {
+        let a: Map<String, Value> = serde_json::from_str(r#"{"b": 1, "a": {"y": 2, "x": [1, 2]}}"#).unwrap();
+        let b: Map<String, Value> = serde_json::from_str(r#"{"a": {"x": [1, 2], "y": 2}, "b": 1}"#).unwrap();
+        let c: Map<String, Value> = serde_json::from_str(r#"{"a": {"x": [2, 1], "y": 2}, "b": 1}"#).unwrap();
+        assert_eq!(arguments_digest(Some(&a)), arguments_digest(Some(&b)));
+        assert_ne!(arguments_digest(Some(&a)), arguments_digest(Some(&c)));
+        assert_eq!(
+            arguments_digest(None),
+            arguments_digest(Some(&Map::new())),
+            "no arguments are an empty object"
+        );
+    }
+
+    fn tool(spec: Value) -> DefinedTool {
+        let mut spec = spec;
+        spec["description"] = json!("d");
+        spec["inputSchema"] = json!({"type": "object"});
+        spec["jobTemplate"] =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}});
+        crate::tool_runs::catalog::define("t", &serde_json::from_value(spec).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_call_missing_a_needed_capability_or_a_required_task_is_refused_before_anything_is_made() {
+        let sampling = tool(json!({"requiredClientCapabilities": ["sampling"]}));
+        let none = ClientCapabilities::default();
+        let refused = refusal(&sampling, Some(&none), true, false).expect("sampling is needed");
+        assert_eq!(refused.code.0, -32021);
+        assert_eq!(refused.data.unwrap()["requiredCapabilities"], json!({"sampling": {}}));
+        let declared: ClientCapabilities = serde_json::from_value(json!({"sampling": {}})).unwrap();
+        assert!(refusal(&sampling, Some(&declared), true, false).is_none());
+        assert!(refusal(&sampling, None, false, false).is_none(), "unknown capabilities are not refused");
+        let required = tool(json!({"taskSupport": "required"}));
+        let modern = refusal(&required, Some(&none), true, false).unwrap();
+        assert_eq!(modern.code.0, -32021);
+        assert!(
+            modern.data.unwrap()["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"]
+                .is_object()
+        );
+        assert_eq!(refusal(&required, None, false, false).unwrap().code.0, -32601, "2025-11-25 says -32601");
+        assert!(refusal(&required, Some(&none), true, true).is_none(), "as a task it runs");
+        assert!(refusal(&tool(json!({"taskSupport": "forbidden"})), Some(&none), true, false).is_none());
+    }
+}
