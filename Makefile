@@ -22,7 +22,7 @@ MUSL      := $(shell uname -m)-unknown-linux-musl
 # Extra `helm upgrade --install` arguments, e.g. HELM_ARGS='--set frontend.auth.mode=kubernetes'.
 HELM_ARGS ?=
 
-IMAGES = miner operator mcp-frontend sum-numbers deploy-gate report
+IMAGES = miner operator mcp-frontend sum-numbers deploy-gate report mcp-fixtures
 
 .PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down
 
@@ -41,9 +41,9 @@ test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 kind-up: ## create the kind cluster $(CLUSTER) (no-op when it exists)
 	$(KIND) get clusters | grep -qx '$(CLUSTER)' || $(KIND) create cluster --name '$(CLUSTER)'
 
-images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy-gate,report}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
+images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy-gate,report,mcp-fixtures}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
 ifeq ($(BINARIES),prebuilt)
-	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate -p report
+	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate -p report -p mcp-fixtures
 	@mkdir -p target/images
 	@# Without their symbol tables (a fifth of each binary): an image's binary
 	@# is for running; panics still say where (file and line are no symbols).

@@ -41,14 +41,36 @@ pub async fn answer_resources(State(core): State<Arc<Core>>, request: Request, n
         return next.run(request).await;
     };
     let uri = message.pointer("/params/uri").and_then(Value::as_str).unwrap_or_default();
+    let modern = request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|version| version.trim() >= "2026-07-28");
     match open(&core, &caller, uri).await {
-        Ok((output, bytes)) => streamed(id, uri, &output, bytes),
-        Err(error) => json_response(response_json(id, Err(error))),
+        Ok((output, bytes)) => streamed(id, uri, &output, bytes, modern),
+        Err(error) => json_response(response_json(id, Err(error.for_revision(uri, modern)))),
     }
 }
 
+/// What `resources/read` answers for a URI that names nothing the caller
+/// may read: `-32002` until 2025-11-25, `-32602` from 2026-07-28 (SEP-2164),
+/// with the URI in `data` either way.
 fn not_found(uri: &str) -> McpError {
     McpError::resource_not_found(format!("Resource not found: {uri:?}"), Some(json!({"uri": uri})))
+}
+
+trait ForRevision {
+    fn for_revision(self, uri: &str, modern: bool) -> Self;
+}
+
+impl ForRevision for McpError {
+    fn for_revision(self, uri: &str, modern: bool) -> Self {
+        if modern && self.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND {
+            McpError::invalid_params(self.message, Some(json!({"uri": uri})))
+        } else {
+            self
+        }
+    }
 }
 
 /// The caller's file `uri` names, opened; an error for every other URI.
@@ -96,9 +118,13 @@ fn streamed(
     uri: &str,
     output: &ToolOutput,
     bytes: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    modern: bool,
 ) -> Response {
+    // 2026-07-28 results say their type and how long they may be cached
+    // (a caller's own file: privately, not at all).
+    let hints = if modern { r#""resultType":"complete","ttlMs":0,"cacheScope":"private","# } else { "" };
     let head = format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"contents":[{{"uri":{},"mimeType":{},"blob":""#,
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{{hints}"contents":[{{"uri":{},"mimeType":{},"blob":""#,
         Value::from(uri),
         Value::from(output.media_type.as_str()),
     );

@@ -1,4 +1,4 @@
-//! The five images users run (the example tools' among them), as `make images BINARIES=prebuilt` built them
+//! The seven images users run (the example tools' among them), as `make images BINARIES=prebuilt` built them
 //! into podman's store (tests/run.sh does, before these tests): each runs as
 //! UID 65532 with a read-only root, no capabilities and no network, its config
 //! says what the chart relies on, and it holds nothing but its binary.
@@ -11,13 +11,14 @@ use serde_json::Value;
 const TAG: &str = "dev";
 
 /// (image, binary, a command that must exit 0 and what it prints, ports the chart's Pods declare)
-const IMAGES: [(&str, &str, &str, &[u16]); 6] = [
+const IMAGES: [(&str, &str, &str, &[u16]); 7] = [
     ("miner", "/miner", "--version", &[]),
     ("operator", "/operator", "--help", &[8081, 8082]),
     ("mcp-frontend", "/mcp-frontend", "--help", &[8080, 9090]),
     ("sum-numbers", "/sum-numbers", "--version", &[]),
     ("deploy-gate", "/deploy-gate", "--version", &[]),
     ("report", "/report", "--version", &[]),
+    ("mcp-fixtures", "/mcp-fixtures", "--version", &[]),
 ];
 
 fn reference(image: &str) -> String {
@@ -132,7 +133,7 @@ fn each_image_config_is_what_the_chart_expects_and_holds_only_its_binary() {
         assert_eq!(exposed, ports, "{image}: exposed ports are the chart's containerPorts");
         // The example tools are no images of the chart: an McpTool names each.
         assert!(
-            matches!(image, "sum-numbers" | "deploy-gate" | "report")
+            matches!(image, "sum-numbers" | "deploy-gate" | "report" | "mcp-fixtures")
                 || values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
             "chart values use mining-operator/{image}:{TAG}"
         );
