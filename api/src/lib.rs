@@ -53,6 +53,9 @@ pub mod tool_caller;
 /// A tool's result as MCP content blocks (`MCP_CONTENT`).
 #[cfg(feature = "kubernetes")]
 pub mod tool_content;
+/// Documents a tool offers as MCP resources.
+#[cfg(feature = "kubernetes")]
+pub mod tool_resources;
 /// How a tool appears in MCP: its name, task support, needed client capabilities.
 #[cfg(feature = "kubernetes")]
 pub mod tool_face;

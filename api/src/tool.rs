@@ -111,6 +111,11 @@ pub struct McpToolSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_REQUIRED_CAPABILITIES))]
     pub required_client_capabilities: Vec<ClientCapability>,
+    /// Documents the tool offers as MCP resources (a manual, a sample, a
+    /// schema), read by every caller who may call it; see `tool_resources`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::tool_resources::MAX_RESOURCES))]
+    pub resources: Vec<crate::tool_resources::ToolResource>,
     /// A short human-readable name for the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TITLE_BYTES))]
@@ -419,6 +424,9 @@ impl McpToolSpec {
     /// so whoever may write McpTools cannot grow the frontend without limit.
     pub fn problem(&self) -> Option<String> {
         if let Some(why) = self.tool_name.as_deref().and_then(crate::tool_face::name_problem) {
+            return Some(why);
+        }
+        if let Some(why) = crate::tool_resources::problem(&self.resources) {
             return Some(why);
         }
         if self.required_client_capabilities.len() > MAX_REQUIRED_CAPABILITIES {

@@ -91,26 +91,38 @@ pub async fn call(
     let digest = arguments_digest(request.arguments.as_ref());
     let binding = [caller.digest.as_str(), tool.object.as_str(), digest.as_str()];
     let answered = |answer: Answer| Ok(answer.into_result().into());
-    let run = match request.request_state.as_deref() {
+    let responses: Map<String, Value> = request.input_responses.unwrap_or_default().into_iter().collect();
+    // Answers on a first call (no state) are for what its run will ask:
+    // taken once it asks, the keys it does not ask ignored.
+    let (mut run, mut carried) = match request.request_state.as_deref() {
         None => match core.start_run(caller, &tool.object, tool, request.arguments, options).await {
-            Ok(run) => run,
+            Ok(run) => (run, responses),
             Err(answer) => return answered(answer),
         },
-        Some(state) => match resume(core, caller, state, binding, request.input_responses).await? {
-            Ok(run) => run,
+        Some(state) => match resume(core, caller, state, binding).await? {
+            Ok(run) => (run, responses),
             Err(answer) => return answered(answer),
         },
     };
     let id = run.metadata.name.clone().unwrap_or_default();
     let deadline = started + Duration::from_secs(u64::from(tool_budget(core, tool)));
-    let mut asking = Asking { inner: listener, answered: answered_keys(&run) };
-    let view = core.wait(caller, run, deadline, &mut asking).await;
-    if let View::Found(run) = &view
-        && let Some(result) = input_required(core, run, binding, capabilities)
-    {
-        return Ok(CallToolResponse::InputRequired(result));
+    loop {
+        if !carried.is_empty() && run.phase() == ToolRunPhase::InputRequired {
+            run = match record(core, caller, &id, &std::mem::take(&mut carried)).await? {
+                Ok(run) => run,
+                Err(answer) => return answered(answer),
+            };
+        }
+        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(&run) };
+        let view = core.wait(caller, run, deadline, &mut asking).await;
+        match view {
+            View::Found(asked) if !carried.is_empty() && asked.phase() == ToolRunPhase::InputRequired => run = asked,
+            View::Found(run) if let Some(result) = input_required(core, &run, binding, capabilities) => {
+                return Ok(CallToolResponse::InputRequired(result));
+            }
+            view => return answered(Answer::of(&id, view, core.operator_presence())),
+        }
     }
-    answered(Answer::of(&id, view, core.operator_presence()))
 }
 
 /// How long a call of `tool` waits: its budget within the frontend's.
@@ -119,38 +131,41 @@ pub fn tool_budget(core: &Core, tool: &DefinedTool) -> u32 {
     tool.spec.wait_budget_seconds.unwrap_or(limit).min(limit)
 }
 
-/// The run a retry's `state` names, with `responses` recorded; a JSON-RPC
-/// error for a state that does not open (tampered, expired, another
-/// caller's or call's) or answers that do not fit, a tool error otherwise.
+/// The run a retry's `state` names; a JSON-RPC error for a state that does
+/// not open (tampered, expired, another caller's or call's), a tool error
+/// when the run cannot be read.
 async fn resume(
     core: &Core,
     caller: &Caller,
     state: &str,
     binding: [&str; 3],
-    responses: Option<rmcp::model::InputResponses>,
 ) -> Result<Result<Box<ToolRun>, Answer>, McpError> {
     let now = k8s_openapi::jiff::Timestamp::now().as_second().max(0) as u64;
-    let refused = |why: &str| {
-        McpError::invalid_params(
-            format!("requestState cannot be used: {why}; call the tool again without it"),
-            None,
-        )
-    };
-    let (name, uid) = core.keys.open_request_state(state, binding, now).map_err(refused)?;
-    let run = match core.find::<ToolRun>(caller, &name).await {
-        Ok(View::Found(run)) if run.metadata.uid.as_deref() == Some(uid.as_str()) => run,
-        Ok(View::NotGranted(why)) => return Ok(Err(Answer::NotGranted(why))),
-        Ok(_) => return Err(refused("its run is gone (expired, deleted or made again)")),
-        Err(problem) => return Ok(Err(Answer::Refused(problem))),
-    };
-    let responses: Map<String, Value> = responses.unwrap_or_default().into_iter().collect();
-    if responses.is_empty() {
-        return Ok(Ok(run));
+    let (name, uid) = core.keys.open_request_state(state, binding, now).map_err(refused_state)?;
+    match core.find::<ToolRun>(caller, &name).await {
+        Ok(View::Found(run)) if run.metadata.uid.as_deref() == Some(uid.as_str()) => Ok(Ok(run)),
+        Ok(View::NotGranted(why)) => Ok(Err(Answer::NotGranted(why))),
+        Ok(_) => Err(refused_state("its run is gone (expired, deleted or made again)")),
+        Err(problem) => Ok(Err(Answer::Refused(problem))),
     }
-    match core.respond(caller, &name, &responses).await {
+}
+
+fn refused_state(why: &str) -> McpError {
+    McpError::invalid_params(format!("requestState cannot be used: {why}; call the tool again without it"), None)
+}
+
+/// Records `responses` to the run `name` through the core `tasks/update`
+/// uses; a JSON-RPC error for answers that do not fit what was asked.
+async fn record(
+    core: &Core,
+    caller: &Caller,
+    name: &str,
+    responses: &Map<String, Value>,
+) -> Result<Result<Box<ToolRun>, Answer>, McpError> {
+    match core.respond(caller, name, responses).await {
         Ok(Responded::Recorded { run, .. } | Responded::NotWaiting(run)) => Ok(Ok(run)),
         Err(RespondError::Invalid(why)) => Err(McpError::invalid_params(why, None)),
-        Err(RespondError::NotFound) => Err(refused("its run is gone")),
+        Err(RespondError::NotFound) => Err(refused_state("its run is gone")),
         Err(RespondError::Unavailable(why)) => Ok(Err(Answer::Refused(why))),
         Err(RespondError::NotGranted(why)) => Ok(Err(Answer::NotGranted(why))),
     }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult, Implementation,
-    JsonObject, ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
+    GetPromptRequestParams, GetPromptResponse, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ResourceTemplate, ServerCapabilities, ServerConfig, Tool,
     UpdateTaskParams,
 };
@@ -191,7 +192,10 @@ impl McpServer {
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
-            ServerCapabilities::builder().enable_tools().enable_tasks().enable_resources().build(),
+            // Prompts are declared with none offered: a prompt has no long-running
+            // work to make durable, but an empty list (with its cache hints) is
+            // what a client that asks should get, not -32601.
+            ServerCapabilities::builder().enable_tools().enable_tasks().enable_resources().enable_prompts().build(),
         )
         .with_server_info(
             Implementation::new("mining-operator", env!("CARGO_PKG_VERSION")).with_title("Mining operator"),
@@ -209,7 +213,7 @@ impl ServerHandler for McpServer {
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let files = ResourceTemplate::new(mining_api::tool_outputs::URI_TEMPLATE, "tool-run-file")
             .with_title("A file a tool run handed over")
@@ -217,7 +221,41 @@ impl ServerHandler for McpServer {
                 "A file of one of your tool runs, linked from its result; readable by you alone until the run \
                  expires.",
             );
-        Ok(ListResourceTemplatesResult::with_all_items(vec![files]))
+        let caller = caller_of(&ctx)?;
+        let (_, mut templates) = crate::tool_runs::documents::listed(&self.core, &caller).await;
+        templates.insert(0, files);
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(Vec::new()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        Err(McpError::invalid_params(
+            format!("no prompt named {:?}: this server offers none (its tools are in tools/list)", request.name),
+            None,
+        ))
+    }
+
+    /// What the tools the caller may call offer (a run's files are linked
+    /// from its result, never listed across callers).
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let caller = caller_of(&ctx)?;
+        let (resources, _) = crate::tool_runs::documents::listed(&self.core, &caller).await;
+        Ok(ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_tools(

@@ -46,6 +46,13 @@ pub async fn answer_resources(State(core): State<Arc<Core>>, request: Request, n
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|version| version.trim() >= "2026-07-28");
+    if let Some(contents) = crate::tool_runs::documents::read(&core, &caller, uri).await {
+        let mut result = json!({"contents": contents});
+        if modern {
+            result = json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "contents": contents});
+        }
+        return json_response(response_json(id, Ok(result)));
+    }
     match open(&core, &caller, uri).await {
         Ok((output, bytes)) => streamed(id, uri, &output, bytes, modern),
         Err(error) => json_response(response_json(id, Err(error.for_revision(uri, modern)))),

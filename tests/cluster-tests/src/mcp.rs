@@ -389,24 +389,51 @@ pub async fn inspector(url: &str, args: &[&str]) -> (bool, Value, String) {
     )
 }
 
-/// Runs the MCP conformance suite's server scenarios for one protocol version
-/// against `url`, with that version's expected-failures baseline; returns
-/// whether the baseline held and the suite's output.
-pub async fn conformance(url: &str, spec_version: &str) -> (bool, String) {
+/// Runs the MCP conformance suite's server scenarios `selection` (e.g.
+/// `--requirements 2026-07-28`) against `url` with the expected-failures
+/// baseline `baseline` (a file in tests/mcp-clients); returns whether the
+/// baseline held and the suite's output.
+pub async fn conformance(url: &str, selection: &[&str], baseline: &str) -> (bool, String) {
     let dir = clients_dir();
-    let results = std::env::temp_dir().join(format!("conformance-{}-{spec_version}", std::process::id()));
+    let results = std::env::temp_dir().join(format!("conformance-{}-{baseline}", std::process::id()));
     let output = tokio::process::Command::new(node22())
         .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-        .args(["server", "--url", url, "--spec-version", spec_version, "--expected-failures"])
-        .arg(dir.join(format!("conformance-expected-failures-{spec_version}.yaml")))
+        .args(["server", "--url", url])
+        .args(selection)
+        .arg("--expected-failures")
+        .arg(dir.join(baseline))
         .arg("-o")
         .arg(&results)
         .kill_on_drop(true)
         .output();
     let output =
-        tokio::time::timeout(Duration::from_secs(300), output).await.expect("the suite finished").unwrap();
-    let _ = std::fs::remove_dir_all(results);
-    let text =
+        tokio::time::timeout(Duration::from_secs(900), output).await.expect("the suite finished").unwrap();
+    let mut text =
         format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if !output.status.success() {
+        text.push_str(&failed_checks(&results));
+    }
+    let _ = std::fs::remove_dir_all(results);
     (output.status.success(), text)
+}
+
+/// Every check that did not pass, from the suite's results directory: the
+/// summary names scenarios only.
+fn failed_checks(results: &std::path::Path) -> String {
+    let mut said = String::from("\nchecks that did not pass:\n");
+    for scenario in std::fs::read_dir(results).into_iter().flatten().flatten() {
+        let checks = std::fs::read_to_string(scenario.path().join("checks.json")).unwrap_or_default();
+        for check in serde_json::from_str::<Vec<Value>>(&checks).unwrap_or_default() {
+            if matches!(check["status"].as_str(), Some("FAILURE" | "WARNING")) {
+                said.push_str(&format!(
+                    "  {} {} {}: {}\n",
+                    scenario.file_name().to_string_lossy(),
+                    check["status"],
+                    check["id"],
+                    check["errorMessage"]
+                ));
+            }
+        }
+    }
+    said
 }

@@ -129,7 +129,16 @@ pub async fn setup_with_frontend_args(
     name: &str,
     frontend_args: &[&str],
 ) -> (TestNamespace, OperatorProcess, FrontendProcess) {
-    let (ns, operator) = namespace_and_operator(name, &[]).await;
+    setup_with_operator_and_frontend_args(name, &[], frontend_args).await
+}
+
+/// [`setup_with_frontend_args`] with `operator_args` for the operator too.
+pub async fn setup_with_operator_and_frontend_args(
+    name: &str,
+    operator_args: &[&str],
+    frontend_args: &[&str],
+) -> (TestNamespace, OperatorProcess, FrontendProcess) {
+    let (ns, operator) = namespace_and_operator(name, operator_args).await;
     let frontend = FrontendProcess::start(&ns.name, frontend_args).await;
     (ns, operator, frontend)
 }
