@@ -390,6 +390,40 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_is_listed_by_its_tool_name_and_a_claimed_name_goes_to_the_older() {
+        let named = |object: &str, tool_name: Option<&str>, created: &str| {
+            let mut tool = tool();
+            tool.metadata.name = Some(object.into());
+            tool.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                created.parse().unwrap(),
+            ));
+            tool.spec.tool_name = tool_name.map(str::to_string);
+            (object.to_string(), tool)
+        };
+        let objects: BTreeMap<String, McpTool> = [
+            named("weather", Some("get_weather"), "2026-11-01T00:00:00Z"),
+            named("weather-v2", Some("get_weather"), "2026-11-02T00:00:00Z"),
+            named("sum", None, "2026-11-03T00:00:00Z"),
+        ]
+        .into();
+        let (tools, verdicts) = build(&objects);
+        assert_eq!(tools.by_name.keys().collect::<Vec<_>>(), ["get_weather", "sum"]);
+        assert_eq!(tools.by_name["get_weather"].object, "weather", "the older holds the name");
+        assert_eq!(tools.by_name["get_weather"].listed.name, "get_weather");
+        assert_eq!(
+            verdicts["weather-v2"],
+            Err("the tool name get_weather is taken by the older McpTool weather".into())
+        );
+        // The holder gone, the other is offered: the verdicts move with it.
+        let mut objects = objects;
+        objects.remove("weather");
+        let (tools, verdicts) = build(&objects);
+        assert_eq!(tools.by_name["get_weather"].object, "weather-v2");
+        assert_eq!(verdicts["weather-v2"], Ok(()));
+        assert_eq!(tools.by_object.get("weather-v2").map(String::as_str), Some("get_weather"));
+    }
+
+    #[test]
     fn a_tools_hints_reach_its_listing_and_it_is_open_world_unless_it_says_otherwise() {
         let silent = annotations_of(None);
         assert_eq!((silent.open_world_hint, silent.destructive_hint), (Some(true), None));

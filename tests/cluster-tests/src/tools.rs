@@ -209,3 +209,19 @@ pub fn mcp_caller_rule() -> k8s_openapi::api::rbac::v1::PolicyRule {
         ..Default::default()
     }
 }
+
+/// The MCP conformance suite's fixture tools as McpTools
+/// (tests/mcp-clients/fixtures.yaml, the example image mcp-fixtures).
+pub fn conformance_fixtures() -> Vec<McpTool> {
+    let text = std::fs::read_to_string(crate::mcp::clients_dir().join("fixtures.yaml")).unwrap();
+    text.split("\n---\n")
+        .skip(1)
+        .map(|doc| serde_json::from_str(doc).unwrap_or_else(|err| panic!("{err}: {doc}")))
+        .collect()
+}
+
+/// The fixture listed as `tool_name`.
+pub fn conformance_fixture(tool_name: &str) -> McpTool {
+    conformance_fixtures().into_iter().find(|tool| tool.mcp_name() == tool_name).expect("a fixture of that name")
+}
+

@@ -10,19 +10,10 @@
 use std::time::Duration;
 
 use cluster_tests::eventually;
-use cluster_tests::mcp::{clients_dir, conformance};
-use cluster_tests::tools::{listed_names_for, setup_with_operator_and_frontend_args};
+use cluster_tests::mcp::conformance;
+use cluster_tests::tools::{conformance_fixtures, listed_names_for, setup_with_operator_and_frontend_args};
 use kube::api::{Api, PostParams};
 use mining_api::McpTool;
-
-/// The fixture McpTools, as the file defines them.
-fn fixtures() -> Vec<McpTool> {
-    let text = std::fs::read_to_string(clients_dir().join("fixtures.yaml")).unwrap();
-    text.split("\n---\n")
-        .skip(1)
-        .map(|doc| serde_yaml::from_str(doc).unwrap_or_else(|err| panic!("{err}: {doc}")))
-        .collect()
-}
 
 /// The suite's summary lines (what docs/MCP.md quotes).
 fn summary(output: &str) -> String {
@@ -41,7 +32,7 @@ async fn the_suite_passes_every_required_scenario_but_prompts_and_completions_ag
     .await;
     let url = frontend.url();
     let tools: Api<McpTool> = ns.api();
-    let fixtures = fixtures();
+    let fixtures = conformance_fixtures();
     for tool in &fixtures {
         tools.create(&PostParams::default(), tool).await.unwrap();
     }
