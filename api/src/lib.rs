@@ -53,9 +53,6 @@ pub mod tool_caller;
 /// A tool's result as MCP content blocks (`MCP_CONTENT`).
 #[cfg(feature = "kubernetes")]
 pub mod tool_content;
-/// Documents a tool offers as MCP resources.
-#[cfg(feature = "kubernetes")]
-pub mod tool_resources;
 /// How a tool appears in MCP: its name, task support, needed client capabilities.
 #[cfg(feature = "kubernetes")]
 pub mod tool_face;
@@ -67,6 +64,9 @@ pub mod tool_input;
 /// A tool's files beyond its result: names, bounds, keys and URIs.
 #[cfg(feature = "kubernetes")]
 pub mod tool_outputs;
+/// Documents a tool offers as MCP resources.
+#[cfg(feature = "kubernetes")]
+pub mod tool_resources;
 #[cfg(feature = "schemas")]
 pub mod tool_schema;
 #[cfg(feature = "kubernetes")]

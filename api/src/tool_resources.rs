@@ -53,7 +53,11 @@ impl ToolResource {
 
     /// Its media type as read.
     pub fn media_type(&self) -> &str {
-        self.mime_type.as_deref().unwrap_or(if self.text.is_some() { "text/plain" } else { "application/octet-stream" })
+        self.mime_type.as_deref().unwrap_or(if self.text.is_some() {
+            "text/plain"
+        } else {
+            "application/octet-stream"
+        })
     }
 
     /// Its text for a read of `uri`: as written for a plain resource that
@@ -93,7 +97,9 @@ fn matched<'a>(template: &'a str, uri: &'a str) -> Option<Vec<(&'a str, &'a str)
         let close = template[open..].find('}')? + open;
         let name = &template[open + 1..close];
         template = &template[close + 1..];
-        let end = uri.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~'))).unwrap_or(uri.len());
+        let end = uri
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~')))
+            .unwrap_or(uri.len());
         let next = template.find('{').map_or(template, |at| &template[..at]);
         // The value runs to where the literal after it starts.
         let end = if next.is_empty() { end } else { uri[..end].find(next).unwrap_or(end).min(end) };
@@ -120,11 +126,20 @@ pub fn problem(resources: &[ToolResource]) -> Option<String> {
             Some("uses the scheme of tool runs' files".into())
         } else if resource.name.is_empty() || resource.name.len() > 128 {
             Some("needs a name of 1 to 128 bytes".into())
-        } else if resource.text.as_ref().or(resource.blob.as_ref()).is_some_and(|c| c.len() > MAX_RESOURCE_BYTES) {
+        } else if resource
+            .text
+            .as_ref()
+            .or(resource.blob.as_ref())
+            .is_some_and(|c| c.len() > MAX_RESOURCE_BYTES)
+        {
             Some(format!("is larger than {MAX_RESOURCE_BYTES} bytes"))
         } else if resource.text.is_some() == resource.blob.is_some() {
             Some("has either text or blob".into())
-        } else if resource.blob.as_ref().is_some_and(|b| base64::engine::general_purpose::STANDARD.decode(b).is_err()) {
+        } else if resource
+            .blob
+            .as_ref()
+            .is_some_and(|b| base64::engine::general_purpose::STANDARD.decode(b).is_err())
+        {
             Some("has a blob that is not base64".into())
         } else if resource.is_template() && matched(uri, &uri.replace('{', "").replace('}', "")).is_none() {
             Some("is a template whose variables are not {name}".into())
@@ -170,7 +185,11 @@ mod tests {
         );
         assert_eq!(data.read("test://template//data"), None, "a variable is never empty");
         assert_eq!(data.read("test://template/1/2/data"), None, "nor spans a '/'");
-        assert_eq!(data.read("test://template/%22x/data"), None, "nor holds what the text could be broken by");
+        assert_eq!(
+            data.read("test://template/%22x/data"),
+            None,
+            "nor holds what the text could be broken by"
+        );
         let city = resource("weather://{country}/{city}", "{city} in {country}");
         assert_eq!(city.read("weather://fr/paris"), Some(Content::Text("paris in fr".into())));
     }

@@ -113,10 +113,12 @@ pub async fn call(
                 Err(answer) => return answered(answer),
             };
         }
-        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(&run) };
+        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
         let view = core.wait(caller, run, deadline, &mut asking).await;
         match view {
-            View::Found(asked) if !carried.is_empty() && asked.phase() == ToolRunPhase::InputRequired => run = asked,
+            View::Found(asked) if !carried.is_empty() && asked.phase() == ToolRunPhase::InputRequired => {
+                run = asked
+            }
             View::Found(run) if let Some(result) = input_required(core, &run, binding, capabilities) => {
                 return Ok(CallToolResponse::InputRequired(result));
             }
@@ -151,7 +153,10 @@ async fn resume(
 }
 
 fn refused_state(why: &str) -> McpError {
-    McpError::invalid_params(format!("requestState cannot be used: {why}; call the tool again without it"), None)
+    McpError::invalid_params(
+        format!("requestState cannot be used: {why}; call the tool again without it"),
+        None,
+    )
 }
 
 /// Records `responses` to the run `name` through the core `tasks/update`
@@ -183,7 +188,7 @@ fn input_required(
     if run.phase() != ToolRunPhase::InputRequired {
         return None;
     }
-    let answered = answered_keys(run);
+    let answered = answered_keys(core, run);
     let asked = run.status.as_ref()?.input_requests.clone()?;
     let can_answer = |request: &Value| {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
@@ -214,10 +219,10 @@ fn input_required(
         .ok()
 }
 
-/// The keys of `run`'s requests answered so far (by anyone: it only decides
-/// whether a wait goes on while the operator moves the run on).
-fn answered_keys(run: &ToolRun) -> BTreeSet<String> {
-    run.spec.input_responses.keys().cloned().collect()
+/// The keys of `run`'s requests its caller answered so far (with the
+/// frontend's proof: an answer planted in the run hides no question).
+fn answered_keys(core: &Core, run: &ToolRun) -> BTreeSet<String> {
+    mining_api::tool_input::proven_answers(run, &core.keys).into_keys().collect()
 }
 
 /// The digest a `requestState` binds the call's arguments by: SHA-256 of

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult, Implementation,
-    GetPromptRequestParams, GetPromptResponse, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ResourceTemplate, ServerCapabilities, ServerConfig, Tool,
-    UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ResourceTemplate, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -195,7 +194,12 @@ impl ServerHandler for McpServer {
             // Prompts are declared with none offered: a prompt has no long-running
             // work to make durable, but an empty list (with its cache hints) is
             // what a client that asks should get, not -32601.
-            ServerCapabilities::builder().enable_tools().enable_tasks().enable_resources().enable_prompts().build(),
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
         )
         .with_server_info(
             Implementation::new("mining-operator", env!("CARGO_PKG_VERSION")).with_title("Mining operator"),
@@ -241,7 +245,10 @@ impl ServerHandler for McpServer {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         Err(McpError::invalid_params(
-            format!("no prompt named {:?}: this server offers none (its tools are in tools/list)", request.name),
+            format!(
+                "no prompt named {:?}: this server offers none (its tools are in tools/list)",
+                request.name
+            ),
             None,
         ))
     }

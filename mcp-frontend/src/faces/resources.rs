@@ -49,7 +49,8 @@ pub async fn answer_resources(State(core): State<Arc<Core>>, request: Request, n
     if let Some(contents) = crate::tool_runs::documents::read(&core, &caller, uri).await {
         let mut result = json!({"contents": contents});
         if modern {
-            result = json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "contents": contents});
+            result =
+                json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "contents": contents});
         }
         return json_response(response_json(id, Ok(result)));
     }

@@ -77,13 +77,24 @@ pub(crate) fn detailed_json(core: &Core, work: &Any) -> (TaskState, serde_json::
 
 /// Work of any kind as a 2026-07-28 task, now, as this replica sees the operator.
 fn task_of(core: &Core, work: &Any) -> TaskSnapshot {
-    snapshot_any(
+    let mut task = snapshot_any(
         work,
         Timestamp::now(),
         Generation::Extension2026,
         core.default_ttl_seconds,
         core.operator_presence(),
-    )
+    );
+    // A request answered (by the caller, proven: a planted answer hides no
+    // question) is no longer asked; all answered, the next step is coming.
+    if let (Any::Run(run), Some(requests)) = (work, task.input_requests.as_mut()) {
+        let answered = mining_api::tool_input::proven_answers(run, &core.keys);
+        requests.retain(|key, _| !answered.contains_key(key));
+        if requests.is_empty() {
+            task.input_requests = None;
+            task.state = TaskState::Working;
+        }
+    }
+    task
 }
 
 /// A start as a task: the work is made (arguments checked, limits held)

@@ -394,9 +394,8 @@ mod tests {
         let named = |object: &str, tool_name: Option<&str>, created: &str| {
             let mut tool = tool();
             tool.metadata.name = Some(object.into());
-            tool.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                created.parse().unwrap(),
-            ));
+            tool.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created.parse().unwrap()));
             tool.spec.tool_name = tool_name.map(str::to_string);
             (object.to_string(), tool)
         };

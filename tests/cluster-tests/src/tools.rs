@@ -222,6 +222,8 @@ pub fn conformance_fixtures() -> Vec<McpTool> {
 
 /// The fixture listed as `tool_name`.
 pub fn conformance_fixture(tool_name: &str) -> McpTool {
-    conformance_fixtures().into_iter().find(|tool| tool.mcp_name() == tool_name).expect("a fixture of that name")
+    conformance_fixtures()
+        .into_iter()
+        .find(|tool| tool.mcp_name() == tool_name)
+        .expect("a fixture of that name")
 }
-

@@ -35,8 +35,11 @@ async fn call_raw(frontend: &FrontendProcess, token: &str, params: Value) -> Val
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
     });
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}).to_string();
-    let headers =
-        [format!("Authorization: Bearer {token}"), "Mcp-Method: tools/call".to_string(), format!("Mcp-Name: {TOOL}")];
+    let headers = [
+        format!("Authorization: Bearer {token}"),
+        "Mcp-Method: tools/call".to_string(),
+        format!("Mcp-Name: {TOOL}"),
+    ];
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     let (_, _, body) = frontend.post_mcp_version("localhost", "2026-07-28", &headers, &body).await;
     response_of(&body)
@@ -67,7 +70,8 @@ async fn a_plain_call_asks_through_mrtr_across_a_restart_and_only_its_caller_res
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
-    let asked = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let asked =
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap().unwrap();
     let asked: Value = serde_json::from_str(&asked).unwrap();
     assert_eq!(asked["asked"], "elicitation/create", "{asked:#}");
     assert_eq!(asked["params"]["message"], "What is your name?");
@@ -114,7 +118,8 @@ async fn a_plain_call_asks_through_mrtr_across_a_restart_and_only_its_caller_res
         assert!(refused["error"]["message"].as_str().unwrap().contains("requestState"), "{who}: {refused:#}");
     }
     let runs_now = runs.list(&ListParams::default()).await.unwrap().items;
-    let waiting = runs_now.iter().find(|run| run.phase() == ToolRunPhase::InputRequired).expect("still asking");
+    let waiting =
+        runs_now.iter().find(|run| run.phase() == ToolRunPhase::InputRequired).expect("still asking");
     assert!(waiting.spec.input_responses.is_empty(), "nothing a refused retry sent was recorded");
     // An answer that does not fit what was asked is refused too.
     let misfit = json!({"arguments": {}, "inputResponses": {"user_name": 12345}, "requestState": state});
