@@ -141,7 +141,7 @@ pub fn problem(resources: &[ToolResource]) -> Option<String> {
             .is_some_and(|b| base64::engine::general_purpose::STANDARD.decode(b).is_err())
         {
             Some("has a blob that is not base64".into())
-        } else if resource.is_template() && matched(uri, &uri.replace('{', "").replace('}', "")).is_none() {
+        } else if resource.is_template() && matched(uri, &uri.replace(['{', '}'], "")).is_none() {
             Some("is a template whose variables are not {name}".into())
         } else {
             None

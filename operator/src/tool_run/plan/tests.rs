@@ -1,5 +1,6 @@
 use k8s_openapi::jiff::Timestamp;
 use mining_api::Work as _;
+use mining_api::tool::MAX_RESULT_BYTES;
 use mining_api::{ToolRun, ToolRunPhase, ToolRunStatus};
 use serde_json::json;
 
@@ -438,4 +439,22 @@ fn a_step_waiting_for_a_node_says_since_when_and_gives_way_even_if_its_tool_is_n
     assert_eq!(status.preemptions, None, "its step never ran: no preemption counted");
     assert_eq!(status.waiting_for_node_since, None);
     assert!(status.message.as_deref().unwrap().starts_with("no capacity: requeued"), "{status:?}");
+}
+
+#[test]
+fn content_blocks_are_a_result_of_one_part_without_a_schema_and_bad_ones_fail_the_run() {
+    let written = r#"MCP_CONTENT [{"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}]"#;
+    let settled = |schema: Option<serde_json::Value>, parts: i32, message: &str| {
+        let run = run(schema, parts);
+        let pods = (0..parts).map(|i| pod(i, true, 0, message)).collect();
+        status(&plan(&observe(&run, ours(JobPhase::Complete, parts), pods))).clone()
+    };
+    let taken = settled(None, 1, written);
+    assert_eq!((taken.phase, taken.result.as_deref()), (Some(ToolRunPhase::Succeeded), Some(written)));
+    let with_schema = settled(Some(json!({"type": "object"})), 1, written);
+    assert!(with_schema.message.unwrap().contains("answers JSON"), "a schema's tool answers JSON");
+    assert!(settled(None, 2, written).message.unwrap().contains("several parts"));
+    let bad = settled(None, 1, r#"MCP_CONTENT [{"type": "video"}]"#);
+    assert_eq!(bad.phase, Some(ToolRunPhase::Failed));
+    assert!(bad.message.unwrap().contains("content block 0"), "it says which block");
 }
