@@ -226,7 +226,7 @@ impl ServerHandler for McpServer {
                  expires.",
             );
         let caller = caller_of(&ctx)?;
-        let (_, mut templates) = crate::tool_runs::documents::listed(&self.core, &caller).await;
+        let (_, mut templates) = super::documents::listed(&self.core, &caller).await;
         templates.insert(0, files);
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
@@ -261,7 +261,7 @@ impl ServerHandler for McpServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let caller = caller_of(&ctx)?;
-        let (resources, _) = crate::tool_runs::documents::listed(&self.core, &caller).await;
+        let (resources, _) = super::documents::listed(&self.core, &caller).await;
         Ok(ListResourcesResult::with_all_items(resources))
     }
 

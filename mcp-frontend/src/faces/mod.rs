@@ -8,9 +8,11 @@
 //! - `asking_2026`: a defined tool's plain call that asks (2026-07-28 MRTR),
 //!   and what a call of one is refused for before anything is made;
 //! - `listen_2026`: the extension's `subscriptions/listen` push, in front of rmcp;
-//! - `resources`: `resources/read` of a run's files, streamed, in front of rmcp.
+//! - `resources`: `resources/read` of a run's files, streamed, in front of rmcp;
+//!   `documents`: the documents McpTools offer as resources.
 
 pub mod asking_2026;
+pub mod documents;
 pub mod listen_2026;
 pub mod mcp_tools;
 pub mod resources;

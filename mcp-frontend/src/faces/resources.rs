@@ -46,7 +46,7 @@ pub async fn answer_resources(State(core): State<Arc<Core>>, request: Request, n
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|version| version.trim() >= "2026-07-28");
-    if let Some(contents) = crate::tool_runs::documents::read(&core, &caller, uri).await {
+    if let Some(contents) = super::documents::read(&core, &caller, uri).await {
         let mut result = json!({"contents": contents});
         if modern {
             result =

@@ -1,10 +1,11 @@
 //! MCP tasks, both generations, driven by clients we did not write: the
 //! 2025-11-25 task APIs of the TypeScript and Python SDKs 1.x, the 2026-07-28
-//! Tasks extension package, the Inspector's session CLI and the conformance
-//! suite. Every task is a MiningWorkflow mined by the real operator.
+//! Tasks extension package and the Inspector's session CLI (the conformance
+//! suite's task scenarios: conformance.rs). Every task is a MiningWorkflow
+//! mined by the real operator.
 
 use cluster_tests::mcp::{FrontendProcess, Sdk, structured, tokens_file};
-use cluster_tests::tasks::{Mcpdo, TaskClient, conformance_checks};
+use cluster_tests::tasks::{Mcpdo, TaskClient};
 use cluster_tests::{OperatorProcess, TestNamespace, assert_reference_chain, install_crd};
 use serde_json::{Value, json};
 
@@ -335,66 +336,6 @@ async fn clients_that_declare_no_tasks_get_the_synchronous_tool() {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
     .to_string();
     assert_eq!(frontend.post_mcp_version("evil.example.com", "2025-11-25", &[], &init).await.0, 403);
-}
-
-/// The suite's task scenarios call fixture tools (`greet`, `slow_compute`,
-/// `failing_job`, …) this product does not have and will not grow; every
-/// check that needs none must pass, and every failure must be a missing fixture.
-#[tokio::test]
-async fn conformance_task_scenarios_fail_only_for_missing_fixture_tools() {
-    let ns = TestNamespace::new("tasks-conformance").await;
-    install_crd(&ns.client).await;
-    let frontend = FrontendProcess::start(&ns.name, &[]).await;
-    let fixtures = [
-        "greet",
-        "slow_compute",
-        "failing_job",
-        "protocol_error_job",
-        "confirm_delete",
-        "multi_input",
-        "test_tool_with_task",
-        "Not testable",
-        "fixture",
-    ];
-    let mut passed = Vec::new();
-    for scenario in [
-        "tasks-lifecycle",
-        "tasks-capability-negotiation",
-        "tasks-wire-fields",
-        "tasks-request-state-removal",
-        "tasks-mrtr-input",
-        "tasks-request-headers",
-        "tasks-dispatch-and-envelope",
-        "tasks-required-task-error",
-        "tasks-mrtr-composition",
-    ] {
-        for check in conformance_checks(&frontend.url(), scenario).await {
-            let (id, status) =
-                (check["id"].as_str().unwrap_or_default(), check["status"].as_str().unwrap_or_default());
-            match status {
-                "SUCCESS" => passed.push(id.to_string()),
-                "FAILURE" => {
-                    let message = check["errorMessage"].as_str().unwrap_or_default();
-                    assert!(
-                        fixtures.iter().any(|fixture| message.contains(fixture)),
-                        "{scenario}/{id} failed for a reason other than a missing fixture: {check:#}"
-                    );
-                }
-                _ => {}
-            }
-        }
-    }
-    for must_pass in [
-        "tasks-extension-advertised",
-        "sep-2663-tasks-methods-non-declaring",
-        "sep-2663-tasks-result-removed-method-not-found",
-        "tasks-removed-tasks-list",
-        "sep-2663-tasks-get-invalid-task-id-32602",
-        "tasks-headers-reject-mismatched-method",
-        "wire-schema-valid",
-    ] {
-        assert!(passed.iter().any(|id| id == must_pass), "{must_pass} did not pass; passed: {passed:?}");
-    }
 }
 
 #[path = "frontend_tasks/wire.rs"]
