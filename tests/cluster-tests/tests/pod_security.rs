@@ -150,6 +150,11 @@ fn printed_tools() -> Vec<(String, McpTool)> {
         let name = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
         found.extend(tools_in(&text).into_iter().map(|tool| (name.clone(), tool)));
     }
+    // The conformance suite's fixtures, which the tests run as McpTools.
+    let fixtures = "tests/mcp-clients/fixtures.yaml".to_string();
+    found.extend(
+        cluster_tests::tools::conformance_fixtures().into_iter().map(|tool| (fixtures.clone(), tool)),
+    );
     found
 }
 
@@ -168,7 +173,9 @@ fn collect_yaml(dir: &Path, into: &mut Vec<std::path::PathBuf>) {
 fn every_printed_tool_and_every_miner_job_passes_restricted_after_the_operators_defaults() {
     let tools = printed_tools();
     let sources: std::collections::BTreeSet<&str> = tools.iter().map(|(file, _)| file.as_str()).collect();
-    for expected in ["demo/sum-numbers.yaml", "demo/deploy-gate.yaml", "docs/TOOLS.md"] {
+    for expected in
+        ["demo/sum-numbers.yaml", "demo/deploy-gate.yaml", "docs/TOOLS.md", "tests/mcp-clients/fixtures.yaml"]
+    {
         assert!(sources.contains(expected), "no McpTool found in {expected}: {sources:?}");
     }
     for (file, tool) in &tools {
