@@ -7,6 +7,8 @@ pub mod bounds;
 pub mod naming;
 pub mod pow;
 mod result;
+/// What the API server can do (features newer than the chart's floor).
+pub mod server_features;
 pub mod trace;
 pub use result::{BlockResult, NoWinner, RangeReport};
 

@@ -419,6 +419,11 @@ fn any_object_or_none(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 impl McpToolSpec {
+    /// How many parts each call runs (`completions`; 1 when the template says none).
+    pub fn parts(&self) -> i32 {
+        self.job_template.spec.as_ref().and_then(|s| s.completions).unwrap_or(1).max(1)
+    }
+
     /// Why this definition cannot be offered as a tool, if it cannot: every
     /// part the frontend copies into memory or into a run is bounded here,
     /// so whoever may write McpTools cannot grow the frontend without limit.

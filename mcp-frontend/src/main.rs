@@ -120,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let (catalog, run_catalog) = mcp_frontend::tool_runs::catalog::ToolCatalog::new(
         Api::namespaced(client.clone(), &namespace),
+        mcp_frontend::kube_calls::server_features(&client).await,
         metrics.clone(),
     );
     tokio::spawn(run_catalog);

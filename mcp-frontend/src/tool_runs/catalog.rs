@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use mining_api::server_features::ServerFeatures;
 use mining_api::tool_schema::{Offerable, Schema, offerable};
 use mining_api::{McpTool, McpToolSpec};
 use rmcp::model::{Tool, ToolAnnotations};
@@ -44,8 +45,9 @@ struct Tools {
     by_object: BTreeMap<String, String>,
 }
 
-/// Each McpTool's verdict, by object name.
-type Verdicts = BTreeMap<String, Result<(), String>>;
+/// Each McpTool's verdict, by object name: what its `Accepted` condition
+/// says when offered (with what this API server cannot give it), else why not.
+type Verdicts = BTreeMap<String, Result<String, String>>;
 
 pub struct ToolCatalog {
     live: RwLock<Arc<Tools>>,
@@ -59,6 +61,7 @@ impl ToolCatalog {
     /// The catalog and the future that keeps it filled (run it on a task).
     pub fn new(
         api: Api<McpTool>,
+        server: ServerFeatures,
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, impl Future<Output = ()> + Send + 'static) {
         let catalog = Arc::new(Self {
@@ -110,7 +113,7 @@ impl ToolCatalog {
                         continue;
                     }
                 };
-                let (tools, next) = build(&objects);
+                let (tools, next) = build(&objects, &server);
                 let before = listings_of(&runner.read());
                 let after = listings_of(&tools);
                 *runner.write() = Arc::new(tools);
@@ -189,7 +192,7 @@ impl ToolCatalog {
 /// The tools `objects` offer and each one's verdict (pure): definitions in
 /// age order (then by object name), so a name two claim goes to the older
 /// and the first [`MAX_TOOLS`] are offered, on every replica alike.
-fn build(objects: &BTreeMap<String, McpTool>) -> (Tools, Verdicts) {
+fn build(objects: &BTreeMap<String, McpTool>, server: &ServerFeatures) -> (Tools, Verdicts) {
     let mut ordered: Vec<&McpTool> = objects.values().collect();
     ordered.sort_by(|a, b| {
         let age = |tool: &McpTool| tool.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -206,8 +209,13 @@ fn build(objects: &BTreeMap<String, McpTool>) -> (Tools, Verdicts) {
             Err(format!("the tool name {name} is taken by the older McpTool {}", taken.object))
         } else {
             define(&object, &tool.spec).map(|defined| {
+                let offered = format!("offered as the MCP tool {name}");
                 tools.by_object.insert(object.clone(), name.clone());
                 tools.by_name.insert(name, Arc::new(defined));
+                match server.parts_caveat(tool.spec.parts()) {
+                    Some(caveat) => format!("{offered}; {caveat}"),
+                    None => offered,
+                }
             })
         };
         if let Err(why) = &verdict {
@@ -246,7 +254,7 @@ impl StatusWriter {
         Self { api, writes: Arc::new(tokio::sync::Semaphore::new(STATUS_WRITES)) }
     }
 
-    fn tell(&self, tool: &McpTool, verdict: Result<(), String>) {
+    fn tell(&self, tool: &McpTool, verdict: Result<String, String>) {
         let Some(condition) = accepted_condition(tool, &verdict, k8s_openapi::jiff::Timestamp::now()) else {
             return;
         };
@@ -278,15 +286,13 @@ impl StatusWriter {
 /// restart or another replica rewrites nothing.
 pub fn accepted_condition(
     tool: &McpTool,
-    verdict: &Result<(), String>,
+    verdict: &Result<String, String>,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Option<mining_api::Condition> {
     use mining_api::tool::tool_conditions::{ACCEPTED, REASON_ACCEPTED, REASON_INVALID};
     use mining_api::{Condition, ConditionStatus};
     let (status, reason, message) = match verdict {
-        Ok(()) => {
-            (ConditionStatus::True, REASON_ACCEPTED, format!("offered as the MCP tool {}", tool.mcp_name()))
-        }
+        Ok(said) => (ConditionStatus::True, REASON_ACCEPTED, mining_api::pow::clip(said, 1024).to_string()),
         Err(why) => (ConditionStatus::False, REASON_INVALID, mining_api::pow::clip(why, 1024).to_string()),
     };
     let generation = tool.metadata.generation;
@@ -376,16 +382,21 @@ mod tests {
     fn the_status_says_whether_a_tool_is_offered_and_is_written_only_when_that_changes() {
         let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
         let mut tool = tool();
-        let accepted = accepted_condition(&tool, &Ok(()), at(0)).expect("no status yet");
+        let accepted = accepted_condition(&tool, &Ok("offered".into()), at(0)).expect("no status yet");
         assert_eq!((accepted.status, accepted.observed_generation), (ConditionStatus::True, Some(3)));
         tool.status = Some(mining_api::tool::McpToolStatus { conditions: vec![accepted.clone()] });
-        assert_eq!(accepted_condition(&tool, &Ok(()), at(5)), None, "the same verdict writes nothing");
+        assert_eq!(
+            accepted_condition(&tool, &Ok("offered".into()), at(5)),
+            None,
+            "the same verdict writes nothing"
+        );
         let refused = accepted_condition(&tool, &Err("inputSchema is larger".into()), at(9)).unwrap();
         assert_eq!((refused.status, refused.reason.as_str()), (ConditionStatus::False, "Invalid"));
         assert_eq!(refused.message, "inputSchema is larger");
         assert_eq!(refused.last_transition_time.0, at(9), "a flip moves the time");
         tool.metadata.generation = Some(4);
-        let again = accepted_condition(&tool, &Ok(()), at(12)).expect("a new generation is told again");
+        let again =
+            accepted_condition(&tool, &Ok("offered".into()), at(12)).expect("a new generation is told again");
         assert_eq!(again.last_transition_time.0, at(0), "no flip keeps the time");
     }
 
@@ -405,7 +416,7 @@ mod tests {
             named("sum", None, "2026-11-03T00:00:00Z"),
         ]
         .into();
-        let (tools, verdicts) = build(&objects);
+        let (tools, verdicts) = build(&objects, &ServerFeatures::current());
         assert_eq!(tools.by_name.keys().collect::<Vec<_>>(), ["get_weather", "sum"]);
         assert_eq!(tools.by_name["get_weather"].object, "weather", "the older holds the name");
         assert_eq!(tools.by_name["get_weather"].listed.name, "get_weather");
@@ -416,10 +427,24 @@ mod tests {
         // The holder gone, the other is offered: the verdicts move with it.
         let mut objects = objects;
         objects.remove("weather");
-        let (tools, verdicts) = build(&objects);
+        let (tools, verdicts) = build(&objects, &ServerFeatures::current());
         assert_eq!(tools.by_name["get_weather"].object, "weather-v2");
-        assert_eq!(verdicts["weather-v2"], Ok(()));
+        assert_eq!(verdicts["weather-v2"], Ok("offered as the MCP tool get_weather".into()));
         assert_eq!(tools.by_object.get("weather-v2").map(String::as_str), Some("get_weather"));
+    }
+
+    #[test]
+    fn a_tool_of_parts_on_a_server_without_indexed_jobs_is_offered_and_told_what_it_lacks() {
+        let mut parted = tool();
+        parted.spec.job_template.spec.as_mut().unwrap().completions = Some(3);
+        let objects: BTreeMap<String, McpTool> = [("sum".to_string(), parted)].into();
+        let old = ServerFeatures::from_version("1", "20", "v1.20.15");
+        let (tools, verdicts) = build(&objects, &old);
+        assert!(tools.by_name.contains_key("sum"), "its parts still run");
+        let said = verdicts["sum"].as_ref().unwrap();
+        assert!(said.starts_with("offered as the MCP tool sum; this API server (v1.20.15)"), "{said}");
+        let (_, verdicts) = build(&objects, &ServerFeatures::from_version("1", "24", "v1.24.0"));
+        assert_eq!(verdicts["sum"], Ok("offered as the MCP tool sum".into()));
     }
 
     #[test]

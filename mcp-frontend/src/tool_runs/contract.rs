@@ -165,7 +165,9 @@ pub fn run_outcome(run: &ToolRun, now: Timestamp) -> ToolOutcome {
                         .message
                         .as_deref()
                         .filter(|m| run.phase() == ToolRunPhase::Pending && m.starts_with("queued"));
-                    match (line, &status.progress) {
+                    // A run of one part has no parts to count (its progress is 0/1, then done).
+                    let progress = status.progress.as_ref().filter(|_| run.parts() > 1);
+                    match (line, progress) {
                         _ if let Some(queued) = queued => format!("Waiting for a slot ({queued})"),
                         (Some(line), Some(progress)) => format!("Running ({progress} parts done): {line}"),
                         (Some(line), None) => format!("Running: {line}"),

@@ -483,6 +483,8 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
     assert!(manifests.contains(&format!("apiVersion: {expected}kind: PodDisruptionBudget")), "{manifests}");
 }
 
+#[path = "chart_render/names_in_docs.rs"]
+mod names_in_docs;
 #[path = "chart_render/observability.rs"]
 mod observability;
 #[path = "chart_render/reach.rs"]

@@ -155,3 +155,18 @@ fn a_tool_answering_in_content_blocks_leads_the_answer_with_them() {
             .all(|b| b["type"] == "text")
     );
 }
+
+#[test]
+fn a_run_of_one_part_speaks_of_its_status_line_and_a_run_of_parts_counts_them() {
+    let now: Timestamp = "2026-11-25T01:00:40Z".parse().unwrap();
+    let mut one = run(ToolRunPhase::Running, None, false);
+    let status = one.status.as_mut().unwrap();
+    status.message = Some(format!("{}section 2/6", mining_api::tool::RUNNING_PREFIX));
+    status.progress = Some("0/1".into());
+    assert_eq!(run_outcome(&one, now).status_message, "Running: section 2/6");
+    let mut three = one.clone();
+    three.spec.job_template = serde_json::from_value(json!({"spec": {"completions": 3}})).unwrap();
+    three.status.as_mut().unwrap().progress = Some("1/3".into());
+    assert_eq!(three.parts(), 3);
+    assert_eq!(run_outcome(&three, now).status_message, "Running (1/3 parts done): section 2/6");
+}
