@@ -128,6 +128,27 @@ pub async fn write_proof<K: mining_api::Work>(api: &Api<K>, name: &str, proof: &
     bounded("patch", api.patch(name, &PatchParams::default(), &Patch::Merge(patch))).await
 }
 
+/// What the API server can do, from its version (taken as current when it
+/// cannot be read in time: the verdicts it feeds only add caveats).
+pub async fn server_features(client: &kube::Client) -> mining_api::server_features::ServerFeatures {
+    use mining_api::server_features::ServerFeatures;
+    match tokio::time::timeout(API_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(info)) => {
+            let features = ServerFeatures::from_version(&info.major, &info.minor, &info.git_version);
+            tracing::info!(version = %features.version, indexed_jobs = features.indexed_jobs, "read the API server's version");
+            features
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "reading the API server's version failed; assuming a current one");
+            ServerFeatures::current()
+        }
+        Err(_) => {
+            tracing::warn!("reading the API server's version timed out; assuming a current one");
+            ServerFeatures::current()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use mining_api::MiningWorkflowSpec;
@@ -154,26 +175,5 @@ mod tests {
         assert_ne!(workflow.metadata.labels.as_ref().unwrap()[labels::CALLER], caller.digest, "keyed");
         assert_eq!((workflow.spec.difficulty, workflow.spec.blocks, workflow.spec.cancel), (9, 3, false));
         assert_eq!(workflow.spec.parallelism, 2);
-    }
-}
-
-/// What the API server can do, from its version (taken as current when it
-/// cannot be read in time: the verdicts it feeds only add caveats).
-pub async fn server_features(client: &kube::Client) -> mining_api::server_features::ServerFeatures {
-    use mining_api::server_features::ServerFeatures;
-    match tokio::time::timeout(API_TIMEOUT, client.apiserver_version()).await {
-        Ok(Ok(info)) => {
-            let features = ServerFeatures::from_version(&info.major, &info.minor, &info.git_version);
-            tracing::info!(version = %features.version, indexed_jobs = features.indexed_jobs, "read the API server's version");
-            features
-        }
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "reading the API server's version failed; assuming a current one");
-            ServerFeatures::current()
-        }
-        Err(_) => {
-            tracing::warn!("reading the API server's version timed out; assuming a current one");
-            ServerFeatures::current()
-        }
     }
 }

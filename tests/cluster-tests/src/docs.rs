@@ -44,3 +44,49 @@ pub fn all_blocks(file: &str, language: &str) -> Vec<String> {
         .map(|rest| rest[..rest.find("```").expect("a closed block")].to_string())
         .collect()
 }
+
+/// The base image docs/TOOLS.md's first tool builds `FROM`, made once from
+/// this machine's own Python (the interpreter, the libraries it links and
+/// its standard library) in podman's store under the name the docs pull,
+/// since this machine reaches no image registry. Only a stand-in for the
+/// registry: the docs' commands run unchanged against it.
+pub fn stand_in_python_base_image() {
+    const NAME: &str = "docker.io/library/python:3.12-slim";
+    let exists = std::process::Command::new("podman").args(["image", "exists", NAME]).status().unwrap();
+    if exists.success() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("python-base-{}", std::process::id()));
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::create_dir_all(root.join("usr/lib")).unwrap();
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    let interpreter = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    std::fs::copy(&interpreter, root.join("usr/bin/python3")).unwrap();
+    let ldd = std::process::Command::new("ldd").arg(&interpreter).output().unwrap();
+    for library in String::from_utf8_lossy(&ldd.stdout).split_whitespace().filter(|w| w.starts_with('/')) {
+        let target = root.join(library.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(library, target).unwrap();
+    }
+    let version = interpreter.file_name().unwrap().to_string_lossy().to_string();
+    let copied = std::process::Command::new("sh")
+        .arg("-ec")
+        .arg(format!(
+            "tar -C /usr/lib --exclude={version}/test --exclude={version}/site-packages --exclude={version}/dist-packages \
+             --exclude=__pycache__ -cf - {version} | tar -C {} -xf -",
+            root.join("usr/lib").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(copied.success(), "copying the standard library");
+    std::fs::write(
+        dir.join("Containerfile"),
+        "FROM scratch\nCOPY rootfs/ /\nENV PATH=/usr/local/bin:/usr/bin:/bin\n",
+    )
+    .unwrap();
+    let built =
+        std::process::Command::new("podman").args(["build", "-q", "-t", NAME]).arg(&dir).output().unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
