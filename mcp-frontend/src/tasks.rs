@@ -102,7 +102,12 @@ pub fn snapshot<K: Served>(
         (_, OutcomeStatus::InputRequired) => TaskState::InputRequired,
         (_, OutcomeStatus::Completed) => TaskState::Completed,
         (Generation::Core2025, OutcomeStatus::Failed) => TaskState::Failed,
-        (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Completed,
+        // SEP-2663: `failed` is for protocol-level failures; a tool that
+        // ran and reported an error completes with `isError`.
+        (Generation::Extension2026, OutcomeStatus::Failed) if work.failure_is_its_own() => {
+            TaskState::Completed
+        }
+        (Generation::Extension2026, OutcomeStatus::Failed) => TaskState::Failed,
         (_, OutcomeStatus::Cancelled) => TaskState::Cancelled,
     };
     let status_message = match (&answer.error, answer.status) {
@@ -336,6 +341,27 @@ mod tests {
             snapshot(&cancelling, at(1_010), Generation::Extension2026, 60, Presence::Leading).state,
             TaskState::Working
         );
+    }
+
+    #[test]
+    fn a_run_the_tool_failed_completes_with_an_error_and_one_that_never_ran_fails_on_2026() {
+        use mining_api::ToolRunPhase;
+        let reported = run(ToolRunPhase::Failed, false);
+        let task = snapshot(&reported, at(1_100), Generation::Extension2026, 60, Presence::Unknown);
+        assert_eq!(task.state, TaskState::Completed, "a tool error is the tool's result");
+        let mut never_started = run(ToolRunPhase::Failed, false);
+        let status = never_started.status.as_mut().unwrap();
+        status.exit_code = None;
+        status.message =
+            Some("the tool's Pod cannot start: container tool: CreateContainerConfigError".into());
+        let task = snapshot(&never_started, at(1_100), Generation::Extension2026, 60, Presence::Unknown);
+        assert_eq!(task.state, TaskState::Failed);
+        assert!(task.status_message.contains("cannot start"), "{}", task.status_message);
+        // 2025-11-25 tasks fail either way.
+        for failed in [&reported, &never_started] {
+            let task = snapshot(failed, at(1_100), Generation::Core2025, 60, Presence::Unknown);
+            assert_eq!(task.state, TaskState::Failed);
+        }
     }
 
     #[test]

@@ -26,6 +26,14 @@ pub trait Served: Registered {
     /// The newest moment its status records a change; once finished, the
     /// moment it finished (a task's `lastUpdatedAt`).
     fn last_updated(&self) -> Option<Timestamp>;
+
+    /// Whether a failure is the work's own report (a tool error: the
+    /// 2026-07-28 task is `completed` with `isError`), not a failure to run
+    /// it at all (the task is `failed`, with a JSON-RPC error). A miner's
+    /// failure is mining's own report.
+    fn failure_is_its_own(&self) -> bool {
+        true
+    }
 }
 
 impl Kind for MiningWorkflow {
@@ -69,6 +77,14 @@ impl Served for ToolRun {
             Some(finished) if mining_api::Work::is_finished(self) => Some(finished.0),
             _ => status.started_at.as_ref().map(|t| t.0),
         }
+    }
+
+    /// The tool's container exited with a code: the tool ran and said it
+    /// failed. Without one it never ran to its end (its Pod could not
+    /// start, its deadline passed, its caller never answered, the operator
+    /// refused it): nothing the tool reported, so a failed task.
+    fn failure_is_its_own(&self) -> bool {
+        self.status.as_ref().is_some_and(|status| status.exit_code.is_some())
     }
 }
 
