@@ -5,8 +5,11 @@ frontend, for the cluster tests. Usage:
 $MCP_MODE picks the protocol: `auto` (the default: `server/discover`, i.e.
 2026-07-28, falling back to the initialize handshake) or `legacy`. The bearer
 token comes from $MCP_TOKEN; with $MCP_PROGRESS=1 the call asks for progress
-notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). Prints
-one JSON document on stdout: {tools, protocolVersion} | {result, progress,
+notifications; $MCP_TIMEOUT_SECONDS bounds each request (default 120). With
+$MCP_ELICIT_CONTENT (JSON) the client declares elicitation and sampling and
+answers what a tool asks — through the SDK's own MRTR driver on 2026-07-28:
+an elicitation accepts that content, sampling says "Paris". Prints one JSON
+document on stdout: {tools, protocolVersion} | {result, progress, asked,
 protocolVersion} | {error: {message}}.
 """
 import json
@@ -14,7 +17,7 @@ import os
 from contextlib import asynccontextmanager
 
 import httpx2
-from mcp import Client
+from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 
 from client_cli import run
@@ -48,7 +51,23 @@ async def main(url: str, command: str, tool: str | None, arguments: str | None) 
     timeout = float(os.environ.get("MCP_TIMEOUT_SECONDS", "120"))
     mode = os.environ.get("MCP_MODE", "auto")
     server = Transport(url) if os.environ.get("MCP_TOKEN") else url
-    async with Client(server, mode=mode, read_timeout_seconds=timeout) as client:
+    asked = []
+    answers = {}
+    elicit_content = os.environ.get("MCP_ELICIT_CONTENT")
+    if elicit_content is not None:
+
+        async def on_elicitation(context, params):
+            asked.append({"asked": "elicitation/create", "params": params.model_dump(mode="json", by_alias=True, exclude_none=True)})
+            return types.ElicitResult(action="accept", content=json.loads(elicit_content))
+
+        async def on_sampling(context, params):
+            asked.append({"asked": "sampling/createMessage"})
+            return types.CreateMessageResult(
+                role="assistant", content=types.TextContent(type="text", text="Paris"), model="test-model"
+            )
+
+        answers = {"elicitation_callback": on_elicitation, "sampling_callback": on_sampling}
+    async with Client(server, mode=mode, read_timeout_seconds=timeout, **answers) as client:
         version = client.session.protocol_version
         tools = await client.list_tools()
         if command == "tools":
@@ -66,6 +85,7 @@ async def main(url: str, command: str, tool: str | None, arguments: str | None) 
         return {
             "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
             "progress": progress,
+            "asked": asked,
             "protocolVersion": version,
         }
 

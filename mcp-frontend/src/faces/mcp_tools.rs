@@ -295,7 +295,12 @@ impl ServerHandler for McpServer {
         let Some(called) = super::called(&self.core, &request.name) else {
             self.core.record_call("unknown", "error", None);
             return Err(McpError::invalid_params(
-                format!("unknown tool {:?}; this server has {}", request.name, MiningTool::names_in_words()),
+                format!(
+                    "unknown tool {:?}: not one of {}, nor a companion or defined tool offered to you; \
+                     tools/list names them (an McpTool is offered once its Accepted condition is True)",
+                    request.name,
+                    MiningTool::names_in_words()
+                ),
                 None,
             ));
         };

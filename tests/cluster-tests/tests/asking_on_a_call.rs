@@ -1,12 +1,13 @@
 //! Asking on a plain call (protocol 2026-07-28, MRTR): a tool run that asks
 //! answers the waiting `tools/call` with `input_required` and a
 //! `requestState`; the client's retry, to any replica after any restart,
-//! carries the answers. Driven by the TypeScript client 2.x's own MRTR
-//! driver, and by raw requests for what only a hostile client sends.
+//! carries the answers. Driven by the TypeScript client 2.x's and the Python
+//! SDK 2.x's own MRTR drivers, and by raw requests for what only a hostile
+//! client sends.
 
 use std::time::Duration;
 
-use cluster_tests::mcp::{FrontendProcess, clients_dir, node22, ownership_key_file};
+use cluster_tests::mcp::{FrontendProcess, Sdk, clients_dir, collect, node22, ownership_key_file};
 use cluster_tests::tools::{ALICE, conformance_fixture, listed_names, setup};
 use cluster_tests::{OperatorProcess, eventually};
 use kube::api::{Api, ListParams, PostParams};
@@ -126,4 +127,28 @@ async fn a_plain_call_asks_through_mrtr_across_a_restart_and_only_its_caller_res
     assert_eq!(call_raw(&frontend, "alice-secret", misfit).await["error"]["code"], -32602);
     let resumed = call_raw(&frontend, "alice-secret", retry(&state)).await;
     assert_eq!(resumed["result"]["content"][0]["text"], "Hello, Eve!", "{resumed:#}");
+}
+
+#[tokio::test]
+async fn the_python_sdk_answers_a_plain_calls_question_through_its_own_mrtr_driver() {
+    let (ns, _operator, frontend) = setup("mrtr-py").await;
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &conformance_fixture(TOOL)).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&frontend.url()).await.iter().any(|name| name == TOOL).then_some(())
+    })
+    .await;
+    let mut command = Sdk::Python2.command(&frontend.url(), ALICE, false, &["call", TOOL, "{}"]);
+    command.env("MCP_ELICIT_CONTENT", r#"{"name": "Ada"}"#);
+    let done = collect(Sdk::Python2, command.spawn().unwrap()).await;
+    assert_eq!(done["protocolVersion"], "2026-07-28", "{done:#}");
+    let asked = done["asked"].as_array().expect("what the tool asked");
+    assert_eq!(asked.len(), 1, "asked once: {done:#}");
+    assert_eq!(asked[0]["asked"], "elicitation/create");
+    assert_eq!(asked[0]["params"]["message"], "What is your name?", "{done:#}");
+    assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!", "{done:#}");
+    let runs: Api<ToolRun> = ns.api();
+    let made = runs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(made.len(), 1, "one run for the call and its retry");
+    assert_eq!((made[0].phase(), made[0].step()), (ToolRunPhase::Succeeded, 1));
 }
