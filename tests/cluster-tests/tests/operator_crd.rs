@@ -36,3 +36,46 @@ async fn the_api_server_accepts_the_crd_and_rejects_out_of_range_specs() {
         assert!(status.message.contains(field), "{spec}: {}", status.message);
     }
 }
+
+/// crds/ read by a YAML 1.1 reader (PyYAML, as the Python client's
+/// `create_from_yaml` and Ansible read them): every bound is a number, not a
+/// string, and no field declares a format current API servers warn about.
+#[test]
+fn the_crds_read_the_same_in_a_yaml_1_1_reader() {
+    let script = r#"
+import glob, sys, yaml
+problems, bounds = [], 0
+def walk(node, path):
+    global bounds
+    if isinstance(node, dict):
+        for key in ("minimum", "maximum"):
+            if key in node and not isinstance(node[key], dict):
+                bounds += 1
+                if not isinstance(node[key], (int, float)) or isinstance(node[key], bool):
+                    problems.append(f"{path}.{key} = {node[key]!r}")
+        if isinstance(node.get("format"), str) and node["format"].startswith("uint"):
+            problems.append(f"{path}.format = {node['format']}")
+        for key, value in node.items():
+            walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            walk(value, f"{path}[{index}]")
+for file in sorted(glob.glob(sys.argv[1] + "/crds/*.yaml")):
+    walk(yaml.safe_load(open(file)), file)
+print(bounds)
+print("\n".join(problems))
+"#;
+    let root = cluster_tests::repo_root();
+    let output = std::process::Command::new("python3").arg("-c").arg(script).arg(&root).output().unwrap();
+    assert!(
+        output.status.success(),
+        "PyYAML (Debian's python3-yaml) reads crds/: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let mut lines = printed.lines();
+    let bounds: u32 = lines.next().unwrap().parse().unwrap();
+    assert!(bounds > 20, "the walk saw the bounds: {bounds}");
+    let problems: Vec<&str> = lines.filter(|line| !line.is_empty()).collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}
