@@ -223,3 +223,23 @@ fn readme_run_the_components_yourself_works_as_printed() {
     drop(leftovers);
     assert!(!repo_root().join("ownership.key").exists(), "the key the test wrote is gone");
 }
+
+/// README stays one screen of commands and at most 300 lines (detail lives
+/// in docs/), with both of its commands — the one that runs the whole thing
+/// and the one that runs the tests — on its first screen, and the test
+/// command is the one CI runs.
+#[test]
+fn readme_is_at_most_300_lines_with_both_commands_on_its_first_screen() {
+    let root = cluster_tests::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines <= 300, "README.md has {lines} lines: move detail to docs/");
+    let first_screen: String = readme.lines().take(30).collect::<Vec<_>>().join("\n");
+    for command in ["`make demo`", "`tests/run.sh`"] {
+        assert!(first_screen.contains(command), "README's first 30 lines lack {command}");
+    }
+    let test_block = sh_blocks(&readme, "## Test it");
+    assert_eq!(test_block.first().map(|b| b.trim()), Some("tests/run.sh"), "{test_block:?}");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|line| line.trim() == "exec tests/run.sh"), "CI runs README's test command");
+}
