@@ -487,5 +487,7 @@ async fn every_rendering_is_accepted_by_the_api_server_in_both_namespace_modes()
 mod names_in_docs;
 #[path = "chart_render/observability.rs"]
 mod observability;
+#[path = "chart_render/overrides.rs"]
+mod overrides;
 #[path = "chart_render/reach.rs"]
 mod reach;
