@@ -136,6 +136,14 @@ pub struct McpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_WAIT_BUDGET_SECONDS))]
     pub wait_budget_seconds: Option<u32>,
+    /// How long a call made as an MCP task waits for its run's first
+    /// questions before the task is made (unset or 0: made at once). What
+    /// the run asks within it is asked on the call itself (2026-07-28
+    /// `input_required`, SEP-2663's composition); the client's answer makes
+    /// the task. Capped by the frontend's wait budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_WAIT_BUDGET_SECONDS))]
+    pub ask_before_task_seconds: Option<u32>,
     /// Delete each run this many seconds after it finished (the operator's
     /// default applies when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -42,6 +42,8 @@ pub const MAX_KEY_BYTES: usize = 64;
 pub const MAX_STATE_BYTES: usize = 2048;
 /// Largest answer (JSON bytes) a caller may give to one request.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024;
+/// Longest URL a URL-mode elicitation may send the user to.
+pub const MAX_ELICITATION_URL_BYTES: usize = 2048;
 /// Longest a run waits for its answers unless its tool says otherwise.
 pub const DEFAULT_INPUT_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// Longest a tool may let a run wait for its answers.
@@ -116,13 +118,58 @@ impl Ask {
     }
 }
 
+impl Ask {
+    /// The ask with every URL-mode elicitation's `elicitationId` set to
+    /// `{run_uid}.{key}`: unique across the server and over time, as the
+    /// protocol asks, whatever the tool wrote (a tool correlates through its
+    /// own URL, never through an id another run could take).
+    pub fn with_elicitation_ids(mut self, run_uid: &str) -> Self {
+        for (key, request) in &mut self.input_requests {
+            if is_url_elicitation(request)
+                && let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+            {
+                params.insert("elicitationId".into(), Value::String(format!("{run_uid}.{key}")));
+            }
+        }
+        self
+    }
+}
+
+/// Whether `request` is an elicitation in URL mode (out of band: the user
+/// opens a page; nothing sensitive passes through the client).
+pub fn is_url_elicitation(request: &Value) -> bool {
+    request.get("method").and_then(Value::as_str) == Some(ELICITATION)
+        && request.pointer("/params/mode").and_then(Value::as_str) == Some("url")
+}
+
+/// Whether `url` may be put to a user: absolute `https`, with a host, no
+/// credentials, no spaces or control characters, bounded.
+fn check_elicitation_url(url: &str) -> Result<(), String> {
+    if url.len() > MAX_ELICITATION_URL_BYTES {
+        return Err(format!("its url is longer than {MAX_ELICITATION_URL_BYTES} bytes"));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("its url holds spaces or control characters".into());
+    }
+    let rest = url.strip_prefix("https://").ok_or("its url must be https://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("its url must not carry credentials (user@host)".into());
+    }
+    if authority.is_empty() || authority.starts_with(':') {
+        return Err("its url has no host".into());
+    }
+    Ok(())
+}
+
 fn valid_key(key: &str) -> bool {
     (1..=MAX_KEY_BYTES).contains(&key.len())
         && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// Whether `request` is one this project can put to a caller: a form-mode
-/// elicitation with a flat object schema, or a sampling request.
+/// Whether `request` is one this project can put to a caller: an
+/// elicitation in form mode (an object schema) or URL mode (an https page),
+/// a sampling request, or a roots request.
 pub fn check_request(request: &Value) -> Result<(), String> {
     let method = request.get("method").and_then(Value::as_str).ok_or("it has no \"method\"")?;
     if method == ROOTS {
@@ -134,11 +181,19 @@ pub fn check_request(request: &Value) -> Result<(), String> {
     let params = request.get("params").and_then(Value::as_object).ok_or("it has no \"params\" object")?;
     match method {
         ELICITATION => {
-            if params.get("mode").is_some_and(|mode| mode != "form") {
-                return Err("only form-mode elicitation can be asked".into());
-            }
             if params.get("message").and_then(Value::as_str).is_none_or(str::is_empty) {
                 return Err("an elicitation needs a \"message\"".into());
+            }
+            match params.get("mode").and_then(Value::as_str) {
+                None | Some("form") => {}
+                Some("url") => {
+                    let url = params
+                        .get("url")
+                        .and_then(Value::as_str)
+                        .ok_or("a URL-mode elicitation needs a \"url\"")?;
+                    return check_elicitation_url(url);
+                }
+                Some(_) => return Err("an elicitation's mode is \"form\" or \"url\"".into()),
             }
             let schema = params.get("requestedSchema").ok_or("an elicitation needs a \"requestedSchema\"")?;
             if schema.get("type").and_then(Value::as_str) != Some("object")
@@ -178,6 +233,13 @@ pub fn check_response(request: &Value, response: &Value) -> Result<(), String> {
         Some(ELICITATION) => {
             let action = response.get("action").and_then(Value::as_str);
             match action {
+                // Accepting a page says the user went there; what they did
+                // there reaches the tool out of band, never through us.
+                Some("accept") if is_url_elicitation(request) => match response.get("content") {
+                    None => Ok(()),
+                    Some(content) if content.as_object().is_some_and(Map::is_empty) => Ok(()),
+                    Some(_) => Err("a URL-mode elicitation's answer carries no \"content\"".into()),
+                },
                 Some("accept") => {
                     let content =
                         response.get("content").ok_or("an accepted elicitation needs \"content\"")?;
@@ -284,8 +346,13 @@ mod tests {
         let many: Map<String, Value> =
             (0..=MAX_REQUESTS_PER_ROUND).map(|i| (format!("k{i}"), approval())).collect();
         assert!(Ask::parse(&ask_text(Value::Object(many)), &[]).unwrap().unwrap_err().contains("at most"));
-        let url = json!({"method": "elicitation/create", "params": {"mode": "url", "message": "m", "url": "https://x"}});
-        assert!(Ask::parse(&ask_text(json!({"k": url})), &[]).unwrap().unwrap_err().contains("form-mode"));
+        let odd = json!({"method": "elicitation/create", "params": {"mode": "voice", "message": "m"}});
+        assert!(
+            Ask::parse(&ask_text(json!({"k": odd})), &[])
+                .unwrap()
+                .unwrap_err()
+                .contains("\"form\" or \"url\"")
+        );
         let other = json!({"method": "tools/call", "params": {}});
         assert!(
             Ask::parse(&ask_text(json!({"k": other})), &[]).unwrap().unwrap_err().contains("not a method")
@@ -296,6 +363,53 @@ mod tests {
             json!({"inputRequests": {"k": approval()}, "state": "x".repeat(MAX_STATE_BYTES + 1)})
         );
         assert!(Ask::parse(&big, &[]).unwrap().unwrap_err().contains("state"));
+    }
+
+    fn url_elicitation(url: &str) -> Value {
+        json!({"method": "elicitation/create", "params": {
+            "mode": "url", "message": "Sign in to your bank", "url": url, "elicitationId": "the-tools-own"}})
+    }
+
+    #[test]
+    fn a_url_mode_elicitation_is_an_https_page_with_an_id_of_the_run_and_key() {
+        let ask =
+            Ask::parse(&ask_text(json!({"login": url_elicitation("https://bank.example/ok?x=1")})), &[])
+                .unwrap()
+                .unwrap()
+                .with_elicitation_ids("uid-7");
+        assert_eq!(
+            ask.input_requests["login"]["params"]["elicitationId"], "uid-7.login",
+            "the tool's id is replaced"
+        );
+        assert_eq!(ask.input_requests["login"]["params"]["url"], "https://bank.example/ok?x=1");
+        let long = format!("https://a.example/{}", "x".repeat(MAX_ELICITATION_URL_BYTES));
+        for (url, why) in [
+            ("http://bank.example/", "https"),
+            ("javascript:alert(1)", "https"),
+            ("https://user:pw@bank.example/", "credentials"),
+            ("https:///path", "no host"),
+            ("https://bank.example/a b", "spaces"),
+            (long.as_str(), "longer than"),
+        ] {
+            let refused = check_request(&url_elicitation(url)).unwrap_err();
+            assert!(refused.contains(why), "{url}: {refused}");
+        }
+        let no_url = json!({"method": "elicitation/create", "params": {"mode": "url", "message": "m"}});
+        assert!(check_request(&no_url).unwrap_err().contains("url"));
+        let form = Ask::parse(&ask_text(json!({"approve": approval()})), &[]).unwrap().unwrap();
+        assert_eq!(form.clone().with_elicitation_ids("uid-7"), form, "a form has no id to set");
+    }
+
+    #[cfg(feature = "schemas")]
+    #[test]
+    fn a_url_mode_answer_says_only_what_the_user_did() {
+        let request = url_elicitation("https://bank.example/");
+        assert_eq!(check_response(&request, &json!({"action": "accept"})), Ok(()));
+        assert_eq!(check_response(&request, &json!({"action": "accept", "content": {}})), Ok(()));
+        assert_eq!(check_response(&request, &json!({"action": "decline"})), Ok(()));
+        let smuggled = check_response(&request, &json!({"action": "accept", "content": {"password": "x"}}));
+        assert!(smuggled.unwrap_err().contains("no \"content\""));
+        assert!(check_response(&request, &json!({"action": "maybe"})).is_err());
     }
 
     #[cfg(feature = "schemas")]

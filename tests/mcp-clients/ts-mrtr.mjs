@@ -7,8 +7,10 @@
 // {"asked": METHOD, "params": …} on stdout and, when $MCP_GO_FILE is set,
 // waits until that file exists before it answers (so a test can kill and
 // restart the server in between). Answers: an elicitation accepts
-// $MCP_ELICIT_CONTENT (JSON, default {}), sampling says "Paris", roots are
-// one. Prints {"result": CallToolResult} or {"error": …} last.
+// $MCP_ELICIT_CONTENT (JSON, default {}) — a URL-mode one just accepts
+// (with $MCP_ELICIT_URL set the client declares URL mode beside forms) —
+// sampling says "Paris", roots are one. Prints {"result": CallToolResult}
+// or {"error": …} last.
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { existsSync } from "node:fs";
 
@@ -25,12 +27,17 @@ async function asked(method, params) {
 const client = new Client(
   { name: "mining-operator-tests-mrtr", version: "1.0.0" },
   {
-    capabilities: { elicitation: {}, sampling: {}, roots: {} },
+    capabilities: {
+      elicitation: process.env.MCP_ELICIT_URL ? { form: {}, url: {} } : {},
+      sampling: {},
+      roots: {},
+    },
     versionNegotiation: { mode: { pin: "2026-07-28" } },
   },
 );
 client.setRequestHandler("elicitation/create", async (request) => {
   await asked("elicitation/create", request.params);
+  if (request.params.mode === "url") return { action: "accept" };
   return { action: "accept", content: JSON.parse(process.env.MCP_ELICIT_CONTENT || "{}") };
 });
 client.setRequestHandler("sampling/createMessage", async (request) => {

@@ -185,6 +185,16 @@ fn run(fixture: &str, arguments: &Value, step: u32, input: &Value, state: &str) 
             "",
         ),
         ("confirm_delete", _) => text(&format!("confirm: {}", answered(input, "confirm", "confirm"))),
+        // Out of band: the user signs in on a page; only whether they went comes back.
+        ("sign_in", 0) => Step::Ask(
+            json!({"sign_in": {"method": "elicitation/create", "params": {"mode": "url",
+                "message": "Sign in to the example service to continue.",
+                "url": "https://login.example/authorize?session=demo"}}}),
+            "",
+        ),
+        ("sign_in", _) => {
+            text(&format!("sign-in: {}", input["sign_in"]["action"].as_str().unwrap_or("none")))
+        }
         ("multi_input", 0) => Step::Ask(
             json!({"first": elicit("First name?", "name", "string"), "second": elicit("Second name?", "name", "string")}),
             "",
@@ -236,6 +246,12 @@ mod tests {
         assert_eq!(
             run("test_input_required_result_sampling", &json!({}), 1, &sampled, ""),
             text("Sampling result: Paris")
+        );
+        let Step::Ask(requests, _) = run("sign_in", &json!({}), 0, &Value::Null, "") else { panic!("asks") };
+        assert_eq!(requests["sign_in"]["params"]["mode"], "url");
+        assert_eq!(
+            run("sign_in", &json!({}), 1, &json!({"sign_in": {"action": "accept"}}), ""),
+            text("sign-in: accept")
         );
         assert!(matches!(
             run("test_input_required_result_multi_round", &json!({}), 1, &input, "round-1"),

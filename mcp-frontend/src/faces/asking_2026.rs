@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use sha2::Digest as _;
 use tokio::time::Instant;
 
-use crate::core::{Answer, Core, RespondError, Responded, StartOptions, View, WaitListener};
+use crate::core::{Answer, Any, Core, RespondError, Responded, StartOptions, View, WaitListener};
 use crate::ids::Caller;
 use crate::tool_runs::catalog::DefinedTool;
 
@@ -127,10 +127,68 @@ pub async fn call(
     }
 }
 
+/// A defined tool's call as a 2026-07-28 task, composed with asking
+/// (SEP-2663): a first call waits the tool's `askBeforeTaskSeconds` and,
+/// when its run asks what the client can answer, answers `input_required`
+/// with no task yet; the retry records the answers and is answered with the
+/// run's task, as is a first call whose run did not ask in time. Later
+/// questions are asked through the task (`tasks/get`, `tasks/update`).
+/// Also returns the metric outcome.
+pub async fn call_before_task(
+    core: &Core,
+    caller: &Caller,
+    tool: &DefinedTool,
+    request: CallToolRequestParams,
+    capabilities: Option<&ClientCapabilities>,
+    options: StartOptions<'_>,
+    listener: &mut impl WaitListener,
+) -> Result<(CallToolResponse, &'static str), McpError> {
+    let started = Instant::now();
+    let digest = arguments_digest(request.arguments.as_ref());
+    let binding = [caller.digest.as_str(), tool.object.as_str(), digest.as_str()];
+    let answered = |answer: Answer| Ok(super::tasks_2026::started_task(core, Err(answer)));
+    let task = |run: Box<ToolRun>| Ok(super::tasks_2026::started_task(core, Ok(Any::Run(run))));
+    let Some(state) = request.request_state.as_deref() else {
+        let run = match core.start_run(caller, &tool.object, tool, request.arguments, options).await {
+            Ok(run) => run,
+            Err(answer) => return answered(answer),
+        };
+        let id = run.metadata.name.clone().unwrap_or_default();
+        let window = ask_before_task_seconds(core, tool);
+        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
+        return match core.wait(caller, run, started + Duration::from_secs(window.into()), &mut asking).await {
+            View::Found(run) => match input_required(core, &run, binding, capabilities) {
+                Some(result) => Ok((CallToolResponse::InputRequired(result), "input_required")),
+                None => task(run),
+            },
+            view => answered(Answer::of(&id, view, core.operator_presence())),
+        };
+    };
+    let run = match resume(core, caller, state, binding).await? {
+        Ok(run) => run,
+        Err(answer) => return answered(answer),
+    };
+    let responses: Map<String, Value> = request.input_responses.unwrap_or_default().into_iter().collect();
+    if responses.is_empty() || run.phase() != ToolRunPhase::InputRequired {
+        return task(run);
+    }
+    let id = run.metadata.name.clone().unwrap_or_default();
+    match record(core, caller, &id, &responses).await? {
+        Ok(run) => task(run),
+        Err(answer) => answered(answer),
+    }
+}
+
 /// How long a call of `tool` waits: its budget within the frontend's.
 pub fn tool_budget(core: &Core, tool: &DefinedTool) -> u32 {
     let limit = core.limits.wait_budget_seconds;
     tool.spec.wait_budget_seconds.unwrap_or(limit).min(limit)
+}
+
+/// How long a call of `tool` made as a task waits for its first questions:
+/// the tool's `askBeforeTaskSeconds` within the frontend's budget.
+pub fn ask_before_task_seconds(core: &Core, tool: &DefinedTool) -> u32 {
+    tool.spec.ask_before_task_seconds.unwrap_or(0).min(core.limits.wait_budget_seconds)
 }
 
 /// The run a retry's `state` names; a JSON-RPC error for a state that does
@@ -190,17 +248,12 @@ fn input_required(
     }
     let answered = answered_keys(core, run);
     let asked = run.status.as_ref()?.input_requests.clone()?;
-    let can_answer = |request: &Value| {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
-        capabilities.is_none_or(|caps| match method {
-            mining_api::tool_input::ELICITATION => caps.elicitation.is_some(),
-            mining_api::tool_input::SAMPLING => caps.sampling.is_some(),
-            mining_api::tool_input::ROOTS => caps.roots.is_some(),
-            _ => false,
+    let outstanding: Map<String, Value> = asked
+        .into_iter()
+        .filter(|(key, request)| {
+            !answered.contains(key) && capabilities.is_none_or(|caps| can_answer(caps, request))
         })
-    };
-    let outstanding: Map<String, Value> =
-        asked.into_iter().filter(|(key, request)| !answered.contains(key) && can_answer(request)).collect();
+        .collect();
     if outstanding.is_empty() {
         return None;
     }
@@ -217,6 +270,24 @@ fn input_required(
             |err| tracing::warn!(run = %name, error = %err, "a run's requests are not MCP input requests"),
         )
         .ok()
+}
+
+/// Whether a client that declared `caps` can answer `request`: URL-mode
+/// elicitation needs `elicitation.url`; form mode `elicitation.form`, or
+/// an empty `elicitation` (which means form, as 2025-06-18 declared it).
+fn can_answer(caps: &ClientCapabilities, request: &Value) -> bool {
+    match request.get("method").and_then(Value::as_str).unwrap_or_default() {
+        mining_api::tool_input::ELICITATION => caps.elicitation.as_ref().is_some_and(|elicitation| {
+            if mining_api::tool_input::is_url_elicitation(request) {
+                elicitation.url.is_some()
+            } else {
+                elicitation.form.is_some() || elicitation.url.is_none()
+            }
+        }),
+        mining_api::tool_input::SAMPLING => caps.sampling.is_some(),
+        mining_api::tool_input::ROOTS => caps.roots.is_some(),
+        _ => false,
+    }
 }
 
 /// The keys of `run`'s requests its caller answered so far (with the
@@ -290,6 +361,20 @@ mod tests {
         spec["jobTemplate"] =
             json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}});
         crate::tool_runs::catalog::define("t", &serde_json::from_value(spec).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_client_is_asked_only_the_elicitation_modes_it_declared() {
+        let form = json!({"method": "elicitation/create", "params": {"message": "m", "requestedSchema": {}}});
+        let url = json!({"method": "elicitation/create", "params": {"mode": "url", "message": "m", "url": "https://a"}});
+        let declared = |caps: Value| serde_json::from_value::<ClientCapabilities>(caps).unwrap();
+        let legacy = declared(json!({"elicitation": {}}));
+        assert!(can_answer(&legacy, &form) && !can_answer(&legacy, &url), "{{}} is form only");
+        let url_only = declared(json!({"elicitation": {"url": {}}}));
+        assert!(!can_answer(&url_only, &form) && can_answer(&url_only, &url));
+        let both = declared(json!({"elicitation": {"form": {}, "url": {}}}));
+        assert!(can_answer(&both, &form) && can_answer(&both, &url));
+        assert!(!can_answer(&declared(json!({"sampling": {}})), &form), "no elicitation at all");
     }
 
     #[test]

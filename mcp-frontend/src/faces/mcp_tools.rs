@@ -317,6 +317,26 @@ impl ServerHandler for McpServer {
                 self.core.record_call(called.label(), "refused", None);
                 return Err(refused);
             }
+            if modern
+                && as_task
+                && (request.request_state.is_some()
+                    || asking_2026::ask_before_task_seconds(&self.core, tool) > 0)
+            {
+                let mut listener = ToolCallListener::of(&ctx);
+                let response = asking_2026::call_before_task(
+                    &self.core,
+                    &caller,
+                    tool,
+                    request,
+                    capabilities.as_ref(),
+                    options,
+                    &mut listener,
+                )
+                .await;
+                let outcome = response.as_ref().map_or("error", |(_, outcome)| *outcome);
+                self.core.record_call(called.label(), outcome, Some(started.elapsed()));
+                return response.map(|(response, _)| response);
+            }
             if modern && !as_task {
                 let mut listener = ToolCallListener::of(&ctx);
                 let response = asking_2026::call(

@@ -100,7 +100,7 @@ fn task_of(core: &Core, work: &Any) -> TaskSnapshot {
 /// A start as a task: the work is made (arguments checked, limits held)
 /// before its task is handed out; argument and limit errors stay ordinary
 /// tool errors. Also returns the metric outcome.
-fn started_task(core: &Core, started: Result<Any, Answer>) -> (CallToolResponse, &'static str) {
+pub(crate) fn started_task(core: &Core, started: Result<Any, Answer>) -> (CallToolResponse, &'static str) {
     match started {
         Ok(work) => {
             let task = task_of(core, &work);

@@ -377,7 +377,11 @@ fn ask_of(run: &ToolRun, pods: &[PodOutcome]) -> Option<Result<Ask, String>> {
             "the tool asked for input more than {MAX_ROUNDS} times; a run may ask at most {MAX_ROUNDS} rounds"
         )));
     }
-    Some(ask.map_err(|why| format!("the tool asked for input in a way that cannot be used: {why}")))
+    let uid = run.metadata.uid.as_deref().unwrap_or_default();
+    Some(
+        ask.map(|ask| ask.with_elicitation_ids(uid))
+            .map_err(|why| format!("the tool asked for input in a way that cannot be used: {why}")),
+    )
 }
 
 /// The status of a run whose step just asked: waiting, the requests and

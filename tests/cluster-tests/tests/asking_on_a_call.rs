@@ -26,20 +26,34 @@ fn response_of(body: &str) -> Value {
         .unwrap_or_else(|| panic!("no JSON-RPC response in {body}"))
 }
 
+/// A tool that asks before its task is made (`askBeforeTaskSeconds`).
+const TASK_TOOL: &str = "test_tool_with_task";
+
 /// A raw 2026-07-28 `tools/call` of [`TOOL`] as `token`'s caller.
 async fn call_raw(frontend: &FrontendProcess, token: &str, params: Value) -> Value {
+    call_raw_of(frontend, token, TOOL, json!({"elicitation": {}}), params).await
+}
+
+/// A raw 2026-07-28 `tools/call` of `tool` as `token`'s caller declaring `capabilities`.
+async fn call_raw_of(
+    frontend: &FrontendProcess,
+    token: &str,
+    tool: &str,
+    capabilities: Value,
+    params: Value,
+) -> Value {
     let mut params = params;
-    params["name"] = json!(TOOL);
+    params["name"] = json!(tool);
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}).to_string();
     let headers = [
         format!("Authorization: Bearer {token}"),
         "Mcp-Method: tools/call".to_string(),
-        format!("Mcp-Name: {TOOL}"),
+        format!("Mcp-Name: {tool}"),
     ];
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     let (_, _, body) = frontend.post_mcp_version("localhost", "2026-07-28", &headers, &body).await;
@@ -151,4 +165,103 @@ async fn the_python_sdk_answers_a_plain_calls_question_through_its_own_mrtr_driv
     let made = runs.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(made.len(), 1, "one run for the call and its retry");
     assert_eq!((made[0].phase(), made[0].step()), (ToolRunPhase::Succeeded, 1));
+}
+
+#[tokio::test]
+async fn a_task_call_asks_before_its_task_is_made_and_only_its_callers_retry_makes_it() {
+    let (ns, _operator, frontend) = setup("mrtr-task").await;
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &conformance_fixture(TASK_TOOL)).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&frontend.url()).await.iter().any(|name| name == TASK_TOOL).then_some(())
+    })
+    .await;
+    let declares = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let call = |token: &'static str, params: Value| {
+        call_raw_of(&frontend, token, TASK_TOOL, declares.clone(), params)
+    };
+
+    let asking = call("alice-secret", json!({"arguments": {}})).await;
+    assert_eq!(asking["result"]["resultType"], "input_required", "asked before the task: {asking:#}");
+    assert!(asking["result"].get("taskId").is_none(), "no task yet: {asking:#}");
+    let state = asking["result"]["requestState"].as_str().expect("a requestState").to_string();
+    let answers = json!({"user_name": {"action": "accept", "content": {"name": "Eve"}}});
+    let retry = json!({"arguments": {}, "inputResponses": answers, "requestState": state});
+
+    // Another caller holding the state neither answers nor gets the task.
+    let refused = call("bob-secret", retry.clone()).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused:#}");
+    let runs: Api<ToolRun> = ns.api();
+    let made = runs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(made.len(), 1, "one run, made by the first call");
+    assert_eq!(made[0].phase(), ToolRunPhase::InputRequired, "still asking");
+    assert!(made[0].spec.input_responses.is_empty(), "nothing the refused retry sent was recorded");
+
+    let task = call("alice-secret", retry).await;
+    assert_eq!(task["result"]["resultType"], "task", "the answer makes the task: {task:#}");
+    assert_eq!(task["result"]["taskId"].as_str(), made[0].metadata.name.as_deref(), "the run is the task");
+    assert!(task["result"].get("requestState").is_none(), "{task:#}");
+    let name = made[0].metadata.name.clone().unwrap();
+    let done = eventually("the run to finish with the answer", Duration::from_secs(60), || async {
+        let run = runs.get(&name).await.ok()?;
+        (run.phase() == ToolRunPhase::Succeeded).then_some(run)
+    })
+    .await;
+    let result = done.status.and_then(|status| status.result).unwrap_or_default();
+    assert!(result.contains("Hello, Eve!"), "the task's result has the answer: {result}");
+    assert_eq!(runs.list(&ListParams::default()).await.unwrap().items.len(), 1, "no second run");
+}
+
+#[tokio::test]
+async fn a_url_mode_question_reaches_only_a_client_that_declared_url_mode() {
+    let (ns, _operator, frontend) = setup("mrtr-url").await;
+    let tools: Api<McpTool> = ns.api();
+    tools.create(&PostParams::default(), &conformance_fixture("sign_in")).await.unwrap();
+    eventually("the tool to be listed", Duration::from_secs(30), || async {
+        listed_names(&frontend.url()).await.iter().any(|name| name == "sign_in").then_some(())
+    })
+    .await;
+
+    // A client that declared forms only is not sent to a page: its call
+    // answers as a tool call that says what waits.
+    let forms_only =
+        call_raw_of(&frontend, "alice-secret", "sign_in", json!({"elicitation": {}}), json!({})).await;
+    assert!(
+        forms_only["result"].get("resultType").is_none_or(|kind| kind != "input_required"),
+        "{forms_only:#}"
+    );
+    assert!(forms_only["result"]["content"][0]["text"].as_str().unwrap().contains("input"), "{forms_only:#}");
+
+    // The TypeScript SDK 2.x, declaring URL mode, is asked and accepts.
+    let mut command = tokio::process::Command::new(node22());
+    command
+        .arg(clients_dir().join("ts-mrtr.mjs"))
+        .args([&frontend.url(), "sign_in", "{}"])
+        .env("MCP_TOKEN", ALICE.unwrap())
+        .env("MCP_ELICIT_URL", "1")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = stdout.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let asked =
+        lines.iter().find(|line| line.get("asked").is_some()).unwrap_or_else(|| panic!("asked: {stdout}"));
+    let params = &asked["params"];
+    assert_eq!(
+        (params["mode"].as_str(), params["url"].as_str()),
+        (Some("url"), Some("https://login.example/authorize?session=demo")),
+        "{asked:#}"
+    );
+    let done = lines.last().unwrap();
+    assert_eq!(done["result"]["content"][0]["text"], "sign-in: accept", "{stdout}");
+    // The run the forms-only client left waiting keeps the request as a
+    // 2025-11-25 client gets it: its id names the run and the key, whatever
+    // the tool wrote (2026-07-28 dropped the id: its key correlates).
+    let runs: Api<ToolRun> = ns.api();
+    let made = runs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(made.len(), 2, "one run per call");
+    let waiting =
+        made.iter().find(|run| run.phase() == ToolRunPhase::InputRequired).expect("the forms-only run");
+    let uid = waiting.metadata.uid.as_deref().unwrap();
+    let stored = &waiting.status.as_ref().unwrap().input_requests.as_ref().unwrap()["sign_in"];
+    assert_eq!(stored["params"]["elicitationId"], format!("{uid}.sign_in"), "{stored:#}");
 }
