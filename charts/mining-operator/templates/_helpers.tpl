@@ -62,7 +62,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* The Pod Security "restricted" profile, for every Pod and container. */}}
+{{/* A component's ServiceAccount name: (dict "root" . "component" "operator"|"frontend").
+     Its own name unless serviceAccount.name says another; an existing one
+     (create: false) must be named. */}}
+{{- define "mining.serviceAccountName" -}}
+{{- $values := index .root.Values .component -}}
+{{- $account := $values.serviceAccount | default dict -}}
+{{- if and (eq (toString $account.create) "false") (not $account.name) -}}
+{{- fail (printf "%s.serviceAccount.create is false: set %s.serviceAccount.name to the existing ServiceAccount to use" .component .component) -}}
+{{- end -}}
+{{- $account.name | default (include (printf "mining.%s" .component) .root) -}}
+{{- end -}}
+
+{{/* The Pod Security "restricted" profile, for the chart's other Pods (helm test). */}}
 {{- define "mining.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532

@@ -362,3 +362,46 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_st
     drop(server);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
+#[tokio::test]
+async fn the_override_variant_installs_and_mines_under_the_accounts_and_contexts_it_names() {
+    let variant = format!("{}/ci/overrides-values.yaml", cluster_tests::helm::chart());
+    let one = ["--set", "frontend.replicas=1", "--set", "operator.replicas=1"];
+    let release = Release::install("helm-ovr", &[&["-f", variant.as_str()][..], &one[..]].concat()).await;
+    let ns = &release.ns;
+    // The operator runs as the account the values name, annotated for workload identity.
+    let accounts: Api<ServiceAccount> = ns.api();
+    let operator_account = accounts.get("mining-operator-sa").await.expect("the named account is made");
+    let annotations = operator_account.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("eks.amazonaws.com/role-arn").map(String::as_str),
+        Some("arn:aws:iam::111122223333:role/mining-outputs")
+    );
+    let pods: Api<Pod> = ns.api();
+    let operator_pods =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/component=operator")).await.unwrap();
+    let spec = operator_pods.items[0].spec.clone().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("mining-operator-sa"));
+    let pod_context = spec.security_context.unwrap_or_default();
+    assert_eq!(
+        (pod_context.run_as_user, pod_context.fs_group),
+        (None, None),
+        "no fixed UID for OpenShift's SCC"
+    );
+    assert_eq!(pod_context.run_as_non_root, Some(true), "still never root");
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap_or_default();
+    assert!(mounts.iter().any(|m| m.mount_path == "/etc/ssl/corporate"), "{mounts:?}");
+    // And it mines, through the frontend, under those accounts and its bindings to them.
+    let token = release.user_token("agent").await;
+    let started =
+        release.call(&token, "start_mining", json!({"difficulty": 8, "blocks": 1, "wait_seconds": 0})).await;
+    let outcome = structured(&started);
+    let id = outcome["workflow_id"].as_str().unwrap().to_string();
+    let workflows: Api<MiningWorkflow> = release.work.api();
+    eventually("the workflow to succeed", TIMEOUT, || async {
+        let workflow = workflows.get(&id).await.ok()?;
+        (workflow.status?.phase? == mining_api::WorkflowPhase::Succeeded).then_some(())
+    })
+    .await;
+}

@@ -491,3 +491,5 @@ mod observability;
 mod overrides;
 #[path = "chart_render/reach.rs"]
 mod reach;
+#[path = "chart_render/third_party.rs"]
+mod third_party;
