@@ -1,7 +1,8 @@
 //! Bounded HTTPS GETs of JSON documents (an issuer's discovery document and
 //! its key set): a timeout on the whole exchange, a cap on the body, and
 //! TLS with Mozilla's roots (the image has no system store) plus an optional
-//! CA bundle for private IdPs. Plain `http` is allowed only to loopback
+//! CA bundle for private IdPs, through the environment's `HTTPS_PROXY`
+//! unless `NO_PROXY` names the host. Plain `http` is allowed only to loopback
 //! addresses (tests, a local IdP); [`check_url`] says why a URL is refused.
 
 use std::net::IpAddr;
@@ -13,11 +14,12 @@ use http::Uri;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde::de::DeserializeOwned;
+
+use super::proxied::ProxiedConnector;
 
 /// Longest one fetch may take, connection included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,7 +49,7 @@ fn is_loopback(host: &str) -> bool {
 /// A client for [`get_json`]; build once and share.
 #[derive(Clone)]
 pub struct JsonFetcher {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<ProxiedConnector>, Empty<Bytes>>,
 }
 
 impl JsonFetcher {
@@ -69,7 +71,7 @@ impl JsonFetcher {
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(ProxiedConnector::from_env());
         Ok(Self { client: Client::builder(TokioExecutor::new()).build(connector) })
     }
 

@@ -15,6 +15,7 @@ pub mod jwks;
 pub mod kubernetes;
 pub mod metadata;
 pub mod oidc;
+pub mod proxied;
 pub mod tokens;
 
 use std::sync::Arc;
