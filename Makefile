@@ -17,14 +17,20 @@ ENGINE    ?= $(shell if docker info >/dev/null 2>&1; then echo docker; elif comm
 # static binaries here and the images copy them (no base image at all; what
 # the tests run).
 BINARIES  ?= compiled
-IMAGE_REPOSITORY ?= docker.io/mining-operator
+# localhost: this machine's images, which no registry serves (the chart's
+# default `imageRegistry`); `make release` pushes to REGISTRY/mining-operator.
+IMAGE_REPOSITORY ?= localhost/mining-operator
+# The one version of the workspace, the chart (version, appVersion) and the
+# images (`make images` tags each with TAG and VERSION).
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+REVISION  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 MUSL      := $(shell uname -m)-unknown-linux-musl
 # Extra `helm upgrade --install` arguments, e.g. HELM_ARGS='--set frontend.auth.mode=kubernetes'.
 HELM_ARGS ?=
 
 IMAGES = miner operator mcp-frontend sum-numbers deploy-gate report mcp-fixtures
 
-.PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down
+.PHONY: help demo demo-down test kind-up images kind-load install port-forward kind-demo kind-down release
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -41,7 +47,7 @@ test: ## every test (fmt, clippy, build, unit and cluster tests): what CI runs
 kind-up: ## create the kind cluster $(CLUSTER) (no-op when it exists)
 	$(KIND) get clusters | grep -qx '$(CLUSTER)' || $(KIND) create cluster --name '$(CLUSTER)'
 
-images: ## build mining-operator/{miner,operator,mcp-frontend,sum-numbers,deploy-gate,report,mcp-fixtures}:$(TAG) with docker or podman (BINARIES=prebuilt: from host-built binaries)
+images: ## build $(IMAGE_REPOSITORY)/{miner,operator,mcp-frontend,sum-numbers,deploy-gate,report,mcp-fixtures}:{$(TAG),$(VERSION)} with docker or podman (BINARIES=prebuilt: from host-built binaries)
 ifeq ($(BINARIES),prebuilt)
 	cargo build --locked --release --target $(MUSL) -p miner -p mining-operator -p mcp-frontend -p sum-numbers -p deploy-gate -p report -p mcp-fixtures
 	@mkdir -p target/images
@@ -51,16 +57,19 @@ ifeq ($(BINARIES),prebuilt)
 endif
 	@for image in $(IMAGES); do \
 	  if [ '$(BINARIES)' = prebuilt ]; then context=target/images; else context=.; fi; \
-	  echo "$(ENGINE) build -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context"; \
-	  $(ENGINE) build -q -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) $$context || exit 1; \
+	  echo "$(ENGINE) build -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) -t $(IMAGE_REPOSITORY)/$$image:$(TAG) -t $(IMAGE_REPOSITORY)/$$image:$(VERSION) $$context"; \
+	  $(ENGINE) build -q -f Containerfile --target $$image --build-arg BINARIES=$(BINARIES) \
+	    --label org.opencontainers.image.title=$$image --label org.opencontainers.image.version=$(VERSION) \
+	    --label org.opencontainers.image.revision=$(REVISION) --label org.opencontainers.image.licenses=Apache-2.0 \
+	    -t $(IMAGE_REPOSITORY)/$$image:$(TAG) -t $(IMAGE_REPOSITORY)/$$image:$(VERSION) $$context || exit 1; \
 	done
 
 kind-load: images ## load the images into the kind cluster as image archives (tags, not :latest, so IfNotPresent uses them)
 	@mkdir -p target/images
-	@for image in $(IMAGES); do \
-	  $(ENGINE) save -o target/images/$$image.tar $(IMAGE_REPOSITORY)/$$image:$(TAG) || exit 1; \
-	  $(KIND) load image-archive --name '$(CLUSTER)' target/images/$$image.tar || exit 1; \
-	done
+	@for image in $(IMAGES); do for tag in $(sort $(TAG) $(VERSION)); do \
+	  $(ENGINE) save -o target/images/$$image-$$tag.tar $(IMAGE_REPOSITORY)/$$image:$$tag || exit 1; \
+	  $(KIND) load image-archive --name '$(CLUSTER)' target/images/$$image-$$tag.tar || exit 1; \
+	done; done
 
 install: ## helm upgrade --install the chart into $(NAMESPACE) and wait for it
 	$(HELM) upgrade --install '$(RELEASE)' charts/mining-operator --namespace '$(NAMESPACE)' --create-namespace \
@@ -76,3 +85,21 @@ kind-demo: kind-up kind-load install ## all of the above but the port-forward
 
 kind-down: ## delete the kind cluster
 	$(KIND) delete cluster --name '$(CLUSTER)'
+
+release: ## build and push the images and the chart (an OCI artifact) of VERSION to REGISTRY (e.g. REGISTRY=ghcr.io/acme); prints the install line
+	@test -n '$(REGISTRY)' || { echo 'set REGISTRY, e.g. make release REGISTRY=registry.example.com/team'; exit 2; }
+	@tests/release/check-version.sh '$(VERSION)'
+	$(MAKE) images IMAGE_REPOSITORY='$(REGISTRY)/mining-operator' TAG='$(VERSION)'
+	@for image in $(IMAGES); do \
+	  echo "$(ENGINE) push $(REGISTRY)/mining-operator/$$image:$(VERSION)"; \
+	  $(ENGINE) push $(PUSH_ARGS) '$(REGISTRY)/mining-operator/'$$image':$(VERSION)' || exit 1; \
+	done
+	@rm -rf target/release && mkdir -p target/release && cp -R charts/mining-operator target/release/
+	@# The released chart pulls from where its images were pushed.
+	@sed -i 's|^imageRegistry: localhost$$|imageRegistry: $(REGISTRY)|' target/release/mining-operator/values.yaml
+	@grep -qx 'imageRegistry: $(REGISTRY)' target/release/mining-operator/values.yaml
+	$(HELM) package target/release/mining-operator --destination target/release
+	$(HELM) push target/release/mining-operator-$(VERSION).tgz 'oci://$(REGISTRY)/charts' $(HELM_PUSH_ARGS)
+	@echo
+	@echo "released $(VERSION). Install it with:"
+	@echo "  helm install mining oci://$(REGISTRY)/charts/mining-operator --version $(VERSION) --namespace mining --create-namespace"

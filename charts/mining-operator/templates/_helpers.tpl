@@ -94,12 +94,19 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* An image reference: (dict "root" . "image" .Values.X.image). global.imageRegistry
-     prefixes every image; a digest, when given, pins it instead of the tag. */}}
+{{/* An image reference: (dict "root" . "image" .Values.X.image "own" true).
+     global.imageRegistry (a mirror) prefixes every image; the project's own
+     images (own) come from imageRegistry otherwise, tagged with the chart's
+     appVersion unless a tag is given; a digest, when given, pins an image
+     instead of its tag. */}}
 {{- define "mining.image" -}}
-{{- $registry := ((.root.Values.global).imageRegistry) | default "" | trimSuffix "/" -}}
+{{- $registry := ((.root.Values.global).imageRegistry) | default "" -}}
+{{- if and .own (not $registry) }}{{ $registry = .root.Values.imageRegistry | default "" }}{{ end -}}
+{{- $registry = $registry | trimSuffix "/" -}}
+{{- $tag := .image.tag | default (ternary .root.Chart.AppVersion "" (eq (toString .own) "true")) -}}
+{{- if and (not .image.digest) (not $tag) }}{{ fail (printf "%s: set a tag or a digest" .image.repository) }}{{ end -}}
 {{- with $registry }}{{ . }}/{{ end }}{{ .image.repository }}
-{{- if .image.digest }}@{{ .image.digest }}{{ else }}:{{ .image.tag }}{{ end }}
+{{- if .image.digest }}@{{ .image.digest }}{{ else }}:{{ $tag }}{{ end }}
 {{- end -}}
 
 {{/* The frontend's Host allow-list: its Service's DNS names plus the configured ones. */}}

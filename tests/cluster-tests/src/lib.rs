@@ -328,7 +328,7 @@ impl OperatorProcess {
             .args(["--namespace", namespace, "--http-addr", &http.to_string()])
             .args(extra_args)
             // The default image; a --miner-image in extra_args overrides it.
-            .env("MINER_IMAGE", "mining-operator/miner:dev")
+            .env("MINER_IMAGE", "localhost/mining-operator/miner:dev")
             // The key the namespace's test frontends sign with, so MCP
             // callers are parties of their own (an environment variable:
             // older builds a benchmark compares ignore it).

@@ -13,9 +13,9 @@ use crate::{OperatorProcess, TestNamespace, eventually, install_crd};
 
 pub const ALICE: Option<&str> = Some("alice-secret");
 pub const BOB: Option<&str> = Some("bob-secret");
-pub const IMAGE: &str = "mining-operator/sum-numbers:dev";
-pub const DEPLOY_GATE_IMAGE: &str = "mining-operator/deploy-gate:dev";
-pub const REPORT_IMAGE: &str = "mining-operator/report:dev";
+pub const IMAGE: &str = "localhost/mining-operator/sum-numbers:dev";
+pub const DEPLOY_GATE_IMAGE: &str = "localhost/mining-operator/deploy-gate:dev";
+pub const REPORT_IMAGE: &str = "localhost/mining-operator/report:dev";
 
 pub fn tool(name: &str, wait_budget_seconds: u32, extra: Value) -> McpTool {
     let mut value = json!({

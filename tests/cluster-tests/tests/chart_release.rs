@@ -280,7 +280,7 @@ async fn report_read_through_the_service(
         "spec": {"description": "Writes a CSV and a chart.", "waitBudgetSeconds": 5,
             "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer", "minimum": 1}}},
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "tool", "image": "mining-operator/report:dev"}]}}}}}
+                "containers": [{"name": "tool", "image": "localhost/mining-operator/report:dev"}]}}}}}
     }))
     .unwrap();
     release.work.api::<mining_api::McpTool>().create(&Default::default(), &report).await.unwrap();

@@ -319,11 +319,22 @@ fn images_come_from_the_registry_and_digest_asked_for_and_miners_get_their_resou
     }
     let default = render(&helm, "default", &[]);
     assert!(!default.contains("--miner-image-pull-secret"), "none unless asked for");
+    // By default the project's images are this machine's, tagged with the
+    // chart's appVersion (the workspace's version): no public registry's.
+    let version = env!("CARGO_PKG_VERSION");
+    for image in [
+        format!("image: localhost/mining-operator/operator:{version}\n"),
+        format!("image: localhost/mining-operator/mcp-frontend:{version}\n"),
+        format!("- --miner-image=localhost/mining-operator/miner:{version}\n"),
+    ] {
+        assert!(default.contains(&image), "no {image:?}");
+    }
+    assert!(!default.contains("image: mining-operator/") && !default.contains("docker.io/mining-operator"));
     // Every image, the miner image the operator passes to its Jobs included.
     for image in [
         format!("image: mirror.example.com:5000/mining-operator/mcp-frontend@{digest}\n"),
-        "image: mirror.example.com:5000/mining-operator/operator:dev\n".to_string(),
-        "- --miner-image=mirror.example.com:5000/mining-operator/miner:dev\n".to_string(),
+        format!("image: mirror.example.com:5000/mining-operator/operator:{version}\n"),
+        format!("- --miner-image=mirror.example.com:5000/mining-operator/miner:{version}\n"),
         "image: mirror.example.com:5000/curlimages/curl:8.11.1\n".to_string(),
     ] {
         assert!(manifests.contains(&image), "no {image:?}");

@@ -162,7 +162,7 @@ async fn the_cli_shows_a_waiting_run_a_runs_files_follows_a_workflow_and_prints_
                 "name": "chain", "uid": uid, "controller": true}]},
         // No Pod: parallelism 0.
         "spec": {"parallelism": 0, "template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "c", "image": "mining-operator/miner:dev"}]}}},
+            "containers": [{"name": "c", "image": "localhost/mining-operator/miner:dev"}]}}},
     }))
     .unwrap();
     ns.api::<k8s_openapi::api::batch::v1::Job>().create(&PostParams::default(), &planted).await.unwrap();
@@ -277,7 +277,7 @@ spec:
       template:
         spec:
           restartPolicy: Never
-          containers: [{name: tool, image: mining-operator/sum-numbers:dev}]
+          containers: [{name: tool, image: localhost/mining-operator/sum-numbers:dev}]
 "#;
     let dir = tempdir("validate");
     let file = dir.join("broken.yaml");

@@ -84,7 +84,7 @@ async fn a_job_running_the_real_miner_completes_with_its_result_in_the_terminati
     let jobs: Api<Job> = ns.api();
     let pods: Api<Pod> = ns.api();
     let args = ["mine", "--index", "1", "--prev", "GENESIS", "--difficulty", "16"];
-    jobs.create(&PostParams::default(), &job("mine", "mining-operator/miner:dev", None, &args, 0))
+    jobs.create(&PostParams::default(), &job("mine", "localhost/mining-operator/miner:dev", None, &args, 0))
         .await
         .unwrap();
     wait_for(&jobs, "mine", |j: Option<&Job>| job_condition(j, "Complete"), TIMEOUT).await;

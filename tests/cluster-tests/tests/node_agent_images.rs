@@ -14,7 +14,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A container mining long enough to be looked at, from the miner image.
 fn miner_container(name: &str, security: serde_json::Value) -> serde_json::Value {
-    json!({"name": name, "image": "mining-operator/miner:dev",
+    json!({"name": name, "image": "localhost/mining-operator/miner:dev",
            "args": ["chain", "--blocks", "1000", "--difficulty", "40"], "securityContext": security})
 }
 

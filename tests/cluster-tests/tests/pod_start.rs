@@ -252,7 +252,8 @@ async fn a_private_image_waits_for_its_pull_secret_and_then_runs() {
     let case =
         Case::start("start-private", &["--miner-image", &miner, "--miner-image-pull-secret", "regcred"])
             .await;
-    let image = format!("{REGISTRY}/{}", cluster_tests::tools::IMAGE);
+    // The registry serves this machine's build under the same path.
+    let image = format!("{REGISTRY}/{}", cluster_tests::tools::IMAGE.trim_start_matches("localhost/"));
     let pod =
         json!({"imagePullSecrets": [{"name": "regcred"}], "containers": [{"name": "tool", "image": image}]});
     let run = case.call_tool("private", pod).await;

@@ -346,7 +346,7 @@ async fn a_third_kind_runs_through_the_one_shell_beside_the_other_two() {
         "--max-concurrent-work",
         "1",
         "--miner-image",
-        "mining-operator/miner:dev",
+        "localhost/mining-operator/miner:dev",
     ]);
     let metrics = Arc::new(mining_operator::metrics::Metrics::default());
     let counter = mining_operator::api_calls::CountCalls::new(metrics.api_calls.clone());

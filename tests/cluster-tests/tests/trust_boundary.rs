@@ -98,7 +98,7 @@ async fn every_right_in_the_workflow_namespace_reaches_no_trust_root_and_the_fro
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "as-the-frontend"},
         "spec": {"serviceAccountName": release.frontend(),
-                 "containers": [{"name": "c", "image": "mining-operator/miner:dev"}]},
+                 "containers": [{"name": "c", "image": "localhost/mining-operator/miner:dev"}]},
     }))
     .unwrap();
     assert!(forbidden(

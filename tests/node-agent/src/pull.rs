@@ -9,9 +9,9 @@
 //! store or among the test doubles as any other) only when one of the
 //! Pod's `imagePullSecrets` is a `kubernetes.io/dockerconfigjson` Secret
 //! whose `auths[HOST]` holds those credentials, as a registry would check.
-//! The registry serves what the host's store (or the test doubles) hold
-//! under the same path: `HOST/mining-operator/miner:dev` is
-//! `mining-operator/miner:dev`.
+//! The registry serves what the host built (podman's `localhost/…` images,
+//! or the test doubles) under the same path: `HOST/mining-operator/miner:dev`
+//! is `localhost/mining-operator/miner:dev`.
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};

@@ -1,5 +1,5 @@
 //! Benchmark of reading a tool run's file, against the cluster in `$KUBECONFIG`
-//! (with the image `mining-operator/report:dev`):
+//! (with the image `localhost/mining-operator/report:dev`):
 //!
 //! `cargo run --release -p cluster-tests --bin outputs-bench -- [ROWS] [READS]`
 //!
@@ -135,7 +135,7 @@ async fn main() {
         "spec": {"description": "report", "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}}},
             "waitBudgetSeconds": 5,
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "tool", "image": "mining-operator/report:dev"}]}}}}}
+                "containers": [{"name": "tool", "image": "localhost/mining-operator/report:dev"}]}}}}}
     }))
     .unwrap();
     define(&ns, &url, report).await;

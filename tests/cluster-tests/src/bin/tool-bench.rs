@@ -59,7 +59,7 @@ fn tool(name: &str, properties: usize) -> McpTool {
             "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}},
             "waitBudgetSeconds": 0,
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "tool", "image": "mining-operator/sum-numbers:dev"}]}}}},
+                "containers": [{"name": "tool", "image": "localhost/mining-operator/sum-numbers:dev"}]}}}},
         },
     }))
     .unwrap()

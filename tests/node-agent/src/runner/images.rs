@@ -25,11 +25,12 @@ impl PodRunner {
                     missing.push((container.name.clone(), problem.0, problem.1));
                     continue;
                 }
-                // A private registry serves what this host's store holds
-                // under the same path (its credentials checked above).
+                // A private registry serves what this host built (podman's
+                // `localhost/…` images) under the same path (its credentials
+                // checked above).
                 let image = match crate::pull::registry_of(&image) {
                     Some(host) if self.registries.iter().any(|(registry, _)| registry == host) => {
-                        image[host.len() + 1..].to_string()
+                        format!("localhost/{}", &image[host.len() + 1..])
                     }
                     _ => image,
                 };
