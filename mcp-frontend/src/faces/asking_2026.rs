@@ -20,7 +20,7 @@ use mining_api::tool_face::{ClientCapability, TaskSupport};
 use mining_api::{ToolRun, ToolRunPhase};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, InputRequiredResult,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, InputRequiredResult, JsonObject,
 };
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
@@ -75,107 +75,145 @@ pub fn refusal(
     None
 }
 
-/// A defined tool's plain call on 2026-07-28: started, or resumed from its
-/// `requestState` with the client's answers; waited for within the tool's
-/// budget; answered `input_required` when its run asks what the client can answer.
-pub async fn call(
-    core: &Core,
-    caller: &Caller,
-    tool: &DefinedTool,
-    request: CallToolRequestParams,
-    capabilities: Option<&ClientCapabilities>,
-    options: StartOptions<'_>,
-    listener: &mut impl WaitListener,
-) -> Result<CallToolResponse, McpError> {
-    let started = Instant::now();
-    let digest = arguments_digest(request.arguments.as_ref());
-    let binding = [caller.digest.as_str(), tool.object.as_str(), digest.as_str()];
-    let answered = |answer: Answer| Ok(answer.into_result().into());
-    let responses: Map<String, Value> = request.input_responses.unwrap_or_default().into_iter().collect();
-    // Answers on a first call (no state) are for what its run will ask:
-    // taken once it asks, the keys it does not ask ignored.
-    let (mut run, mut carried) = match request.request_state.as_deref() {
-        None => match core.start_run(caller, &tool.object, tool, request.arguments, options).await {
-            Ok(run) => (run, responses),
-            Err(answer) => return answered(answer),
-        },
-        Some(state) => match resume(core, caller, state, binding).await? {
-            Ok(run) => (run, responses),
-            Err(answer) => return answered(answer),
-        },
-    };
-    let id = run.metadata.name.clone().unwrap_or_default();
-    let deadline = started + Duration::from_secs(u64::from(tool_budget(core, tool)));
-    loop {
-        if !carried.is_empty() && run.phase() == ToolRunPhase::InputRequired {
-            run = match record(core, caller, &id, &std::mem::take(&mut carried)).await? {
+/// A 2026-07-28 call of a defined tool that may ask on the call itself:
+/// what both ways of answering it share.
+pub struct AskingCall<'a> {
+    pub core: &'a Core,
+    pub caller: &'a Caller,
+    pub tool: &'a DefinedTool,
+    /// What the client declared it can answer.
+    pub capabilities: Option<&'a ClientCapabilities>,
+}
+
+impl AskingCall<'_> {
+    /// `request` answered as a plain call, or (`as_task`) as a task made
+    /// after the run's first question; also the metric outcome.
+    pub async fn answer(
+        &self,
+        request: CallToolRequestParams,
+        options: StartOptions<'_>,
+        listener: &mut impl WaitListener,
+        as_task: bool,
+    ) -> Result<(CallToolResponse, &'static str), McpError> {
+        let started = Instant::now();
+        let digest = arguments_digest(request.arguments.as_ref());
+        let binding = [self.caller.digest.as_str(), self.tool.object.as_str(), digest.as_str()];
+        if as_task {
+            return self.before_task(request, options, listener, started, binding).await;
+        }
+        let response = self.plain(request, options, listener, started, binding).await?;
+        let outcome = if matches!(response, CallToolResponse::InputRequired(_)) {
+            "input_required"
+        } else {
+            "answered"
+        };
+        Ok((response, outcome))
+    }
+
+    /// The run a call names: made by a first call, or the one its
+    /// `requestState` opens to; a tool error when neither can be had.
+    async fn run_of(
+        &self,
+        request_state: Option<&str>,
+        arguments: Option<JsonObject>,
+        options: StartOptions<'_>,
+        binding: [&str; 3],
+    ) -> Result<Result<Box<ToolRun>, Answer>, McpError> {
+        let (core, tool) = (self.core, self.tool);
+        match request_state {
+            None => Ok(core.start_run(self.caller, &tool.object, tool, arguments, options).await),
+            Some(state) => resume(core, self.caller, state, binding).await,
+        }
+    }
+
+    /// A plain call: started, or resumed from its `requestState` with the
+    /// client's answers; waited for within the tool's budget; answered
+    /// `input_required` when its run asks what the client can answer.
+    async fn plain(
+        &self,
+        request: CallToolRequestParams,
+        options: StartOptions<'_>,
+        listener: &mut impl WaitListener,
+        started: Instant,
+        binding: [&str; 3],
+    ) -> Result<CallToolResponse, McpError> {
+        let (core, caller) = (self.core, self.caller);
+        let answered = |answer: Answer| Ok(answer.into_result().into());
+        // Answers on a first call (no state) are for what its run will ask:
+        // taken once it asks, the keys it does not ask ignored.
+        let mut carried: Map<String, Value> =
+            request.input_responses.unwrap_or_default().into_iter().collect();
+        let mut run =
+            match self.run_of(request.request_state.as_deref(), request.arguments, options, binding).await? {
                 Ok(run) => run,
                 Err(answer) => return answered(answer),
             };
-        }
-        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
-        let view = core.wait(caller, run, deadline, &mut asking).await;
-        match view {
-            View::Found(asked) if !carried.is_empty() && asked.phase() == ToolRunPhase::InputRequired => {
-                run = asked
+        let id = run.metadata.name.clone().unwrap_or_default();
+        let deadline = started + Duration::from_secs(u64::from(tool_budget(core, self.tool)));
+        loop {
+            if !carried.is_empty() && run.phase() == ToolRunPhase::InputRequired {
+                run = match record(core, caller, &id, &std::mem::take(&mut carried)).await? {
+                    Ok(run) => run,
+                    Err(answer) => return answered(answer),
+                };
             }
-            View::Found(run) if let Some(result) = input_required(core, &run, binding, capabilities) => {
-                return Ok(CallToolResponse::InputRequired(result));
+            let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
+            match core.wait(caller, run, deadline, &mut asking).await {
+                View::Found(asked) if !carried.is_empty() && asked.phase() == ToolRunPhase::InputRequired => {
+                    run = asked
+                }
+                View::Found(run)
+                    if let Some(result) = input_required(core, &run, binding, self.capabilities) =>
+                {
+                    return Ok(CallToolResponse::InputRequired(result));
+                }
+                view => return answered(Answer::of(&id, view, core.operator_presence())),
             }
-            view => return answered(Answer::of(&id, view, core.operator_presence())),
         }
     }
-}
 
-/// A defined tool's call as a 2026-07-28 task, composed with asking
-/// (SEP-2663): a first call waits the tool's `askBeforeTaskSeconds` and,
-/// when its run asks what the client can answer, answers `input_required`
-/// with no task yet; the retry records the answers and is answered with the
-/// run's task, as is a first call whose run did not ask in time. Later
-/// questions are asked through the task (`tasks/get`, `tasks/update`).
-/// Also returns the metric outcome.
-pub async fn call_before_task(
-    core: &Core,
-    caller: &Caller,
-    tool: &DefinedTool,
-    request: CallToolRequestParams,
-    capabilities: Option<&ClientCapabilities>,
-    options: StartOptions<'_>,
-    listener: &mut impl WaitListener,
-) -> Result<(CallToolResponse, &'static str), McpError> {
-    let started = Instant::now();
-    let digest = arguments_digest(request.arguments.as_ref());
-    let binding = [caller.digest.as_str(), tool.object.as_str(), digest.as_str()];
-    let answered = |answer: Answer| Ok(super::tasks_2026::started_task(core, Err(answer)));
-    let task = |run: Box<ToolRun>| Ok(super::tasks_2026::started_task(core, Ok(Any::Run(run))));
-    let Some(state) = request.request_state.as_deref() else {
-        let run = match core.start_run(caller, &tool.object, tool, request.arguments, options).await {
+    /// A call as a task, composed with asking (SEP-2663): a first call
+    /// waits the tool's `askBeforeTaskSeconds` and, when its run asks what
+    /// the client can answer, answers `input_required` with no task yet;
+    /// the retry records the answers and is answered with the run's task,
+    /// as is a first call whose run did not ask in time. Later questions
+    /// are asked through the task (`tasks/get`, `tasks/update`).
+    async fn before_task(
+        &self,
+        request: CallToolRequestParams,
+        options: StartOptions<'_>,
+        listener: &mut impl WaitListener,
+        started: Instant,
+        binding: [&str; 3],
+    ) -> Result<(CallToolResponse, &'static str), McpError> {
+        let core = self.core;
+        let answered = |answer: Answer| Ok(super::tasks_2026::started_task(core, Err(answer)));
+        let task = |run: Box<ToolRun>| Ok(super::tasks_2026::started_task(core, Ok(Any::Run(run))));
+        let state = request.request_state.as_deref();
+        let run = match self.run_of(state, request.arguments, options, binding).await? {
             Ok(run) => run,
             Err(answer) => return answered(answer),
         };
         let id = run.metadata.name.clone().unwrap_or_default();
-        let window = ask_before_task_seconds(core, tool);
-        let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
-        return match core.wait(caller, run, started + Duration::from_secs(window.into()), &mut asking).await {
-            View::Found(run) => match input_required(core, &run, binding, capabilities) {
-                Some(result) => Ok((CallToolResponse::InputRequired(result), "input_required")),
-                None => task(run),
-            },
-            view => answered(Answer::of(&id, view, core.operator_presence())),
-        };
-    };
-    let run = match resume(core, caller, state, binding).await? {
-        Ok(run) => run,
-        Err(answer) => return answered(answer),
-    };
-    let responses: Map<String, Value> = request.input_responses.unwrap_or_default().into_iter().collect();
-    if responses.is_empty() || run.phase() != ToolRunPhase::InputRequired {
-        return task(run);
-    }
-    let id = run.metadata.name.clone().unwrap_or_default();
-    match record(core, caller, &id, &responses).await? {
-        Ok(run) => task(run),
-        Err(answer) => answered(answer),
+        if state.is_none() {
+            let window = started + Duration::from_secs(ask_before_task_seconds(core, self.tool).into());
+            let mut asking = Asking { inner: &mut *listener, answered: answered_keys(core, &run) };
+            return match core.wait(self.caller, run, window, &mut asking).await {
+                View::Found(run) => match input_required(core, &run, binding, self.capabilities) {
+                    Some(result) => Ok((CallToolResponse::InputRequired(result), "input_required")),
+                    None => task(run),
+                },
+                view => answered(Answer::of(&id, view, core.operator_presence())),
+            };
+        }
+        let responses: Map<String, Value> = request.input_responses.unwrap_or_default().into_iter().collect();
+        if responses.is_empty() || run.phase() != ToolRunPhase::InputRequired {
+            return task(run);
+        }
+        match record(core, self.caller, &id, &responses).await? {
+            Ok(run) => task(run),
+            Err(answer) => answered(answer),
+        }
     }
 }
 

@@ -317,45 +317,22 @@ impl ServerHandler for McpServer {
                 self.core.record_call(called.label(), "refused", None);
                 return Err(refused);
             }
-            if modern
-                && as_task
+            // Asked on the call itself: every plain call, and a task call of a
+            // tool that asks before its task is made (or the retry that answers).
+            let before_task = as_task
                 && (request.request_state.is_some()
-                    || asking_2026::ask_before_task_seconds(&self.core, tool) > 0)
-            {
-                let mut listener = ToolCallListener::of(&ctx);
-                let response = asking_2026::call_before_task(
-                    &self.core,
-                    &caller,
+                    || asking_2026::ask_before_task_seconds(&self.core, tool) > 0);
+            if modern && (!as_task || before_task) {
+                let call = asking_2026::AskingCall {
+                    core: &self.core,
+                    caller: &caller,
                     tool,
-                    request,
-                    capabilities.as_ref(),
-                    options,
-                    &mut listener,
-                )
-                .await;
+                    capabilities: capabilities.as_ref(),
+                };
+                let response = call.answer(request, options, &mut ToolCallListener::of(&ctx), as_task).await;
                 let outcome = response.as_ref().map_or("error", |(_, outcome)| *outcome);
                 self.core.record_call(called.label(), outcome, Some(started.elapsed()));
                 return response.map(|(response, _)| response);
-            }
-            if modern && !as_task {
-                let mut listener = ToolCallListener::of(&ctx);
-                let response = asking_2026::call(
-                    &self.core,
-                    &caller,
-                    tool,
-                    request,
-                    capabilities.as_ref(),
-                    options,
-                    &mut listener,
-                )
-                .await;
-                let outcome = match &response {
-                    Ok(CallToolResponse::InputRequired(_)) => "input_required",
-                    Ok(_) => "answered",
-                    Err(_) => "error",
-                };
-                self.core.record_call(called.label(), outcome, Some(started.elapsed()));
-                return response;
             }
         }
         let forbidden = matches!(&called, Called::Defined(tool) if tool.spec.task_support == Some(TaskSupport::Forbidden));

@@ -22,7 +22,7 @@ const IMAGES: [(&str, &str, &str, &[u16]); 7] = [
 ];
 
 fn reference(image: &str) -> String {
-    format!("docker.io/mining-operator/{image}:{TAG}")
+    format!("localhost/mining-operator/{image}:{TAG}")
 }
 
 /// podman as this machine's sandbox needs it: cgroupfs, runc.
@@ -132,10 +132,21 @@ fn each_image_config_is_what_the_chart_expects_and_holds_only_its_binary() {
         exposed.sort();
         assert_eq!(exposed, ports, "{image}: exposed ports are the chart's containerPorts");
         // The example tools are no images of the chart: an McpTool names each.
+        // The chart names them by imageRegistry (localhost), repository and
+        // its appVersion, which `make images` tags beside TAG.
         assert!(
             matches!(image, "sum-numbers" | "deploy-gate" | "report" | "mcp-fixtures")
-                || values.contains(&format!("repository: mining-operator/{image}\n    tag: {TAG}")),
-            "chart values use mining-operator/{image}:{TAG}"
+                || (values.contains(&format!("repository: mining-operator/{image}\n"))
+                    && values.contains("\nimageRegistry: localhost\n")),
+            "chart values use localhost/mining-operator/{image}"
+        );
+        let versioned = format!("localhost/mining-operator/{image}:{}", env!("CARGO_PKG_VERSION"));
+        let tagged = podman(&["image", "inspect", "--format", "{{.Id}}", &versioned]);
+        assert!(tagged.status.success(), "{versioned} is built: {}", String::from_utf8_lossy(&tagged.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&tagged.stdout).trim(),
+            inspected["Id"].as_str().unwrap_or_default(),
+            "{versioned} is the {TAG} image"
         );
         // One layer, one file: the image's root is its binary and nothing else.
         let layers = inspected["RootFS"]["Layers"].as_array().map_or(0, Vec::len);
