@@ -131,10 +131,10 @@ impl Slots {
     /// full it is, and how many go first (never who). `running` says its
     /// kind at work ("workflows are mining").
     pub fn queued_message(&self, running: &str) -> String {
-        let (taken, limit, ahead) = (self.taken, self.limit, self.waiting_for());
+        let (taken, limit, ahead) = (self.taken, self.limit, rough_count(self.waiting_for()));
         match self.binding {
             Limit::Budget => format!(
-                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (all kinds of work) are taken"
+                "queued: {ahead} ahead of it; {taken} of at most {limit} slots (all kinds) are taken"
             ),
             Limit::Kind => format!("queued: {ahead} ahead of it; {taken} of at most {limit} {running}"),
             Limit::Party => format!(
@@ -154,6 +154,25 @@ impl Slots {
                 .to_string(),
         }
     }
+}
+
+/// How many wait ahead, as a queued message says it: exact under ten, then
+/// the step of 10, 20, 50, 100, 200, 500, … it has reached ("50+").
+///
+/// Why: every change of a waiter's message is a status write of that
+/// waiter. Exact counts rewrote every waiter each time the queue moved —
+/// O(n) writes a run for a queue of n, O(n²) in all; steps make it
+/// O(log n) a run, while the last ten places, the ones a caller watches,
+/// stay exact.
+pub fn rough_count(count: usize) -> String {
+    if count < 10 {
+        return count.to_string();
+    }
+    let steps = (1u32..)
+        .map_while(|power| 10usize.checked_pow(power))
+        .flat_map(|decade| [1, 2, 5].into_iter().filter_map(move |multiple| decade.checked_mul(multiple)));
+    let step = steps.take_while(|step| *step <= count).last().unwrap_or(10);
+    format!("{step}+")
 }
 
 /// Slots held by others (and admissions in flight), as each limit counts

@@ -406,11 +406,42 @@ mod preemption;
 mod shares;
 
 /// A workflow's status shows at most `MAX_MESSAGE_CHARS` of its message: the
-/// budget's queued message fits whole, with three-digit counts.
+/// budget's queued message fits whole, with four-digit limits and a queue
+/// of a hundred thousand.
 #[test]
 fn the_budgets_queued_message_fits_a_workflows_status() {
-    let slots = Slots { taken: 100, limit: 100, ahead: 999, binding: Limit::Budget };
+    let slots = Slots { taken: 1000, limit: 1000, ahead: 99_999, binding: Limit::Budget };
     let message = slots.queued_message("workflows are mining");
     assert!(message.chars().count() <= crate::mining::plan::MAX_MESSAGE_CHARS, "{message}");
-    assert!(message.ends_with("slots (all kinds of work) are taken"), "{message}");
+    assert!(message.ends_with("slots (all kinds) are taken"), "{message}");
+    assert!(message.starts_with("queued: 50000+ ahead of it"), "{message}");
+}
+
+/// A waiter's message changes only when its place crosses a step, so a
+/// queue that moves rewrites each waiter O(log n) times, not O(n).
+#[test]
+fn the_count_ahead_is_exact_under_ten_then_in_steps() {
+    use super::limits::rough_count;
+    for (count, said) in [
+        (0, "0"),
+        (9, "9"),
+        (10, "10+"),
+        (19, "10+"),
+        (20, "20+"),
+        (49, "20+"),
+        (50, "50+"),
+        (999, "500+"),
+        (1000, "1000+"),
+        (usize::MAX, "10000000000000000000+"),
+    ] {
+        assert_eq!(rough_count(count), said, "{count}");
+    }
+    let changes =
+        |from: usize| (0..from).rev().map(rough_count).collect::<std::collections::BTreeSet<_>>().len();
+    assert_eq!(changes(10_000), 10 + 9, "0..9 exact, then 10, 20, 50, …, 5000");
+    let slots = Slots { taken: 20, limit: 20, ahead: 20 + 437, binding: Limit::Kind };
+    assert_eq!(
+        slots.queued_message("tool runs are running"),
+        "queued: 200+ ahead of it; 20 of at most 20 tool runs are running"
+    );
 }

@@ -69,6 +69,8 @@ async fn the_suite_passes_every_required_scenario_but_prompts_and_completions_ag
             }
         }
     }
+    // On stdout too, which a CI excerpt shows before the processes' logs.
+    println!("Tasks extension checks that did not pass: {failed:#?}");
     assert!(failed.is_empty(), "Tasks extension checks that did not pass: {failed:#?}");
 }
 

@@ -238,7 +238,7 @@ async fn a_budget_full_of_one_callers_runs_serves_anothers_workflow_next() {
         message.starts_with("queued").then_some(message)
     })
     .await;
-    assert!(queued.contains("slots (all kinds of work) are taken"), "{queued}");
+    assert!(queued.contains("slots (all kinds) are taken"), "{queued}");
     assert_eq!(runs.get(&second_id).await.unwrap().phase(), ToolRunPhase::Pending);
 
     let cancelled = call(Sdk::Python, &url, ALICE, "cancel_tool_run", json!({"workflow_id": first_id})).await;
