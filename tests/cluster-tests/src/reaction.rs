@@ -40,8 +40,12 @@ pub async fn run(
     let operator = OperatorProcess::start_binary(binary, &ns.name, &["--max-concurrent-workflows", "1000"]);
     let api: Api<MiningWorkflow> = ns.api();
     let mut events = jobs_and_workflows(&ns);
-    // Wait until the operator serves /metrics (it has started) before the clock starts.
-    let _ = operator.get("/healthz").await;
+    // The clock starts once the operator is ready (its caches synced): the
+    // floor's driver, too, acts at once.
+    crate::eventually("the operator to be ready", Duration::from_secs(60), || async {
+        (operator.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
     let started = Instant::now();
     for i in 0..workflows {
         let workflow: MiningWorkflow = serde_json::from_value(json!({

@@ -55,11 +55,22 @@ fn run_object(ns: &TestNamespace, name: &str) -> ToolRun {
 
 fn operator_args(ns: &TestNamespace) -> Vec<String> {
     let key = ownership_key_file(&ns.name).display().to_string();
-    ["--max-concurrent-tool-runs", CAP, "--max-concurrent-workflows", CAP, "--max-concurrent-work", CAP]
-        .map(String::from)
-        .into_iter()
-        .chain(["--ownership-key-file".to_string(), key])
-        .collect()
+    // Every run is one caller's ("bench"): its party's cap (default 5) is
+    // lifted too (0: none), or the bench would measure a queue of one caller.
+    [
+        "--max-concurrent-tool-runs",
+        CAP,
+        "--max-concurrent-workflows",
+        CAP,
+        "--max-concurrent-work",
+        CAP,
+        "--max-tool-runs-per-caller",
+        "0",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(["--ownership-key-file".to_string(), key])
+    .collect()
 }
 
 /// The operator's Job of one run, captured and stripped of what the API
@@ -247,7 +258,11 @@ async fn operator(binary: &Path, runs: usize) -> (Duration, usize, f64, Vec<Stri
     let args = operator_args(&ns);
     let process =
         OperatorProcess::start_binary(binary, &ns.name, &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let _ = process.get("/healthz").await;
+    // Its caches synced (as in the floor: nothing is created before it can act).
+    cluster_tests::eventually("the operator to be ready", Duration::from_secs(60), || async {
+        (process.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
     let api: Api<ToolRun> = ns.api();
     let mut seen =
         watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
