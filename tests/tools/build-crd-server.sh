@@ -9,8 +9,8 @@
 # serves crds/ with this binary. Nothing is installed into the system: the
 # packages are fetched with `apt-get download` through a private apt
 # configuration and unpacked with `dpkg-deb -x`; the binary is cached in
-# $MINING_CLUSTER_CACHE/crd-server-$VERSION, once per machine (~7 minutes on
-# 2 cores the first time, ~320 MB of packages).
+# $MINING_CLUSTER_CACHE/crd-server-$VERSION, once per machine (5 minutes of CPU
+# the first time, ~320 MB of packages).
 set -euo pipefail
 
 VERSION=0.36.4
