@@ -65,10 +65,6 @@ macro_rules! common_fields {
         fn preemptions(&self) -> u32 {
             self.status.as_ref().and_then(|status| status.preemptions).unwrap_or(0)
         }
-
-        fn waiting_for_node_since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
-            self.status.as_ref()?.waiting_for_node_since.as_ref().map(|t| t.0)
-        }
     };
 }
 /// For a kind defined in its own file, as the next one would be.

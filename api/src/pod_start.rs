@@ -26,6 +26,14 @@ pub const NO_POD_GRACE: Duration = Duration::from_secs(3);
 pub const WAITING_RECHECK: Duration = Duration::from_secs(5);
 /// The operator's default bound for a cause that may clear (`--pod-start-timeout-seconds`).
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long work's Pods wait for room on the nodes before its status and
+/// an Event say so. On a busy cluster most Pods wait a few seconds for a
+/// node between others' Pods; each said wait cost a status write when it
+/// began, one when it ended and an Event — more than half the operator's
+/// calls when 200 workflows shared 8 node slots (docs/BENCHMARKS.md, #72).
+/// Fair share at the node reads the wait from the operator's own Pod watch
+/// at once, whatever the status says.
+pub const NODE_WAIT_SAID_AFTER: Duration = Duration::from_secs(30);
 
 /// Why a Pod cannot start. The `reason` of each is what callers, `kubectl`
 /// and metrics see.
@@ -174,6 +182,25 @@ pub fn verdict(blocked: &Blocked, bound: Duration, now: Timestamp) -> Verdict {
             message: format!("{message} (waited {} s, the bound is {} s)", waited.as_secs(), bound.as_secs()),
         },
     }
+}
+
+/// Whether a node wait that began at `since` is long enough at `now` for
+/// the work's status to say so ([`NODE_WAIT_SAID_AFTER`]).
+pub fn node_wait_said(since: Timestamp, now: Timestamp) -> bool {
+    unsaid_for(since, now).is_none()
+}
+
+/// How much longer `blocked` stays out of the work's status: `Some` only
+/// for a wait for room on the nodes younger than [`NODE_WAIT_SAID_AFTER`];
+/// every other cause is said at once.
+pub fn quiet_for(blocked: &Blocked, now: Timestamp) -> Option<Duration> {
+    (blocked.cause == Cause::NoCapacity).then(|| unsaid_for(blocked.since, now)).flatten()
+}
+
+fn unsaid_for(since: Timestamp, now: Timestamp) -> Option<Duration> {
+    let waited = now.duration_since(since);
+    let waited = if waited.is_negative() { Duration::ZERO } else { waited.unsigned_abs() };
+    NODE_WAIT_SAID_AFTER.checked_sub(waited).filter(|left| !left.is_zero())
 }
 
 /// What the first blocked reading of many says: a permanent cause first,
@@ -343,6 +370,20 @@ mod tests {
         ));
         let full = Blocked::new(Cause::NoCapacity, "Insufficient cpu", at(0));
         assert!(matches!(verdict(&full, bound, at(100_000)), Verdict::Wait { .. }), "capacity is waited for");
+    }
+
+    #[test]
+    fn a_wait_for_room_on_the_nodes_is_said_only_once_it_lasted() {
+        let said_after = NODE_WAIT_SAID_AFTER.as_secs() as i64;
+        let full = Blocked::new(Cause::NoCapacity, "Too many pods", at(0));
+        assert_eq!(quiet_for(&full, at(0)), Some(NODE_WAIT_SAID_AFTER));
+        assert_eq!(quiet_for(&full, at(said_after - 1)), Some(Duration::from_secs(1)));
+        assert_eq!(quiet_for(&full, at(said_after)), None);
+        assert_eq!(quiet_for(&full, at(-5)), Some(NODE_WAIT_SAID_AFTER), "a clock behind waited nothing");
+        assert!(!node_wait_said(at(0), at(said_after - 1)) && node_wait_said(at(0), at(said_after)));
+        for cause in Cause::ALL.into_iter().filter(|c| *c != Cause::NoCapacity) {
+            assert_eq!(quiet_for(&Blocked::new(cause, "x", at(0)), at(0)), None, "{cause:?} is said at once");
+        }
     }
 
     #[test]

@@ -391,8 +391,9 @@ pub struct ToolRunStatus {
     #[schemars(length(max = crate::tool_outputs::MAX_OUTPUTS))]
     pub outputs: Vec<crate::tool_outputs::ToolOutput>,
     /// Since when the running step's Pods wait for room on the cluster's
-    /// nodes, none of them running (see `MiningWorkflowStatus`'s field of
-    /// the same name). Absent while its Pods run or it holds no slot.
+    /// nodes, none of them running, once they waited 30 s (see
+    /// `MiningWorkflowStatus`'s field of the same name). Absent while its
+    /// Pods run or it holds no slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for_node_since: Option<Time>,
     /// How many times a running step was stopped to give its slot to work

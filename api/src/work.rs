@@ -94,12 +94,6 @@ pub trait Work:
         0
     }
 
-    /// Since when its running part's Pods wait for room on the cluster's
-    /// nodes, none of them running (a kind that never says holds none).
-    fn waiting_for_node_since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
-        None
-    }
-
     /// Seconds it is kept after it finished (the operator's default when `None`).
     fn ttl_seconds_after_finished(&self) -> Option<i64>;
 

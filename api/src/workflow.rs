@@ -174,8 +174,10 @@ pub struct MiningWorkflowStatus {
     pub preemptions: Option<u32>,
     /// Since when the running block's Pods wait for room on the cluster's
     /// nodes (the scheduler's "Insufficient …" / "Too many pods"), none of
-    /// them running: what fair share at the node reads (docs/OPERATOR.md,
-    /// "Fair share at the node"). Absent while its Pods run or it holds no slot.
+    /// them running, once they waited 30 s (shorter waits are a busy
+    /// cluster's normal; fair share at the node reads every wait from the
+    /// operator's own Pod watch: docs/OPERATOR.md, "Fair share at the
+    /// node"). Absent while its Pods run or it holds no slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for_node_since: Option<Time>,
     /// Finished blocks whose result was lost with their Pod and that were

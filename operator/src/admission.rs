@@ -84,7 +84,8 @@ impl QueueEntry {
             preemptible: work.preemptible(),
             admitted: work.admitted_at(),
             preemptions: work.preemptions(),
-            waiting_for_node: work.waiting_for_node_since().filter(|_| work.lifecycle() == Lifecycle::Active),
+            // Observed, not read from the status (`Memory::node_waits`).
+            waiting_for_node: None,
         }
     }
 }
@@ -104,28 +105,24 @@ pub struct Seen {
 pub struct Standing {
     pub phase: Lifecycle,
     pub admitted: Served,
-    /// Since when its Pods wait for a node ([`QueueEntry::waiting_for_node`]).
-    pub waiting_for_node: Option<Timestamp>,
 }
 
 /// The freshest phase and admission time of each piece of `cached` work: a
 /// status this operator wrote wins over the cache's (which may not have
 /// caught up with it yet — a queue that missed an admission would serve a
-/// party twice). `party` says which party each queues as (see [`Seen::party`]).
+/// party twice). `party` says which party each queues as (see [`Seen::party`]);
+/// `node_waits`, since when work's Pods wait for a node, as observed.
 pub fn freshest_phases<W: Work>(
     cached: &[std::sync::Arc<W>],
     written: &HashMap<String, Standing>,
+    node_waits: &HashMap<String, Timestamp>,
     party: impl Fn(&W) -> String,
 ) -> Vec<Seen> {
     cached
         .iter()
         .map(|work| {
             let entry = QueueEntry::of(work.as_ref());
-            let cached = Standing {
-                phase: work.lifecycle(),
-                admitted: work.admitted_at(),
-                waiting_for_node: entry.waiting_for_node,
-            };
+            let cached = Standing { phase: work.lifecycle(), admitted: work.admitted_at() };
             let fresh = written.get(&entry.uid).copied().unwrap_or(cached);
             // Deleted (whatever finalizer keeps it stored): it holds no slot.
             let phase = match work.meta().deletion_timestamp {
@@ -135,9 +132,8 @@ pub fn freshest_phases<W: Work>(
             // Its last admission as this operator wrote it: the cache may
             // not show a new one yet.
             let admitted = fresh.admitted.or(cached.admitted);
-            // Whether its Pods wait for a node, as this operator last wrote:
-            // a Pod placed must open the nodes' gate before the cache shows it.
-            let waiting_for_node = fresh.waiting_for_node.filter(|_| phase == Lifecycle::Active);
+            // Whether its Pods wait for a node, as its last reconcile saw them.
+            let waiting_for_node = node_waits.get(&entry.uid).copied().filter(|_| phase == Lifecycle::Active);
             Seen { phase, party: party(work), work: QueueEntry { admitted, waiting_for_node, ..entry } }
         })
         .collect()

@@ -32,6 +32,8 @@ const SWEEP_SLACK: usize = 64;
 const WRITTEN_KEPT: Duration = Duration::from_secs(600);
 /// Preemption requests held at most (each is repeated while it matters).
 const MAX_PREEMPTION_REQUESTS: usize = 4096;
+/// Node waits held at most (see `Memory::node_waits`).
+const MAX_NODE_WAITS: usize = 16_384;
 /// Written statuses held before the first sweep of old ones.
 const WRITTEN_SWEEP_FLOOR: usize = 1024;
 /// How long one sort of the queue serves the waiting reconciles that follow
@@ -93,6 +95,12 @@ pub struct Memory {
     /// The victim each piece of work waiting for a node (by uid) asked to
     /// give its slot back, with the start of that wait: one per wait.
     node_reclaims: Mutex<HashMap<String, (Timestamp, String)>>,
+    /// Since when each piece of work holding a slot has had its Pods wait
+    /// for a node, none running (by uid), as its last reconcile observed
+    /// them in the Pod watch: what fair share at the node reads. Its status
+    /// says a wait only once it lasted (`pod_start::NODE_WAIT_SAID_AFTER`),
+    /// and a new leader observes every wait again as it reconciles all work.
+    node_waits: Mutex<HashMap<String, Timestamp>>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
     /// The queue's last order and when it was computed: with thousands
@@ -157,11 +165,7 @@ impl Memory {
     {
         let mut after = work.clone();
         *after.status_mut() = Some(status.clone());
-        let standing = Standing {
-            phase: after.lifecycle(),
-            admitted: after.admitted_at(),
-            waiting_for_node: after.waiting_for_node_since(),
-        };
+        let standing = Standing { phase: after.lifecycle(), admitted: after.admitted_at() };
         let written = Written {
             status: Box::new(status.clone()),
             resource_version: version,
@@ -182,6 +186,37 @@ impl Memory {
     pub fn clear(&self) {
         lock(&self.written).by_uid.clear();
         lock(&self.expected_jobs).clear();
+        lock(&self.node_waits).clear();
+    }
+
+    /// Records what a reconcile of `uid` observed: its Pods wait for a node
+    /// since `since`, or not (`None`); whether a wait it had ended (its Pods
+    /// placed: the nodes' gate may open for work kept waiting).
+    pub fn observe_node_wait(&self, uid: &str, since: Option<Timestamp>) -> bool {
+        let mut waits = lock(&self.node_waits);
+        match since {
+            None => waits.remove(uid).is_some(),
+            Some(since) => {
+                // Only work holding a slot is here; past this bound (far
+                // beyond any budget) the rest are observed again within
+                // seconds (`pod_start::WAITING_RECHECK`).
+                if waits.len() >= MAX_NODE_WAITS && !waits.contains_key(uid) {
+                    waits.clear();
+                }
+                waits.insert(uid.to_string(), since);
+                false
+            }
+        }
+    }
+
+    /// Since when `uid`'s Pods wait for a node, as last observed.
+    pub fn node_wait(&self, uid: &str) -> Option<Timestamp> {
+        lock(&self.node_waits).get(uid).copied()
+    }
+
+    /// Every observed node wait, by uid.
+    pub fn node_waits(&self) -> HashMap<String, Timestamp> {
+        lock(&self.node_waits).clone()
     }
 
     /// The phase and start of all work this operator wrote a status for.

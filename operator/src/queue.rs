@@ -31,7 +31,7 @@ const RECLAIM_RECHECK: Duration = Duration::from_secs(5);
 /// What the queue needs of one registered kind.
 trait Queued: Send + Sync {
     /// Its work with the freshest phases (`written`: what this operator wrote).
-    fn seen(&self, written: &HashMap<String, Standing>, parties: &Parties) -> Vec<Seen>;
+    fn seen(&self, memory: &Remembered, parties: &Parties) -> Vec<Seen>;
     /// The party `name` in `namespace` queues as ("" when not cached).
     fn party(&self, namespace: &str, name: &str, parties: &Parties) -> String;
     /// How many of its objects the cache holds.
@@ -40,6 +40,14 @@ trait Queued: Send + Sync {
     fn wake(&self, namespace: &str, name: &str);
     /// Reconciles every one now.
     fn wake_all(&self);
+}
+
+/// What this operator knows fresher than the caches, read once for all kinds.
+struct Remembered {
+    /// The standings it wrote.
+    written: HashMap<String, Standing>,
+    /// The node waits its reconciles observed.
+    node_waits: HashMap<String, Timestamp>,
 }
 
 /// One kind's cache and the way to wake its controller.
@@ -51,12 +59,12 @@ struct Registered<K: Work> {
 }
 
 impl<K: Work> Queued for Registered<K> {
-    fn seen(&self, written: &HashMap<String, Standing>, parties: &Parties) -> Vec<Seen> {
+    fn seen(&self, memory: &Remembered, parties: &Parties) -> Vec<Seen> {
         let mut cached = self.store.state();
         if self.proven_only {
             cached.retain(|work| parties.proves(work.as_ref()));
         }
-        freshest_phases(&cached, written, |work| parties.of(work))
+        freshest_phases(&cached, &memory.written, &memory.node_waits, |work| parties.of(work))
     }
 
     fn party(&self, namespace: &str, name: &str, parties: &Parties) -> String {
@@ -146,12 +154,13 @@ impl WorkQueue {
 
     /// All work of every kind with its freshest phase.
     pub fn all(&self) -> Vec<Seen> {
-        let written = self.memory.written_standings();
+        let memory =
+            Remembered { written: self.memory.written_standings(), node_waits: self.memory.node_waits() };
         self.kinds
             .0
             .iter()
             .map(|(_, queued)| queued)
-            .flat_map(|kind| kind.seen(&written, &self.parties))
+            .flat_map(|kind| kind.seen(&memory, &self.parties))
             .collect()
     }
 

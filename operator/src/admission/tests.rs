@@ -162,18 +162,34 @@ fn what_this_operator_wrote_wins_over_a_lagging_cache() {
     let mut written = HashMap::new();
     written.insert(
         "uid-b".to_string(),
-        Standing { phase: Lifecycle::Active, admitted: Some(at(7)), waiting_for_node: None },
+        Standing { phase: Lifecycle::Active, admitted: Some(at(7)) },
     );
     written.insert(
         "uid-a".to_string(),
-        Standing { phase: Lifecycle::Succeeded, admitted: None, waiting_for_node: None },
+        Standing { phase: Lifecycle::Succeeded, admitted: None },
     );
     let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
-    let seen = freshest_phases(&cached, &written, |_| String::new());
+    let seen = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
     // The fixtures carry no status, so the cache would say Waiting for both.
     assert_eq!(phases, [Lifecycle::Succeeded, Lifecycle::Active]);
     assert_eq!(seen[1].work.admitted, Some(at(7)), "an admission the cache has not seen yet counts");
+}
+
+#[test]
+fn node_waits_are_what_the_reconciles_observed_and_only_of_work_holding_a_slot() {
+    let mut written = HashMap::new();
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(1)) });
+    let mut waits = HashMap::new();
+    waits.insert("uid-a".to_string(), at(3));
+    // A wait observed of work the queue holds waiting is not a node's.
+    waits.insert("uid-b".to_string(), at(4));
+    let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
+    let seen = freshest_phases(&cached, &written, &waits, |_| String::new());
+    assert_eq!(seen[0].work.waiting_for_node, Some(at(3)), "observed, though no status says it");
+    assert_eq!(seen[1].work.waiting_for_node, None);
+    let none = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
+    assert_eq!(none[0].work.waiting_for_node, None);
 }
 
 #[test]
@@ -182,13 +198,13 @@ fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     let mut written = HashMap::new();
     written.insert(
         "uid-a".to_string(),
-        Standing { phase: Lifecycle::Active, admitted: Some(at(1)), waiting_for_node: None },
+        Standing { phase: Lifecycle::Active, admitted: Some(at(1)) },
     );
     let mut deleted = workflow("a", 8, 1);
     deleted.metadata.deletion_timestamp = Some(Time(at(2)));
     deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     let cached = [Arc::new(deleted), Arc::new(workflow("b", 8, 1))];
-    let all = freshest_phases(&cached, &written, |_| String::new());
+    let all = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
     assert_eq!(all[0].phase, Lifecycle::Cancelled);
     assert_eq!(taken_by_others(&all, &all[1].work), Taken::default(), "no slot is held");
     assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");

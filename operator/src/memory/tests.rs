@@ -45,7 +45,7 @@ fn old_written_statuses_are_swept_as_the_map_grows() {
     let written = |at| Written {
         status: Box::new(()),
         resource_version: None,
-        standing: Standing { phase: mining_api::Lifecycle::Active, admitted: None, waiting_for_node: None },
+        standing: Standing { phase: mining_api::Lifecycle::Active, admitted: None },
         at,
     };
     let mut all = WrittenStatuses::default();
@@ -191,4 +191,31 @@ fn work_waiting_for_a_node_asks_one_victim_per_wait() {
         memory.node_reclaim_due("head", next_wait, "b"),
         "a new wait (after giving its slot back) asks again"
     );
+}
+
+#[test]
+fn a_node_wait_is_remembered_until_observed_over_and_its_end_is_told_once() {
+    let memory = Memory::default();
+    let since = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap();
+    assert!(!memory.observe_node_wait("a", None), "no wait, nothing ended");
+    assert!(!memory.observe_node_wait("a", Some(since)));
+    assert_eq!(memory.node_wait("a"), Some(since));
+    assert_eq!(memory.node_waits().len(), 1);
+    assert!(memory.observe_node_wait("a", None), "its Pods placed: the wait ended");
+    assert!(!memory.observe_node_wait("a", None), "told once");
+    assert_eq!(memory.node_wait("a"), None);
+    memory.observe_node_wait("b", Some(since));
+    memory.clear();
+    assert_eq!(memory.node_wait("b"), None, "a new term observes again");
+}
+
+#[test]
+fn node_waits_are_bounded() {
+    let memory = Memory::default();
+    let since = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap();
+    for i in 0..=MAX_NODE_WAITS {
+        memory.observe_node_wait(&format!("w-{i}"), Some(since));
+    }
+    assert!(memory.node_waits().len() <= MAX_NODE_WAITS);
+    assert_eq!(memory.node_wait(&format!("w-{MAX_NODE_WAITS}")), Some(since), "the newest is kept");
 }

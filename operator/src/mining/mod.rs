@@ -171,7 +171,7 @@ async fn reconcile_inner(workflow: &MiningWorkflow, shell: &WorkflowShell) -> Re
     let yielding = shell.yielding(workflow, before == WorkflowPhase::Mining, between_blocks, now);
     // Its Pods waiting for a node: it may give its slot back (`admission::node`).
     let waiting_for_node = waiting_for_node(&jobs, &ranges).filter(|_| before == WorkflowPhase::Mining);
-    let give_way = shell.gives_way(workflow, waiting_for_node, now);
+    let give_way = shell.node_wait(workflow, waiting_for_node, now);
     // Plan.
     let observed = Observed {
         workflow,

@@ -128,7 +128,9 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
     planner.run(limits);
     // What fair share at the node reads: only of work holding a slot.
     let mining = planner.plan.status.phase == Some(WorkflowPhase::Mining);
-    planner.plan.status.waiting_for_node_since = observed.waiting_for_node.filter(|_| mining).map(Time);
+    // What the status says of a node wait (fair share reads the Pod watch).
+    let said = |since: &Timestamp| pod_start::node_wait_said(*since, observed.now);
+    planner.plan.status.waiting_for_node_since = observed.waiting_for_node.filter(|_| mining).filter(said).map(Time);
     // `message` is a column of `kubectl get -o wide`: keep it short; the
     // conditions carry the whole text.
     if let Some(message) = planner.plan.status.message.as_mut()
@@ -412,13 +414,19 @@ impl Planner<'_> {
     /// the bound (true); else it keeps its slot and says what it waits for,
     /// with an Event once (false).
     fn cannot_start(&mut self, block: u32, total: u32, jobs: Vec<String>, blocked: &Blocked) -> bool {
+        // A short wait for room on the nodes is not said (`NODE_WAIT_SAID_AFTER`);
+        // a wait said before, of a Pod since replaced, is taken back.
+        if let Some(left) = pod_start::quiet_for(blocked, self.observed.now) {
+            if self.said_waiting() {
+                self.mining(block, total);
+            }
+            self.requeue(left);
+            return false;
+        }
         match self.start_verdict(blocked) {
             Verdict::Wait { message, look_again } => {
                 let message = format!("mining block {block}/{total}: {message}");
-                let said_before = (self.observed.workflow.status.as_ref())
-                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition_types::MINING))
-                    .is_some_and(|c| c.reason == pod_start::reasons::WAITING_TO_START);
-                if !said_before {
+                if !self.said_waiting() {
                     self.event(true, pod_start::reasons::WAITING_TO_START, &message);
                 }
                 self.plan.status.message = Some(message.clone());
@@ -436,6 +444,13 @@ impl Planner<'_> {
                 true
             }
         }
+    }
+
+    /// Whether the status read says its Pods wait to start.
+    fn said_waiting(&self) -> bool {
+        (self.observed.workflow.status.as_ref())
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition_types::MINING))
+            .is_some_and(|c| c.reason == pod_start::reasons::WAITING_TO_START)
     }
 
     fn mining(&mut self, block: u32, total: u32) {

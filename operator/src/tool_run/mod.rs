@@ -215,7 +215,7 @@ async fn reconcile_inner(run: &ToolRun, ctx: &RunShell) -> Result<Outcome> {
     let waiting_for_node = (starting.blocked.as_ref())
         .filter(|blocked| running_step && blocked.cause == mining_api::pod_start::Cause::NoCapacity)
         .map(|blocked| blocked.since);
-    let give_way = ctx.gives_way(run, waiting_for_node, now);
+    let give_way = ctx.node_wait(run, waiting_for_node, now);
     let preempt = yielding.decision == Yield::Now;
     let proven = ctx.queue.parties.proves(run);
     let waiting = matches!(state, JobState::Missing)

@@ -249,7 +249,12 @@ pub fn plan(observed: &Observed) -> Plan {
                         plan.requeue_after = Some(PREEMPTED_RECHECK);
                         preempted(run, uid, seen)
                     }
-                    JobPhase::Running if let Some(blocked) = &observed.start => {
+                    // A short wait for room on the nodes is not said (`NODE_WAIT_SAID_AFTER`):
+                    // it reads as running, and is looked at again within the poll.
+                    JobPhase::Running
+                        if let Some(blocked) = (observed.start.as_ref())
+                            .filter(|blocked| pod_start::quiet_for(blocked, observed.now).is_none()) =>
+                    {
                         match pod_start::verdict(blocked, start_bound(observed), observed.now) {
                             Verdict::Wait { message, look_again } => {
                                 plan.requeue_after = Some(look_again.min(PROGRESS_POLL));
@@ -265,7 +270,9 @@ pub fn plan(observed: &Observed) -> Plan {
                                 ToolRunStatus {
                                     phase: Some(ToolRunPhase::Running),
                                     message: Some(message),
-                                    waiting_for_node_since: observed.waiting_for_node.map(Time),
+                                    waiting_for_node_since: (observed.waiting_for_node)
+                                        .filter(|since| pod_start::node_wait_said(*since, observed.now))
+                                        .map(Time),
                                     ..seen
                                 }
                             }

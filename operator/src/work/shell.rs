@@ -87,9 +87,17 @@ impl<K: WorkKind> Shell<K> {
         Yielding { decision, turn }
     }
 
-    /// Whether `work`, its Pods waiting for a node since `since` (none
-    /// running), gives its slot back now (`admission::node::gives_way`).
-    pub fn gives_way(&self, work: &K, since: Option<Timestamp>, now: Timestamp) -> Option<GiveWay> {
+    /// Records what a reconcile of `work` observed — its Pods wait for a
+    /// node since `since` (none running), or not — for fair share at the
+    /// node to read, and says whether it gives its slot back now
+    /// (`admission::node::gives_way`).
+    pub fn node_wait(&self, work: &K, since: Option<Timestamp>, now: Timestamp) -> Option<GiveWay> {
+        let uid = work.meta().uid.as_deref().unwrap_or_default();
+        if self.memory.observe_node_wait(uid, since) {
+            // Its Pods placed: the nodes' gate may open for work kept
+            // waiting (`admission::node`), which nothing else wakes.
+            self.queue.wake_next();
+        }
         self.queue.gives_way(&QueueEntry::of(work), since?, now)
     }
 
@@ -99,9 +107,8 @@ impl<K: WorkKind> Shell<K> {
     fn settle(&self, work: &K, outcome: Outcome) -> Outcome {
         let freshest = self.memory.freshest(work);
         // Holding a slot, its Pods waiting for a node: a spot owed may be taken back.
-        if let Some(since) =
-            freshest.waiting_for_node_since().filter(|_| freshest.lifecycle() == Lifecycle::Active)
-        {
+        let uid = freshest.meta().uid.as_deref().unwrap_or_default();
+        if let Some(since) = self.memory.node_wait(uid).filter(|_| freshest.lifecycle() == Lifecycle::Active) {
             return outcome.sooner(self.queue.reclaim_at_node(&QueueEntry::of(&freshest), since));
         }
         let Some(slots) = outcome.waited else { return outcome };

@@ -79,15 +79,8 @@ impl<K: WorkKind> Shell<K> {
     /// The queue counts what was written (its cache may lag), and a change
     /// of lifecycle may change whose turn it is.
     fn remember(&self, work: &K, status: &K::Status, version: Option<String>) {
-        let waited_for_node = work.waiting_for_node_since().is_some();
         let after = self.memory.remember(work, status, version);
         lifecycle_changed(&self.queue, work.lifecycle(), after);
-        // Its Pods placed: the nodes' gate may open for work kept waiting
-        // (`admission::node`), which nothing else wakes.
-        let waits_for_node = self.memory.freshest(work).waiting_for_node_since().is_some();
-        if waited_for_node && !waits_for_node && after == Lifecycle::Active {
-            self.queue.wake_next();
-        }
     }
 }
 

@@ -113,7 +113,7 @@ fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anyth
         finished_at: None,
     });
     wf.status = Some(status);
-    let waiting_plan = |wf: &MiningWorkflow, give_way| {
+    let waiting_plan_at = |wf: &MiningWorkflow, give_way, now| {
         let observed = Observed {
             workflow: wf,
             jobs: [(2, blocked(Cause::NoCapacity, 20))].into_iter().collect(),
@@ -122,11 +122,26 @@ fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anyth
             yielding: Yield::Keep,
             waiting_for_node: Some(at(20)),
             give_way,
-            now: at(30),
+            now,
         };
         plan(&observed, &limits())
     };
+    let said_after = pod_start::NODE_WAIT_SAID_AFTER.as_secs() as i64;
+    let waiting_plan = |wf: &MiningWorkflow, give_way| waiting_plan_at(wf, give_way, at(20 + said_after));
+    // A wait shorter than that is a busy node's normal: not said, and looked
+    // at again when it would be.
+    let quiet = waiting_plan_at(&wf, None, at(30));
+    assert_eq!(quiet.status.waiting_for_node_since, None);
+    assert!(quiet.status.message.as_deref().is_some_and(|m| !m.contains("waiting")), "{:?}", quiet.status.message);
+    assert!(quiet.events.is_empty(), "{:?}", quiet.events);
+    assert_eq!(quiet.requeue_after, Some(Duration::from_secs((said_after - 10) as u64)));
     let waiting = waiting_plan(&wf, None);
+    assert!(
+        waiting.status.message.as_deref().is_some_and(|m| m.contains("waiting for room on the cluster's nodes")),
+        "{:?}",
+        waiting.status.message
+    );
+    assert!(waiting.events.iter().any(|e| e.reason == pod_start::reasons::WAITING_TO_START));
     assert_eq!(waiting.status.phase, Some(WorkflowPhase::Mining));
     assert_eq!(
         waiting.status.waiting_for_node_since,

@@ -431,6 +431,17 @@ fn a_step_waiting_for_a_node_says_since_when_and_gives_way_even_if_its_tool_is_n
     let plan_ = plan(&waiting);
     assert_eq!(status(&plan_).phase, Some(ToolRunPhase::Running), "it keeps its slot");
     assert_eq!(status(&plan_).waiting_for_node_since.as_ref().map(|t| t.0), Some(since));
+    assert_eq!(plan_.start_event, Some(mining_api::pod_start::reasons::WAITING_TO_START));
+    // Waiting less than `NODE_WAIT_SAID_AFTER`: a busy node's normal, not said.
+    let lately = now() - k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let quiet = plan(&Observed {
+        start: Some(Blocked::new(Cause::NoCapacity, "0/1 nodes are available: 1 Too many pods.", lately)),
+        waiting_for_node: Some(lately),
+        ..observe(&run, ours(JobPhase::Running, 0), vec![])
+    });
+    assert_eq!(quiet.status, None, "nothing to write: it runs, as its status says");
+    assert_eq!(quiet.start_event, None);
+    assert!(quiet.requeue_after.is_some_and(|after| after <= Duration::from_secs(25)));
     let gave = plan(&Observed { give_way: Some(GiveWay::ToLess), ..waiting });
     assert!(gave.delete_job, "its Job goes (its Pod never ran)");
     let status = status(&gave);
