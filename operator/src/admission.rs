@@ -443,11 +443,11 @@ impl QueuePositions {
 }
 
 /// The waiting work that should take the slots free now, in queue order.
-pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget) -> Vec<&'a QueueEntry> {
+pub fn next_in_queue<'a>(all: &'a [Seen], budget: &Budget, now: Timestamp) -> Vec<&'a QueueEntry> {
     let mut holdings = Holdings::of(all);
     // Work the full nodes keep waiting is nobody's next (`node`): waking it
     // would only have it say so again.
-    let gate = node::NodeGate::of(all);
+    let gate = node::NodeGate::of(all, now);
     let mut next = Vec::new();
     for seen in queue(all) {
         if holdings.total >= budget.total {

@@ -187,7 +187,7 @@ impl WorkQueue {
             // A free slot is not a free node (`admission::node`); and
             // while the nodes keep it, that is what it says, whatever the
             // budget: one steady message, not one per count that changes.
-            let slots = kept_by_nodes(&all, me).unwrap_or(slots);
+            let slots = kept_by_nodes(&all, me, Timestamp::now()).unwrap_or(slots);
             let first = all.iter().any(|s| s.work.uid == me.uid && s.work.admitted.is_none());
             if let (true, true, Some(metrics), Some(created)) =
                 (slots.admits(), first, &self.metrics, me.created)
@@ -266,7 +266,7 @@ impl WorkQueue {
     pub fn wake_next(&self) {
         self.memory.queue_changed();
         let all = self.all();
-        for next in next_in_queue(&all, &self.budget) {
+        for next in next_in_queue(&all, &self.budget, Timestamp::now()) {
             if let Some(queued) = self.kind(next.kind) {
                 queued.wake(&next.namespace, &next.name);
             }

@@ -77,6 +77,12 @@ fn waits_for_node(seen: &Seen) -> bool {
     holds_slot(seen) && seen.work.waiting_for_node.is_some() && !seen.work.leaving
 }
 
+/// Work whose Pods waited for a node [`GIVE_WAY_AFTER`] at `now`: a full
+/// node, not a busy one, as the nodes' gate reads it ([`NodeGate`]).
+fn kept_at_node(seen: &Seen, now: Timestamp) -> bool {
+    waits_for_node(seen) && seen.work.waiting_for_node.is_some_and(|since| elapsed(since, now) >= GIVE_WAY_AFTER)
+}
+
 /// Work holding a slot whose Pods the scheduler placed.
 fn runs(seen: &Seen) -> bool {
     holds_slot(seen) && seen.work.waiting_for_node.is_none()
@@ -170,10 +176,14 @@ pub fn gives_way(
 
 /// Whether `me`, waiting for a slot, is kept from a free one by the nodes:
 /// they are full, and work of a group that runs no fewer than `me`'s (its
-/// own included) waits for a node first. The standing then says so
-/// ([`Limit::Nodes`]).
-pub fn kept_by_nodes(all: &[Seen], me: &QueueEntry) -> Option<Slots> {
-    NodeGate::of(all)?.keeps(group_of(all, me))
+/// own included) has waited for a node [`GIVE_WAY_AFTER`] at `now`. The
+/// standing then says so ([`Limit::Nodes`]). A shorter wait is a busy
+/// node's (Pods end and start every second between blocks): keeping work
+/// from its slot then would leave the node idle while each next Job is
+/// made, its Pod created and bound — 200 workflows created at once took
+/// 1.4× the floor of their Jobs that way (docs/BENCHMARKS.md, #72).
+pub fn kept_by_nodes(all: &[Seen], me: &QueueEntry, now: Timestamp) -> Option<Slots> {
+    NodeGate::of(all, now)?.keeps(group_of(all, me))
 }
 
 /// The nodes' gate, read once for many pieces of waiting work (see
@@ -184,10 +194,10 @@ pub struct NodeGate<'a> {
 }
 
 impl<'a> NodeGate<'a> {
-    /// `None` while the nodes are not full.
-    pub fn of(all: &'a [Seen]) -> Option<Self> {
+    /// `None` while the nodes are not full at `now`.
+    pub fn of(all: &'a [Seen], now: Timestamp) -> Option<Self> {
         let mut waiting: HashMap<(&str, &str), usize> = HashMap::new();
-        for seen in all.iter().filter(|s| waits_for_node(s)) {
+        for seen in all.iter().filter(|s| kept_at_node(s, now)) {
             *waiting.entry(group(seen)).or_default() += 1;
         }
         (!waiting.is_empty()).then(|| Self { running: Running::of(all), waiting })

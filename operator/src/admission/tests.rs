@@ -207,7 +207,7 @@ fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     let all = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
     assert_eq!(all[0].phase, Lifecycle::Cancelled);
     assert_eq!(taken_by_others(&all, &all[1].work), Taken::default(), "no slot is held");
-    assert_eq!(next_in_queue(&all, &budget(1)).len(), 1, "the one slot goes to the waiting workflow");
+    assert_eq!(next_in_queue(&all, &budget(1), at(100)).len(), 1, "the one slot goes to the waiting workflow");
 }
 
 #[test]
@@ -221,9 +221,9 @@ fn free_slots_go_to_the_oldest_waiting_workflows() {
         cancelled,
         seen("middle", 5, Lifecycle::Waiting),
     ];
-    let names: Vec<_> = next_in_queue(&all, &budget(3)).iter().map(|w| w.name.clone()).collect();
+    let names: Vec<_> = next_in_queue(&all, &budget(3), at(100)).iter().map(|w| w.name.clone()).collect();
     assert_eq!(names, ["early", "middle"]);
-    assert!(next_in_queue(&all, &budget(1)).is_empty());
+    assert!(next_in_queue(&all, &budget(1), at(100)).is_empty());
 }
 
 #[test]
@@ -304,7 +304,7 @@ fn one_budget_full_of_one_callers_runs_gives_the_next_slot_to_anothers_workflow(
     all[0].phase = Lifecycle::Succeeded;
     assert!(slots(&all, &bob, &budget).admits(), "the freed slot is bob's");
     assert!(!slots(&all, &all[3].work, &budget).admits(), "not alice's next run");
-    assert_eq!(next_in_queue(&all, &budget), [&bob]);
+    assert_eq!(next_in_queue(&all, &budget, at(100)), [&bob]);
     // And the reverse: a budget of bob's workflows, alice's run next.
     let mut reverse: Vec<Seen> =
         (0..3).map(|i| workflow_of("bob", &format!("b{i}"), i, Lifecycle::Active)).collect();
@@ -329,7 +329,7 @@ fn a_kind_at_its_cap_holds_up_only_its_own_kind() {
     assert!(!run.admits() && run.binding == Limit::Kind, "tool runs are at their cap: {run:?}");
     let workflow = slots(&all, &all[3].work, &budget);
     assert!(workflow.admits(), "the waiting run is no turn ahead of the workflow: {workflow:?}");
-    assert_eq!(next_in_queue(&all, &budget), [&all[3].work]);
+    assert_eq!(next_in_queue(&all, &budget, at(100)), [&all[3].work]);
     // A run never yields, and a workflow yields only to its own kind when
     // its kind's cap binds.
     let capped = Budget::new(10).capping(WORKFLOW, 1);
@@ -351,7 +351,7 @@ fn a_kind_is_its_noun_and_one_without_a_cap_is_bounded_by_the_budget() {
     let mut third = seen_of(WorkKind("report"), "ns", "r", 1, Lifecycle::Waiting);
     third.work.uid = "r".into();
     let all = [seen("w", 2, Lifecycle::Active), third];
-    let next: Vec<_> = next_in_queue(&all, &budget(2)).into_iter().map(|e| e.name.clone()).collect();
+    let next: Vec<_> = next_in_queue(&all, &budget(2), at(100)).into_iter().map(|e| e.name.clone()).collect();
     assert_eq!(next, ["r"]);
 }
 
@@ -373,12 +373,12 @@ fn a_caller_at_its_tool_run_cap_waits_while_slots_are_free_and_others_do_not() {
     assert!(message.contains("already holds 2 of at most 2"), "{message}");
     assert!(!message.contains("alice"), "a refusal names no caller: {message}");
     assert_eq!(slots(&all, &all[3].work, &budget).ahead, 1, "her own older run goes first");
-    assert!(next_in_queue(&all, &budget).is_empty(), "nobody is woken for slots alice may not take");
+    assert!(next_in_queue(&all, &budget, at(100)).is_empty(), "nobody is woken for slots alice may not take");
     // Bob, later, starts at once: alice's waiting runs are nobody's turn ahead.
     all.push(run_of("bob", "b0", 10, Lifecycle::Waiting));
     let bobs = slots(&all, &all[4].work, &budget);
     assert!(bobs.admits(), "{bobs:?}");
-    assert_eq!(next_in_queue(&all, &budget), [&all[4].work]);
+    assert_eq!(next_in_queue(&all, &budget, at(100)), [&all[4].work]);
     // One of alice's ends: her next takes its place.
     all[0].phase = Lifecycle::Succeeded;
     assert!(slots(&all, &all[2].work, &budget).admits());
@@ -404,7 +404,7 @@ fn a_namespace_at_its_cap_waits_and_the_queue_serves_the_others() {
         busy.queued_message("workflows are mining").contains("this namespace already holds 2 of at most 2")
     );
     assert!(slots(&all, &all[3].work, &budget).admits(), "the blocked one is no turn ahead");
-    let next: Vec<&str> = next_in_queue(&all, &budget).iter().map(|e| e.name.as_str()).collect();
+    let next: Vec<&str> = next_in_queue(&all, &budget, at(100)).iter().map(|e| e.name.as_str()).collect();
     assert_eq!(next, ["q0"]);
     // Every slot taken (the cap lowered after busy took two): busy yields
     // to a namespace holding none, never to one its cap keeps waiting.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::admission::node::{GiveWay, full, gives_way, kept_by_nodes, node_victims, owed_at_node};
+use crate::admission::node::{GIVE_WAY_AFTER, GiveWay, full, gives_way, kept_by_nodes, node_victims, owed_at_node};
 
 const DELAY: Duration = Duration::from_secs(60);
 
@@ -68,14 +68,19 @@ fn a_full_node_keeps_a_group_running_no_less_from_piling_pods_on_it() {
     let mut all = busy_node();
     all.push(seen_in("busy", None, "more", 100, Lifecycle::Waiting));
     all.push(seen_in("new", Some("carol"), "call", 100, Lifecycle::Waiting));
-    let more = kept_by_nodes(&all, &all[6].work).expect("its own group waits at the node first");
+    let more = kept_by_nodes(&all, &all[6].work, at(100)).expect("its own group waits at the node first");
     assert_eq!((more.binding, more.ahead, more.taken), (Limit::Nodes, 4, 2));
     assert!(!more.admits());
     assert!(more.queued_message("workflows are mining").contains("waiting for a node"));
-    assert_eq!(kept_by_nodes(&all, &all[7].work), None, "the newcomer runs less than every waiter");
+    assert_eq!(kept_by_nodes(&all, &all[7].work, at(100)), None, "the newcomer runs less than every waiter");
+    // A busy node, not a full one: its waiters waited less than GIVE_WAY_AFTER.
+    let soon = at(3 + GIVE_WAY_AFTER.as_secs() as i64 - 1);
+    assert_eq!(kept_by_nodes(&all, &all[6].work, soon), None, "Pods waiting seconds keep nobody");
+    let later = at(3 + GIVE_WAY_AFTER.as_secs() as i64);
+    assert_eq!(kept_by_nodes(&all, &all[6].work, later).map(|s| s.ahead), Some(1), "the oldest waiter now");
     // Nodes with room: nothing kept.
     all.retain(|s| s.work.waiting_for_node.is_none());
-    assert_eq!(kept_by_nodes(&all, &all[2].work), None);
+    assert_eq!(kept_by_nodes(&all, &all[2].work, at(100)), None);
 }
 
 #[test]
@@ -131,10 +136,10 @@ fn within_one_namespace_the_parties_are_compared() {
     let mut all: Vec<Seen> = (0..2).map(|i| holding("busy", &format!("run-{i}"), i, None)).collect();
     all.extend((2..6).map(|i| holding("busy", &format!("wait-{i}"), i, Some(i + 1))));
     all.push(seen_in("busy", Some("carol"), "call", 100, Lifecycle::Waiting));
-    assert_eq!(kept_by_nodes(&all, &all[6].work), None, "carol runs less than the direct creators");
+    assert_eq!(kept_by_nodes(&all, &all[6].work, at(100)), None, "carol runs less than the direct creators");
     assert_eq!(gives_way(&all, &all[2].work, at(3), &budget(6), at(101)), Some(GiveWay::ToLess));
     all.push(seen_in("busy", None, "more", 100, Lifecycle::Waiting));
-    assert!(kept_by_nodes(&all, &all[7].work).is_some(), "the direct creators' own waiters go first");
+    assert!(kept_by_nodes(&all, &all[7].work, at(100)).is_some(), "the direct creators' own waiters go first");
 }
 
 #[test]
