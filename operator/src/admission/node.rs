@@ -80,7 +80,8 @@ fn waits_for_node(seen: &Seen) -> bool {
 /// Work whose Pods waited for a node [`GIVE_WAY_AFTER`] at `now`: a full
 /// node, not a busy one, as the nodes' gate reads it ([`NodeGate`]).
 fn kept_at_node(seen: &Seen, now: Timestamp) -> bool {
-    waits_for_node(seen) && seen.work.waiting_for_node.is_some_and(|since| elapsed(since, now) >= GIVE_WAY_AFTER)
+    waits_for_node(seen)
+        && seen.work.waiting_for_node.is_some_and(|since| elapsed(since, now) >= GIVE_WAY_AFTER)
 }
 
 /// Work holding a slot whose Pods the scheduler placed.

@@ -160,14 +160,8 @@ fn thirty_workflows_with_random_unproven_labels_are_one_party_and_wait_their_tur
 #[test]
 fn what_this_operator_wrote_wins_over_a_lagging_cache() {
     let mut written = HashMap::new();
-    written.insert(
-        "uid-b".to_string(),
-        Standing { phase: Lifecycle::Active, admitted: Some(at(7)) },
-    );
-    written.insert(
-        "uid-a".to_string(),
-        Standing { phase: Lifecycle::Succeeded, admitted: None },
-    );
+    written.insert("uid-b".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(7)) });
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Succeeded, admitted: None });
     let cached = [Arc::new(workflow("a", 8, 1)), Arc::new(workflow("b", 8, 1))];
     let seen = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
@@ -196,10 +190,7 @@ fn node_waits_are_what_the_reconciles_observed_and_only_of_work_holding_a_slot()
 fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     // Finding 4 of the tool boundary: mining, deleted, a finalizer keeps it.
     let mut written = HashMap::new();
-    written.insert(
-        "uid-a".to_string(),
-        Standing { phase: Lifecycle::Active, admitted: Some(at(1)) },
-    );
+    written.insert("uid-a".to_string(), Standing { phase: Lifecycle::Active, admitted: Some(at(1)) });
     let mut deleted = workflow("a", 8, 1);
     deleted.metadata.deletion_timestamp = Some(Time(at(2)));
     deleted.metadata.finalizers = Some(vec!["example.com/hold".into()]);
@@ -207,7 +198,11 @@ fn a_deleted_workflow_kept_by_a_finalizer_holds_no_slot() {
     let all = freshest_phases(&cached, &written, &HashMap::new(), |_| String::new());
     assert_eq!(all[0].phase, Lifecycle::Cancelled);
     assert_eq!(taken_by_others(&all, &all[1].work), Taken::default(), "no slot is held");
-    assert_eq!(next_in_queue(&all, &budget(1), at(100)).len(), 1, "the one slot goes to the waiting workflow");
+    assert_eq!(
+        next_in_queue(&all, &budget(1), at(100)).len(),
+        1,
+        "the one slot goes to the waiting workflow"
+    );
 }
 
 #[test]

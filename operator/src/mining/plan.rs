@@ -130,7 +130,8 @@ pub fn plan(observed: &Observed, limits: &Limits) -> Plan {
     let mining = planner.plan.status.phase == Some(WorkflowPhase::Mining);
     // What the status says of a node wait (fair share reads the Pod watch).
     let said = |since: &Timestamp| pod_start::node_wait_said(*since, observed.now);
-    planner.plan.status.waiting_for_node_since = observed.waiting_for_node.filter(|_| mining).filter(said).map(Time);
+    planner.plan.status.waiting_for_node_since =
+        observed.waiting_for_node.filter(|_| mining).filter(said).map(Time);
     // `message` is a column of `kubectl get -o wide`: keep it short; the
     // conditions carry the whole text.
     if let Some(message) = planner.plan.status.message.as_mut()

@@ -108,7 +108,8 @@ impl<K: WorkKind> Shell<K> {
         let freshest = self.memory.freshest(work);
         // Holding a slot, its Pods waiting for a node: a spot owed may be taken back.
         let uid = freshest.meta().uid.as_deref().unwrap_or_default();
-        if let Some(since) = self.memory.node_wait(uid).filter(|_| freshest.lifecycle() == Lifecycle::Active) {
+        if let Some(since) = self.memory.node_wait(uid).filter(|_| freshest.lifecycle() == Lifecycle::Active)
+        {
             return outcome.sooner(self.queue.reclaim_at_node(&QueueEntry::of(&freshest), since));
         }
         let Some(slots) = outcome.waited else { return outcome };

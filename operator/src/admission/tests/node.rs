@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::admission::node::{GIVE_WAY_AFTER, GiveWay, full, gives_way, kept_by_nodes, node_victims, owed_at_node};
+use crate::admission::node::{
+    GIVE_WAY_AFTER, GiveWay, full, gives_way, kept_by_nodes, node_victims, owed_at_node,
+};
 
 const DELAY: Duration = Duration::from_secs(60);
 
@@ -139,7 +141,10 @@ fn within_one_namespace_the_parties_are_compared() {
     assert_eq!(kept_by_nodes(&all, &all[6].work, at(100)), None, "carol runs less than the direct creators");
     assert_eq!(gives_way(&all, &all[2].work, at(3), &budget(6), at(101)), Some(GiveWay::ToLess));
     all.push(seen_in("busy", None, "more", 100, Lifecycle::Waiting));
-    assert!(kept_by_nodes(&all, &all[7].work, at(100)).is_some(), "the direct creators' own waiters go first");
+    assert!(
+        kept_by_nodes(&all, &all[7].work, at(100)).is_some(),
+        "the direct creators' own waiters go first"
+    );
 }
 
 #[test]

@@ -132,12 +132,20 @@ fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anyth
     // at again when it would be.
     let quiet = waiting_plan_at(&wf, None, at(30));
     assert_eq!(quiet.status.waiting_for_node_since, None);
-    assert!(quiet.status.message.as_deref().is_some_and(|m| !m.contains("waiting")), "{:?}", quiet.status.message);
+    assert!(
+        quiet.status.message.as_deref().is_some_and(|m| !m.contains("waiting")),
+        "{:?}",
+        quiet.status.message
+    );
     assert!(quiet.events.is_empty(), "{:?}", quiet.events);
     assert_eq!(quiet.requeue_after, Some(Duration::from_secs((said_after - 10) as u64)));
     let waiting = waiting_plan(&wf, None);
     assert!(
-        waiting.status.message.as_deref().is_some_and(|m| m.contains("waiting for room on the cluster's nodes")),
+        waiting
+            .status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("waiting for room on the cluster's nodes")),
         "{:?}",
         waiting.status.message
     );
