@@ -38,7 +38,7 @@ impl ToolRunPhase {
 
 /// The fields every kind spells the same way (`status.phase`, `spec.cancel`,
 /// `spec.ttlSecondsAfterFinished`, `status.startedAt`, `status.admittedAt`,
-/// `status.preemptions`, `status.waitingForNodeSince`), read the same way.
+/// `status.preemptions`), read the same way.
 macro_rules! common_fields {
     () => {
         fn lifecycle(&self) -> Lifecycle {

@@ -66,8 +66,8 @@ pub struct QueueEntry {
     pub admitted: Option<Timestamp>,
     /// How many times its slot was taken back while it ran ([`Work::preemptions`]).
     pub preemptions: u32,
-    /// Since when its Pods wait for a node, none running
-    /// ([`Work::waiting_for_node_since`]).
+    /// Since when its Pods wait for a node, none running, as its last
+    /// reconcile observed them in the Pod watch (`Memory::node_waits`).
     pub waiting_for_node: Option<Timestamp>,
 }
 

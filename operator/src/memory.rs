@@ -98,8 +98,10 @@ pub struct Memory {
     /// Since when each piece of work holding a slot has had its Pods wait
     /// for a node, none running (by uid), as its last reconcile observed
     /// them in the Pod watch: what fair share at the node reads. Its status
-    /// says a wait only once it lasted (`pod_start::NODE_WAIT_SAID_AFTER`),
-    /// and a new leader observes every wait again as it reconciles all work.
+    /// says a wait only once it lasted (`pod_start::NODE_WAIT_SAID_AFTER`).
+    /// A new leader starts with none and observes each as it reconciles all
+    /// work at start: until then (one pass over the caches) its gate and
+    /// fair share at the node see the nodes as less full than they are.
     node_waits: Mutex<HashMap<String, Timestamp>>,
     /// When each workflow (by uid) last got a `Forbidden` Event.
     forbidden_told: Mutex<HashMap<String, Instant>>,
@@ -197,9 +199,11 @@ impl Memory {
         match since {
             None => waits.remove(uid).is_some(),
             Some(since) => {
-                // Only work holding a slot is here; past this bound (far
-                // beyond any budget) the rest are observed again within
-                // seconds (`pod_start::WAITING_RECHECK`).
+                // Work that ended while waiting leaves with its status
+                // write (`Shell::remember`); work deleted meanwhile stays
+                // until this bound, read by nothing (only active work's
+                // waits count). Past it, the live waits are observed again
+                // within seconds (`pod_start::WAITING_RECHECK`).
                 if waits.len() >= MAX_NODE_WAITS && !waits.contains_key(uid) {
                     waits.clear();
                 }

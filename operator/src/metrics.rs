@@ -161,7 +161,7 @@ impl Default for Metrics {
         let start_waits = Family::<KindLabels, Counter>::default();
         registry.register(
             "start_waits",
-            "Work whose Pods began to wait for a cause that may clear (image pull, quota, no matching node)",
+            "Work whose Pods began to wait for a cause that may clear (image pull, quota, no matching node; no room on the nodes once it lasted 30 s)",
             start_waits.clone(),
         );
         Self {

@@ -9,9 +9,10 @@
 //!   wants a node too (once it waited [`GIVE_WAY_AFTER`]), or when it has
 //!   waited `--capacity-wait-seconds`
 //!   ([`gives_way`]); its Pods never ran, so nothing is lost;
-//! - waiting work is not admitted while work of a group running no fewer
-//!   than its own waits for a node ([`kept_by_nodes`]): it would only
-//!   queue another Pod behind it;
+//! - waiting work is not admitted while work of a group running fewer
+//!   than its own waits for a node, or work of a group running as many (its
+//!   own included) has waited [`GIVE_WAY_AFTER`] ([`kept_by_nodes`]): it
+//!   would only queue another Pod behind it;
 //! - work that has waited for a node `--preempt-after-seconds` takes one
 //!   running piece of work of a group running more than its own back
 //!   ([`node_victims`]; the queue asks one victim per wait, never more:
@@ -77,11 +78,10 @@ fn waits_for_node(seen: &Seen) -> bool {
     holds_slot(seen) && seen.work.waiting_for_node.is_some() && !seen.work.leaving
 }
 
-/// Work whose Pods waited for a node [`GIVE_WAY_AFTER`] at `now`: a full
-/// node, not a busy one, as the nodes' gate reads it ([`NodeGate`]).
-fn kept_at_node(seen: &Seen, now: Timestamp) -> bool {
-    waits_for_node(seen)
-        && seen.work.waiting_for_node.is_some_and(|since| elapsed(since, now) >= GIVE_WAY_AFTER)
+/// Whether work waiting for a node has waited [`GIVE_WAY_AFTER`] at `now`:
+/// a full node, not only a busy one.
+fn waited_long(seen: &Seen, now: Timestamp) -> bool {
+    seen.work.waiting_for_node.is_some_and(|since| elapsed(since, now) >= GIVE_WAY_AFTER)
 }
 
 /// Work holding a slot whose Pods the scheduler placed.
@@ -89,7 +89,8 @@ fn runs(seen: &Seen) -> bool {
     holds_slot(seen) && seen.work.waiting_for_node.is_none()
 }
 
-/// Whether the nodes are full: some work holding a slot waits for one.
+/// Whether some work holding a slot waits for a node (the nodes' gate
+/// reads how long, and whose: [`kept_by_nodes`]).
 pub fn full(all: &[Seen]) -> bool {
     all.iter().any(waits_for_node)
 }
@@ -176,30 +177,43 @@ pub fn gives_way(
 }
 
 /// Whether `me`, waiting for a slot, is kept from a free one by the nodes:
-/// they are full, and work of a group that runs no fewer than `me`'s (its
-/// own included) has waited for a node [`GIVE_WAY_AFTER`] at `now`. The
-/// standing then says so ([`Limit::Nodes`]). A shorter wait is a busy
+/// work of a group that runs fewer than `me`'s waits for a node, or work
+/// of a group running as many (its own included) has waited for one
+/// [`GIVE_WAY_AFTER`] at `now`. The standing then says so
+/// ([`Limit::Nodes`]). The first keeps every Pod of a group running more
+/// off the node's queue at once, so the spot a victim frees is the
+/// waiter's ([`node_victims`]). For the second, a shorter wait is a busy
 /// node's (Pods end and start every second between blocks): keeping work
-/// from its slot then would leave the node idle while each next Job is
-/// made, its Pod created and bound — 200 workflows created at once took
-/// 1.4× the floor of their Jobs that way (docs/BENCHMARKS.md, #72).
+/// of one party from its slot then would leave the node idle while each
+/// next Job is made, its Pod created and bound — 200 workflows created at
+/// once took 1.4× the floor of their Jobs that way (docs/BENCHMARKS.md, #72).
 pub fn kept_by_nodes(all: &[Seen], me: &QueueEntry, now: Timestamp) -> Option<Slots> {
     NodeGate::of(all, now)?.keeps(group_of(all, me))
+}
+
+/// Who waits for a node in one group: all of them, and those that waited
+/// [`GIVE_WAY_AFTER`].
+#[derive(Default, Clone, Copy)]
+struct Waiters {
+    all: usize,
+    long: usize,
 }
 
 /// The nodes' gate, read once for many pieces of waiting work (see
 /// [`kept_by_nodes`]): the work running, and who waits for a node, by group.
 pub struct NodeGate<'a> {
     running: Running<'a>,
-    waiting: HashMap<(&'a str, &'a str), usize>,
+    waiting: HashMap<(&'a str, &'a str), Waiters>,
 }
 
 impl<'a> NodeGate<'a> {
-    /// `None` while the nodes are not full at `now`.
+    /// `None` while no work waits for a node.
     pub fn of(all: &'a [Seen], now: Timestamp) -> Option<Self> {
-        let mut waiting: HashMap<(&str, &str), usize> = HashMap::new();
-        for seen in all.iter().filter(|s| kept_at_node(s, now)) {
-            *waiting.entry(group(seen)).or_default() += 1;
+        let mut waiting: HashMap<(&str, &str), Waiters> = HashMap::new();
+        for seen in all.iter().filter(|s| waits_for_node(s)) {
+            let waiters = waiting.entry(group(seen)).or_default();
+            waiters.all += 1;
+            waiters.long += usize::from(waited_long(seen, now));
         }
         (!waiting.is_empty()).then(|| Self { running: Running::of(all), waiting })
     }
@@ -208,7 +222,11 @@ impl<'a> NodeGate<'a> {
     /// nodes keep it waiting.
     pub fn keeps(&self, mine: (&str, &str)) -> Option<Slots> {
         let first = self.waiting.iter().filter(|(group, _)| !self.running.less(mine, **group));
-        let ahead: usize = first.map(|(_, count)| count).sum();
+        let counted = |(group, waiters): (&(&str, &str), &Waiters)| match self.running.less(*group, mine) {
+            true => waiters.all,
+            false => waiters.long,
+        };
+        let ahead: usize = first.map(counted).sum();
         let taken = self.running.total;
         (ahead > 0).then_some(Slots { taken, limit: taken, ahead, binding: Limit::Nodes })
     }

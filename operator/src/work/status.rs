@@ -80,6 +80,11 @@ impl<K: WorkKind> Shell<K> {
     /// of lifecycle may change whose turn it is.
     fn remember(&self, work: &K, status: &K::Status, version: Option<String>) {
         let after = self.memory.remember(work, status, version);
+        if after != Lifecycle::Active {
+            // Holding no slot, it waits for no node (and the queue hears of
+            // the freed slot just below).
+            self.memory.observe_node_wait(work.meta().uid.as_deref().unwrap_or_default(), None);
+        }
         lifecycle_changed(&self.queue, work.lifecycle(), after);
     }
 }

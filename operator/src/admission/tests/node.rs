@@ -80,6 +80,16 @@ fn a_full_node_keeps_a_group_running_no_less_from_piling_pods_on_it() {
     assert_eq!(kept_by_nodes(&all, &all[6].work, soon), None, "Pods waiting seconds keep nobody");
     let later = at(3 + GIVE_WAY_AFTER.as_secs() as i64);
     assert_eq!(kept_by_nodes(&all, &all[6].work, later).map(|s| s.ahead), Some(1), "the oldest waiter now");
+    // A group running fewer waits for a node: that keeps the others at
+    // once, so no Pod of theirs queues ahead of it for the spot a victim frees.
+    let mut fewer = all.clone();
+    fewer.push(holding("new", "waits", 11, Some(11)));
+    assert_eq!(
+        kept_by_nodes(&fewer, &fewer[6].work, soon).map(|s| s.ahead),
+        Some(1),
+        "its wait counts at once"
+    );
+    assert_eq!(kept_by_nodes(&fewer, &fewer[6].work, at(100)).map(|s| s.ahead), Some(5));
     // Nodes with room: nothing kept.
     all.retain(|s| s.work.waiting_for_node.is_none());
     assert_eq!(kept_by_nodes(&all, &all[2].work, at(100)), None);

@@ -154,8 +154,27 @@ fn a_block_waiting_for_a_node_says_since_when_and_gives_way_without_losing_anyth
     assert_eq!(
         waiting.status.waiting_for_node_since,
         Some(Time(at(20))),
-        "what fair share at the node reads"
+        "said once it lasted, since its Pod's creation"
     );
+    // Its Pod replaced (a new one, waiting seconds): the wait said before is taken back.
+    let mut said = wf.clone();
+    said.status = Some(waiting.status.clone());
+    let replaced = Observed {
+        workflow: &said,
+        jobs: [(2, blocked(Cause::NoCapacity, 100))].into_iter().collect(),
+        ranges: BTreeMap::new(),
+        slots: Slots::OPEN,
+        yielding: Yield::Keep,
+        waiting_for_node: Some(at(100)),
+        give_way: None,
+        now: at(105),
+    };
+    let replaced = plan(&replaced, &limits());
+    assert_eq!(replaced.status.message.as_deref(), Some("mining block 2/3"));
+    let mining = replaced.status.conditions.iter().find(|c| c.type_ == condition_types::MINING).unwrap();
+    assert_eq!(mining.reason, reasons::BLOCK_STARTED);
+    assert_eq!(replaced.status.waiting_for_node_since, None);
+    assert!(replaced.events.is_empty(), "{:?}", replaced.events);
     let gave = waiting_plan(&wf, Some(GiveWay::ToLess));
     assert_eq!(gave.status.phase, Some(WorkflowPhase::Pending), "back in the queue");
     assert_eq!(gave.status.waiting_for_node_since, None, "holding no slot, it waits for none");

@@ -441,7 +441,7 @@ fn a_step_waiting_for_a_node_says_since_when_and_gives_way_even_if_its_tool_is_n
     });
     assert_eq!(quiet.status, None, "nothing to write: it runs, as its status says");
     assert_eq!(quiet.start_event, None);
-    assert!(quiet.requeue_after.is_some_and(|after| after <= Duration::from_secs(25)));
+    assert_eq!(quiet.requeue_after, Some(PROGRESS_POLL), "as a running step is looked at");
     let gave = plan(&Observed { give_way: Some(GiveWay::ToLess), ..waiting });
     assert!(gave.delete_job, "its Job goes (its Pod never ran)");
     let status = status(&gave);
