@@ -1,5 +1,5 @@
-//! What the benchmark binaries (src/bin/*-bench.rs) share: percentiles and
-//! their one-line summary.
+//! What the benchmark binaries (src/bin/*-bench.rs) share: percentiles,
+//! their one-line summary, and a frontend's limits lifted.
 
 /// The `p` quantile (0–1) of sorted samples, nearest rank.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -17,3 +17,15 @@ pub fn summary(name: &str, mut millis: Vec<f64>) -> f64 {
     );
     p50
 }
+
+/// A benchmark's frontend with the per-source and per-caller limits lifted,
+/// so that its one source, its starts and its stored work are not what it
+/// measures.
+pub const FRONTEND_LIMITS_LIFTED: &[&str] = &[
+    "--max-connections-per-source",
+    "100000",
+    "--max-running-per-caller",
+    "1000",
+    "--max-starts-per-minute",
+    "1000",
+];

@@ -16,24 +16,13 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cluster_tests::bench::percentile;
+use cluster_tests::bench::{FRONTEND_LIMITS_LIFTED, percentile};
 use cluster_tests::mcp::FrontendProcess;
 use cluster_tests::{TestNamespace, install_crd, resident_mib};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-
-/// Lifted so that the bench's one source, its starts and its stored tasks
-/// are not what is measured.
-const LIFTED: &[&str] = &[
-    "--max-connections-per-source",
-    "100000",
-    "--max-running-per-caller",
-    "1000",
-    "--max-starts-per-minute",
-    "1000",
-];
 
 fn request(token: &str, method: &str, params: Value, id: u64) -> String {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
@@ -126,7 +115,7 @@ async fn main() {
     install_crd(&ns.client).await;
     let tokens: Vec<String> = (0..callers).map(|i| format!("poll-bench-token-{i:04}-{}", ns.name)).collect();
     let lines: String = tokens.iter().enumerate().map(|(i, t)| format!("{t} caller-{i:04}\n")).collect();
-    let frontend = FrontendProcess::start_with_tokens(&ns.name, &lines, LIFTED).await;
+    let frontend = FrontendProcess::start_with_tokens(&ns.name, &lines, FRONTEND_LIMITS_LIFTED).await;
     let addr = frontend.addr;
 
     // Each caller starts its share, on a connection of its own.

@@ -72,18 +72,7 @@ async fn main() {
     let tools: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
     let ns = TestNamespace::new("tool-bench").await;
     install_crd(&ns.client).await;
-    let frontend = FrontendProcess::start(
-        &ns.name,
-        &[
-            "--max-connections-per-source",
-            "100000",
-            "--max-running-per-caller",
-            "1000",
-            "--max-starts-per-minute",
-            "1000",
-        ],
-    )
-    .await;
+    let frontend = FrontendProcess::start(&ns.name, cluster_tests::bench::FRONTEND_LIMITS_LIFTED).await;
     let addr: SocketAddr =
         frontend.url().trim_start_matches("http://").trim_end_matches("/mcp").parse().unwrap();
     let api: Api<McpTool> = ns.api();
