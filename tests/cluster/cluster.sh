@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, without Docker:
 # etcd + kube-apiserver + kube-controller-manager (Job, GC, TTL, namespace, ResourceQuota,
-# service-account, Deployment, Endpoints, ClusterRole aggregation controllers) + our node agent as the
-# kubelet (Pod IPs added to lo from 10.244.0.0/16, httpGet probes).
+# service-account, Deployment, Endpoints, ClusterRole aggregation controllers) + a private image
+# registry (TLS, htpasswd; 127.0.0.1:15443+slot) + our node agent as the kubelet (Pod IPs added to
+# lo from 10.244.0.0/16, httpGet probes, image pulls from that registry with Pods' pull secrets).
 #
 #   cluster.sh up          start everything with fresh state (no-op when already up)
 #   cluster.sh down        stop exactly what `up` started, by pid, and remove its state
@@ -10,9 +11,10 @@
 #   cluster.sh status      say whether it is up, or which component is not running
 #   cluster.sh restart-agent  SIGKILL the node agent and start it again (for tests)
 #
-# Pods run the images in podman's store (`make images BINARIES=prebuilt`);
-# only the test doubles (fake miners, a shell, the helm test's curl) are host
-# programs mapped to image names.
+# Pods run the images in podman's store (`make images BINARIES=prebuilt`),
+# or pulled into it from the cluster's registry; only the test doubles
+# (fake miners, a shell, the helm test's curl) are host programs mapped to
+# image names.
 #
 # Several clusters can run on one machine side by side: MINING_CLUSTER_SLOT
 # (0-9, default 0; tests/run.sh uses 1, `make demo` 0) picks each one's state
@@ -40,12 +42,15 @@ SERVICE_PREFIX="10.$((96 + SLOT))"
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 KUBECONFIG_PATH="$STATE/kubeconfig"
 NODE_NAME="${MINING_CLUSTER_NODE:-local-node}"
-# A private registry the node agent plays (tests/node-agent/src/pull.rs): its
-# images are pulled only with a pull secret holding these credentials.
-PRIVATE_REGISTRY="registry.mining.test:5000"
-PRIVATE_REGISTRY_CREDENTIALS="puller:pull-s3cret"
+# A private registry (Debian's docker-registry, the CNCF Distribution
+# registry): TLS with a certificate of its own, htpasswd authentication, no
+# anonymous pulls. The node agent pulls from it with Pods' pull secrets
+# (tests/node-agent/src/pull.rs); tests push to it with the credentials in
+# $STATE/registry/credentials (tests/cluster-tests/src/registry.rs).
+REGISTRY_PORT=$((15443 + SLOT))
+REGISTRY_HOST="127.0.0.1:$REGISTRY_PORT"
 # Components in start order; `down` stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager node-agent)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager registry node-agent)
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -107,7 +112,46 @@ start_agent() { # start_agent RELEASE_DIR (where node-agent and the components' 
     --image "local/forger=$HERE/fake-miners/forge-result.sh" --image "local/failing-miner=$HERE/fake-miners/fail.sh" \
     --image "local/oversize-nonce=$HERE/fake-miners/oversize-nonce.sh" --image "local/non-minimal=$HERE/fake-miners/non-minimal.sh" \
     --image "local/patient=$HERE/fake-miners/patient.sh" \
-    --registry-credentials "$PRIVATE_REGISTRY=$PRIVATE_REGISTRY_CREDENTIALS"
+    --registry-certs "$STATE/certs.d"
+}
+
+registry_answers() { # 401: up, and refusing anonymous clients
+  [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$STATE/registry/trust/ca.crt" "https://$REGISTRY_HOST/v2/")" = 401 ]
+}
+
+start_registry() {
+  local dir="$STATE/registry" password
+  mkdir -p "$dir"/{data,tls,trust} "$STATE/certs.d/$REGISTRY_HOST"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/tls/registry.key" -out "$dir/tls/registry.crt" \
+    -days 30 -subj "/CN=$REGISTRY_HOST" -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
+  # Who trusts it: pushers (podman --cert-dir, helm --ca-file) and the node.
+  cp "$dir/tls/registry.crt" "$dir/trust/ca.crt"
+  cp "$dir/tls/registry.crt" "$STATE/certs.d/$REGISTRY_HOST/ca.crt"
+  password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  htpasswd -Bbn puller "$password" >"$dir/htpasswd" 2>/dev/null
+  (umask 077 && printf 'puller:%s\n' "$password" >"$dir/credentials")
+  echo "$REGISTRY_HOST" >"$dir/host"
+  cat >"$dir/config.yml" <<CONFIG
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_HOST
+  tls:
+    certificate: $dir/tls/registry.crt
+    key: $dir/tls/registry.key
+auth:
+  htpasswd:
+    realm: mining-operator-test-registry
+    path: $dir/htpasswd
+CONFIG
+  start registry docker-registry serve "$dir/config.yml"
+  wait_for "the registry at $REGISTRY_HOST" 30 registry_answers || die "the registry did not start"
 }
 
 # Kills the node agent with SIGKILL (its pods' processes live on, as containers
@@ -182,6 +226,12 @@ cmd_down() {
         'index($4, pods) == 1 || index($4, services) == 1 {print $4}'); do
     ip -4 addr del "$address" dev lo 2>/dev/null || true
   done
+  # The tags of images the node pulled from this cluster's registry (their
+  # layers stay when another tag, a local build's, shares them).
+  if command -v podman >/dev/null; then
+    podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY_HOST/" \
+      | xargs -r podman rmi >/dev/null 2>&1 || true
+  fi
   rm -rf "$STATE"
   log "removed $STATE"
 }
@@ -194,6 +244,9 @@ cmd_up() {
 
   command -v podman >/dev/null || { log "installing podman (the node agent runs Pods from its image store)"; \
     apt-get install -y -qq podman >/dev/null; }
+  command -v docker-registry >/dev/null && command -v htpasswd >/dev/null \
+    || { log "installing docker-registry and apache2-utils (the cluster's private registry)"; \
+      apt-get install -y -qq docker-registry apache2-utils >/dev/null; }
   local target
   target=$(target_dir)
   if [ ! -x "$target/release/node-agent" ]; then
@@ -253,6 +306,7 @@ KCFG
     --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/sa.crt" \
     --use-service-account-credentials=false --kube-api-qps 200 --kube-api-burst 400
 
+  start_registry
   start_agent "$target/release"
 
   wait_for "node $NODE_NAME to be Ready" 60 \

@@ -4,13 +4,15 @@
 # `make images`), iproute2 (Pod IPs on `lo`), podman and runc (the images,
 # held for the node agent), nginx-light (the reverse proxy the frontend's
 # connection bounds are tested behind), openssl and ca-certificates,
-# python3-yaml (a YAML 1.1 reader of crds/, as Python clients read them).
+# python3-yaml (a YAML 1.1 reader of crds/, as Python clients read them),
+# docker-registry and apache2-utils (the local cluster's private registry
+# and its htpasswd).
 # tests/run.sh calls it, so a fresh machine needs nothing typed first.
 # Installs only what is missing; as non-root it stops with the command to run.
 set -euo pipefail
 log() { printf '[packages] %s\n' "$*" >&2; }
 
-packages=(python3 python3-yaml openssl ca-certificates curl make iproute2 podman runc musl-tools nginx-light)
+packages=(python3 python3-yaml openssl ca-certificates curl make iproute2 podman runc musl-tools nginx-light docker-registry apache2-utils)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

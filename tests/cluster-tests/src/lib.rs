@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod otlp;
 pub mod pod_security;
 pub mod reaction;
+pub mod registry;
 pub mod release;
 pub mod s3;
 pub mod sse;

@@ -8,7 +8,8 @@
 //! within seconds of the cluster showing it, and end `failed` at once when
 //! the cause cannot clear, or after the operator's bound when it can. The
 //! causes are real: the API server's admission and quota, the Job
-//! controller, and the node agent reporting what a kubelet reports
+//! controller, a private registry (TLS, htpasswd), and the node agent
+//! pulling from it and reporting what a kubelet reports
 //! (tests/node-agent/src/pull.rs). Needs the local cluster's node agent.
 
 use std::time::{Duration, Instant};
@@ -27,8 +28,6 @@ use serde_json::{Value, json};
 const BOUND_SECONDS: u64 = 20;
 /// How soon after the cluster shows a cause the caller must read it.
 const REPORTED_WITHIN: Duration = Duration::from_secs(10);
-/// A private registry the node agent plays (tests/cluster/cluster.sh).
-const REGISTRY: &str = "registry.mining.test:5000";
 
 struct Case {
     ns: TestNamespace,
@@ -248,21 +247,25 @@ async fn an_image_that_does_not_exist_is_pulled_until_the_bound_then_fails() {
 #[tokio::test]
 #[ignore = "needs the local cluster's node agent"]
 async fn a_private_image_waits_for_its_pull_secret_and_then_runs() {
-    let miner = format!("{REGISTRY}/mining-operator/miner:dev");
+    // The images under a path the node never pulled: it must, with a secret.
+    let registry = cluster_tests::registry::Registry::local();
+    let path = cluster_tests::registry::Registry::unique_path("start-private");
+    let miner = registry.push("localhost/mining-operator/miner:dev", &path);
+    let image = registry.push(cluster_tests::tools::IMAGE, &path);
+    assert!(!cluster_tests::registry::Registry::node_holds(&image), "the node has not pulled {image}");
     let case =
         Case::start("start-private", &["--miner-image", &miner, "--miner-image-pull-secret", "regcred"])
             .await;
-    // The registry serves this machine's build under the same path.
-    let image = format!("{REGISTRY}/{}", cluster_tests::tools::IMAGE.trim_start_matches("localhost/"));
     let pod =
         json!({"imagePullSecrets": [{"name": "regcred"}], "containers": [{"name": "tool", "image": image}]});
     let run = case.call_tool("private", pod).await;
     let block = case.start_block().await;
-    // The registry refused the pull without credentials ("pull access
-    // denied"), then the node backs off: the caller reads which image waits.
+    // The registry refused the pull without credentials, then the node
+    // backs off: the caller reads which image waits, in the registry's words.
     let words = "waiting for its image to be pulled";
     let seen = case.run_says(&run, words, REPORTED_WITHIN + Duration::from_secs(5)).await;
-    assert!(seen.status.unwrap().message.unwrap().contains(REGISTRY));
+    let message = seen.status.unwrap().message.unwrap();
+    assert!(message.contains(&registry.host), "{message}");
     case.workflow_says(&block, words, REPORTED_WITHIN + Duration::from_secs(5)).await;
     let jobs: Api<Job> = case.ns.api();
     let listed = jobs.list(&ListParams::default()).await.unwrap().items;
@@ -271,23 +274,27 @@ async fn a_private_image_waits_for_its_pull_secret_and_then_runs() {
         pod.image_pull_secrets.iter().flatten().map(|s| s.name.clone()).collect::<Vec<_>>()
     };
     assert!(listed.iter().all(|job| pulls_with(job) == ["regcred"]), "every Job pulls with the secret");
+    let pods: Api<Pod> = case.ns.api();
+    let refused = pods.list(&ListParams::default()).await.unwrap().items.into_iter().any(|pod| {
+        let statuses = pod.status.and_then(|s| s.container_statuses).unwrap_or_default();
+        statuses.iter().filter_map(|s| s.state.as_ref()?.waiting.as_ref()?.message.clone()).any(|m| {
+            m.contains("authentication required")
+                || m.contains("unauthorized")
+                || m.contains("Back-off pulling")
+        })
+    });
+    assert!(refused, "a Pod waits on the registry's refusal");
     // The registry's credentials, as `kubectl create secret docker-registry` makes them.
-    let made = std::process::Command::new("kubectl")
-        .args(["create", "secret", "docker-registry", "regcred", "-n", &case.ns.name])
-        .args([
-            &format!("--docker-server={REGISTRY}"),
-            "--docker-username=puller",
-            "--docker-password=pull-s3cret",
-        ])
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    registry.create_pull_secret(&case.ns.name, "regcred");
     let ended = case.run_ends(&run, ToolRunPhase::Succeeded, Duration::from_secs(60)).await;
     assert_eq!(
         ended.status.unwrap().result.as_deref().map(serde_json::from_str::<Value>).unwrap().unwrap()["sum"],
         3.0
     );
     case.workflow_ends(&block, WorkflowPhase::Succeeded, Duration::from_secs(60)).await;
+    // Both ran what the node pulled from the registry with the secret.
+    assert!(cluster_tests::registry::Registry::node_holds(&image), "the node pulled {image}");
+    assert!(cluster_tests::registry::Registry::node_holds(&miner), "the node pulled {miner}");
 }
 
 #[tokio::test]

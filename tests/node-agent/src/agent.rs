@@ -104,6 +104,8 @@ struct Agent {
     done_tx: mpsc::UnboundedSender<String>,
     /// Images from podman's store; only as root, which mounts need.
     image_store: Option<std::sync::Arc<crate::image::ImageStore>>,
+    /// Pulls into that store, shared by every Pod (one pull at a time).
+    puller: Option<std::sync::Arc<crate::pull::Puller>>,
 }
 
 pub async fn run(
@@ -117,6 +119,14 @@ pub async fn run(
     let image_store = nix::unistd::geteuid()
         .is_root()
         .then(|| crate::image::ImageStore::new(config.podman.clone(), config.state_dir.join("images")));
+    let puller = image_store.is_some().then(|| {
+        let scratch = config.state_dir.join("pull");
+        std::sync::Arc::new(crate::pull::Puller::new(
+            config.podman.clone(),
+            config.registry_certs.clone(),
+            scratch,
+        ))
+    });
     let mut agent = Agent {
         client: client.clone(),
         config,
@@ -133,6 +143,7 @@ pub async fn run(
         services,
         done_tx,
         image_store,
+        puller,
     };
     let pods: Api<Pod> = Api::all(client);
     let mut events = watcher(pods, watcher::Config::default()).default_backoff().boxed();
@@ -422,7 +433,7 @@ impl Agent {
             services: self.services.clone(),
             client: self.client.clone(),
             images: self.config.images.clone(),
-            registries: self.config.registries.clone(),
+            puller: self.puller.clone(),
             image_store: self.image_store.clone(),
             dir: self.pod_dir(&pod),
             pod,

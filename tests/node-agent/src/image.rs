@@ -3,8 +3,8 @@
 //! Docker and containerd normalize it (`mining-operator/miner:dev` is
 //! `docker.io/mining-operator/miner:dev`), inspected for its config
 //! (entrypoint, cmd, env, user, working dir), and its root filesystem is
-//! copied out of the store once per image id. Nothing is ever pulled: a
-//! missing image leaves the Pod waiting with `ErrImageNeverPull`.
+//! copied out of the store once per image id. Pulls into the store are
+//! `crate::pull`'s.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,9 +16,7 @@ use serde_json::Value;
 /// Why an image cannot be used; becomes the container's waiting reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    #[error(
-        "image {reference:?} is not present on this node, and the node agent pulls nothing (build it with `make images`)"
-    )]
+    #[error("image {reference:?} is not present on this node")]
     NotPresent { reference: String },
     #[error("inspecting image {reference:?}: {message}")]
     Inspect { reference: String, message: String },

@@ -34,10 +34,11 @@ pub struct Config {
     /// Maps an image (repository, without tag) to a local binary: IMAGE=PATH. Repeatable.
     #[arg(long = "image", value_parser = parse_image_mapping)]
     pub images: Vec<(String, PathBuf)>,
-    /// A private registry: images of HOST are pulled only with a Pod pull
-    /// secret holding USER:PASSWORD for it: HOST=USER:PASSWORD. Repeatable.
-    #[arg(long = "registry-credentials", value_parser = parse_registry)]
-    pub registries: Vec<(String, String)>,
+    /// The registries this node pulls from, in containerd's `certs.d`
+    /// layout: a directory per HOST[:PORT] holding the CA it trusts for it
+    /// (`ca.crt`). Images of other registries are only found in the store.
+    #[arg(long)]
+    pub registry_certs: Option<PathBuf>,
     /// The podman that holds the images Pods run (anything not mapped by --image).
     #[arg(long, default_value = "podman")]
     pub podman: String,
@@ -99,14 +100,6 @@ fn parse_image_mapping(value: &str) -> Result<(String, PathBuf), String> {
         return Err("expected IMAGE=PATH".into());
     }
     Ok((image.to_string(), PathBuf::from(path)))
-}
-
-fn parse_registry(value: &str) -> Result<(String, String), String> {
-    let (host, credentials) = value.split_once('=').ok_or("expected HOST=USER:PASSWORD")?;
-    if host.is_empty() || !credentials.contains(':') {
-        return Err("expected HOST=USER:PASSWORD".into());
-    }
-    Ok((host.to_string(), credentials.to_string()))
 }
 
 /// Binds the kubelet port, trying again for up to 10 s while it is in use: a

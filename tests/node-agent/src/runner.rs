@@ -50,8 +50,8 @@ pub struct PodRunner {
     pub client: kube::Client,
     /// Test doubles: image names mapped to host binaries.
     pub images: Vec<(String, PathBuf)>,
-    /// Private registries: host → the USER:PASSWORD a pull secret must hold.
-    pub registries: Vec<(String, String)>,
+    /// Pulls from the registries this node reaches (when the agent runs as root).
+    pub puller: Option<std::sync::Arc<crate::pull::Puller>>,
     /// Every other image, from podman's store (when the agent runs as root).
     pub image_store: Option<std::sync::Arc<ImageStore>>,
     pub dir: PathBuf,

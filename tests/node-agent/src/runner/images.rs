@@ -1,58 +1,53 @@
-//! Before a Pod's containers start: their images pulled (with the
-//! registry's credentials), and why not, said as a kubelet says it.
+//! Before a Pod's containers start: their images, pulled as a kubelet
+//! pulls them (see [`crate::pull`]), and why not, said as a kubelet says it.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Container;
 
 use super::*;
 
+/// The first wait after a failed pull; it doubles up to [`MAX_PULL_BACKOFF`].
+/// (A kubelet waits 10 s doubling to 300 s; shorter here, so that a test
+/// that adds the missing pull secret sees the next pull within seconds.)
+const FIRST_PULL_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_PULL_BACKOFF: Duration = Duration::from_secs(20);
+
+/// What one Pod's pulls have done so far, per container name.
+#[derive(Default)]
+pub(super) struct Pulls {
+    /// Failed pulls in a row and when the next may be tried.
+    failed: HashMap<String, (u32, Instant)>,
+    /// Pulled for this Pod already (an `Always` image is pulled once per start).
+    pulled: std::collections::HashSet<String>,
+    /// Images no registry serves here, reported `ErrImagePull` once.
+    reported_missing: std::collections::HashSet<String>,
+}
+
+/// Why a container cannot start yet: the kubelet's waiting reason and message.
+pub(super) type NotReady = (&'static str, String);
+
 impl PodRunner {
     /// How each container starts. While an image cannot be had the Pod
-    /// stays Pending with the kubelet's waiting reason (see [`crate::pull`]:
-    /// `InvalidImageName`; `ErrImagePull`, then `ImagePullBackOff`; or
-    /// `ErrImageNeverPull`) and the images are looked for again every few
-    /// seconds; `None` when the Pod is deleted meanwhile.
+    /// stays Pending with the kubelet's waiting reason (`InvalidImageName`;
+    /// `ErrImagePull`, then `ImagePullBackOff`; or `ErrImageNeverPull`) and
+    /// the images are looked for again every few seconds; `None` when the
+    /// Pod is deleted meanwhile.
     pub(super) async fn wait_for_images(
         &self,
         stop_rx: &mut watch::Receiver<Option<Duration>>,
     ) -> Option<Vec<Launch>> {
         let containers = self.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
         let mut reported: Option<Vec<(String, &'static str, String)>> = None;
-        let mut tried_once = std::collections::HashSet::new();
+        let mut pulls = Pulls::default();
         loop {
             let mut launches = Vec::with_capacity(containers.len());
             let mut missing: Vec<(String, &'static str, String)> = Vec::new();
             for container in &containers {
-                let image = container.image.clone().unwrap_or_default();
-                if let Some(problem) = self.pull_problem(container, &image, &mut tried_once).await {
-                    missing.push((container.name.clone(), problem.0, problem.1));
-                    continue;
-                }
-                // A private registry serves what this host built (podman's
-                // `localhost/…` images) under the same path (its credentials
-                // checked above).
-                let image = match crate::pull::registry_of(&image) {
-                    Some(host) if self.registries.iter().any(|(registry, _)| registry == host) => {
-                        format!("localhost/{}", &image[host.len() + 1..])
-                    }
-                    _ => image,
-                };
-                if let Some(path) = container::resolve_image(&self.images, &image) {
-                    launches.push(Launch::Binary(path.to_path_buf()));
-                    continue;
-                }
-                let resolved = match &self.image_store {
-                    Some(store) => store.resolve(&image).await,
-                    None => Err(ImageError::NotPresent { reference: image.clone() }),
-                };
-                match resolved {
-                    Ok(image) => launches.push(Launch::Image(image)),
-                    Err(err @ ImageError::NotPresent { .. }) => {
-                        let (reason, message) = self.not_pulled(container, &image, &mut tried_once);
-                        missing.push((
-                            container.name.clone(),
-                            reason,
-                            message.unwrap_or_else(|| err.to_string()),
-                        ));
-                    }
-                    Err(err) => missing.push((container.name.clone(), err.reason(), err.to_string())),
+                match self.launch(container, &mut pulls).await {
+                    Ok(launch) => launches.push(launch),
+                    Err((reason, message)) => missing.push((container.name.clone(), reason, message)),
                 }
             }
             if missing.is_empty() {
@@ -97,53 +92,77 @@ impl PodRunner {
         patch_status(&self.client, &self.pod, patch).await;
     }
 
-    /// Why `image` cannot be pulled before it is even looked for: a
-    /// reference that does not parse, or a private registry's image
-    /// without the Pod's credentials for it.
-    pub(super) async fn pull_problem(
-        &self,
-        container: &k8s_openapi::api::core::v1::Container,
-        image: &str,
-        tried_once: &mut std::collections::HashSet<String>,
-    ) -> Option<(&'static str, String)> {
-        if !crate::pull::valid_reference(image) {
+    /// How `container` starts, pulling its image first when its policy and
+    /// the store say so, or why it cannot start yet.
+    pub(super) async fn launch(&self, container: &Container, pulls: &mut Pulls) -> Result<Launch, NotReady> {
+        let image = container.image.clone().unwrap_or_default();
+        if !crate::pull::valid_reference(&image) {
             let message = format!(
                 "Failed to apply default image tag {image:?}: couldn't parse image reference {image:?}: invalid reference format"
             );
-            return Some(("InvalidImageName", message));
+            return Err(("InvalidImageName", message));
         }
-        let host = crate::pull::registry_of(image)?;
-        let (_, credentials) = self.registries.iter().find(|(registry, _)| registry == host)?;
-        if crate::pull::has_credentials(&self.client, &self.pod, host, credentials).await {
-            return None;
+        if let Some(path) = container::resolve_image(&self.images, &image) {
+            return Ok(Launch::Binary(path.to_path_buf()));
         }
-        let denied = format!(
-            "failed to pull and unpack image {image:?}: failed to resolve reference {image:?}: pull access denied, \
-             repository does not exist or may require authorization: authorization failed: no basic auth credentials"
-        );
-        let (reason, message) = self.not_pulled(container, image, tried_once);
-        Some((reason, if reason == "ErrImagePull" { denied } else { message.unwrap_or(denied) }))
+        let Some(store) = &self.image_store else {
+            return Err(self.not_found(container, &image, pulls));
+        };
+        let policy = crate::pull::policy(container);
+        let reachable = crate::pull::registry_of(&image)
+            .filter(|host| self.puller.as_ref().is_some_and(|puller| puller.reaches(host).is_some()));
+        let must_pull = policy == "Always" && reachable.is_some() && !pulls.pulled.contains(&container.name);
+        if !must_pull {
+            match store.resolve(&image).await {
+                Ok(found) => return Ok(Launch::Image(found)),
+                Err(ImageError::NotPresent { .. }) => {}
+                Err(err) => return Err((err.reason(), err.to_string())),
+            }
+            if policy == "Never" {
+                let normalized = crate::image::reference(&image);
+                let message =
+                    format!("Container image {normalized:?} is not present with pull policy of Never");
+                return Err(("ErrImageNeverPull", message));
+            }
+        }
+        let (Some(host), Some(puller)) = (reachable, &self.puller) else {
+            return Err(self.not_found(container, &image, pulls));
+        };
+        if let Some((_, next)) = pulls.failed.get(&container.name)
+            && Instant::now() < *next
+        {
+            return Err(("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+        }
+        let credentials = crate::pull::pod_credentials(&self.client, &self.pod, host).await;
+        match puller.pull(&image, host, &credentials).await {
+            Ok(()) => {
+                tracing::info!(pod = %key_of(&self.pod), %image, "pulled");
+                pulls.failed.remove(&container.name);
+                pulls.pulled.insert(container.name.clone());
+                let found = store.resolve(&image).await.map_err(|err| (err.reason(), err.to_string()))?;
+                Ok(Launch::Image(found))
+            }
+            Err(refusal) => {
+                let failures = pulls.failed.get(&container.name).map_or(0, |(n, _)| *n) + 1;
+                let backoff =
+                    FIRST_PULL_BACKOFF.saturating_mul(1 << (failures - 1).min(8)).min(MAX_PULL_BACKOFF);
+                pulls.failed.insert(container.name.clone(), (failures, Instant::now() + backoff));
+                Err(("ErrImagePull", format!("Failed to pull image {image:?}: {refusal}")))
+            }
+        }
     }
 
-    /// The kubelet's reason for an image it could not pull: `ErrImagePull`
-    /// the first time, `ImagePullBackOff` after; `ErrImageNeverPull` when
-    /// the policy forbids pulling. The message, when the reason has its own.
-    pub(super) fn not_pulled(
-        &self,
-        container: &k8s_openapi::api::core::v1::Container,
-        image: &str,
-        tried_once: &mut std::collections::HashSet<String>,
-    ) -> (&'static str, Option<String>) {
-        if container.image_pull_policy.as_deref() == Some("Never") {
-            return ("ErrImageNeverPull", None);
-        }
-        if tried_once.insert(container.name.clone()) {
+    /// An image neither in the store nor in a registry this node reaches:
+    /// `ErrImagePull` the first time, `ImagePullBackOff` after.
+    fn not_found(&self, container: &Container, image: &str, pulls: &mut Pulls) -> NotReady {
+        if pulls.reported_missing.insert(container.name.clone()) {
             let message = format!(
-                "failed to pull and unpack image {image:?}: not found (the node agent pulls nothing: build it with `make images`)"
+                "failed to pull and unpack image {image:?}: not found (this node pulls only from the registries of \
+                 its --registry-certs; build the image here with `make images`)"
             );
-            ("ErrImagePull", Some(message))
+            ("ErrImagePull", message)
         } else {
-            ("ImagePullBackOff", Some(format!("Back-off pulling image {image:?}")))
+            ("ImagePullBackOff", format!("Back-off pulling image {image:?}"))
         }
     }
 }

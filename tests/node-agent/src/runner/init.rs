@@ -10,7 +10,6 @@ use serde_json::json;
 use super::{Launch, PodRunner};
 use crate::agent::{key_of, patch_status};
 use crate::container::{self, ContainerFiles, Sandbox};
-use crate::image::ImageError;
 
 impl PodRunner {
     /// Runs the Pod's init containers; `Err((reason, message))` when one
@@ -20,8 +19,11 @@ impl PodRunner {
         let mut statuses: Vec<ContainerStatus> = Vec::new();
         for container in &inits {
             let image = container.image.clone().unwrap_or_default();
-            let launch =
-                self.launch_of(&image).await.map_err(|err| (err.reason().to_string(), err.to_string()))?;
+            // One try: an init container whose image cannot be had fails the Pod.
+            let launch = self
+                .launch(container, &mut super::images::Pulls::default())
+                .await
+                .map_err(|(reason, message)| (reason.to_string(), message))?;
             let files = ContainerFiles::new(&self.dir, &container.name);
             let spawned = match &launch {
                 Launch::Binary(path) => {
@@ -67,17 +69,5 @@ impl PodRunner {
             }
         }
         Ok(())
-    }
-
-    /// How a container of `image` starts: a test double's host binary, or
-    /// the image from podman's store.
-    async fn launch_of(&self, image: &str) -> Result<Launch, ImageError> {
-        if let Some(path) = container::resolve_image(&self.images, image) {
-            return Ok(Launch::Binary(path.to_path_buf()));
-        }
-        match &self.image_store {
-            Some(store) => store.resolve(image).await.map(Launch::Image),
-            None => Err(ImageError::NotPresent { reference: image.to_string() }),
-        }
     }
 }
