@@ -56,17 +56,36 @@ impl Release {
                 .await
                 .unwrap();
         }
+        let release = Self::prepare_in(ns, prefix).await;
+        release.install_chart(&chart(), values, true);
+        release
+    }
+
+    /// The release's namespaces (made, with the CRD installed), before any install.
+    pub async fn prepare(prefix: &str) -> Self {
+        let ns = TestNamespace::new(prefix).await;
+        Self::prepare_in(ns, prefix).await
+    }
+
+    async fn prepare_in(ns: TestNamespace, prefix: &str) -> Self {
         let work = TestNamespace::new(&format!("{prefix}-work")).await;
         let callers = TestNamespace::new(&format!("{prefix}-callers")).await;
         install_crd(&ns.client).await;
         let name = format!("r{}", &ns.name[ns.name.len() - 5..]);
-        let release = Release { helm: helm(), name, ns, work, callers };
-        let watch = format!("watchNamespace={}", release.work.name);
-        let caller_namespace = format!("callerNamespace.name={}", release.callers.name);
+        Release { helm: helm(), name, ns, work, callers }
+    }
+
+    /// `helm install` of `chart` (a directory or an `oci://` reference) with
+    /// `values`, covering only the release's own namespaces; waits for it
+    /// when `wait`.
+    pub fn install_chart(&self, chart: &str, values: &[&str], wait: bool) -> String {
+        let watch = format!("watchNamespace={}", self.work.name);
+        let caller_namespace = format!("callerNamespace.name={}", self.callers.name);
         // Pods here share the host's network namespace: each listens at its own Pod IP.
         let mut args = vec![
             "install",
-            release.name.as_str(),
+            self.name.as_str(),
+            chart,
             "--set",
             watch.as_str(),
             // The test made it (and deletes it).
@@ -83,8 +102,11 @@ impl Release {
         args.extend(values);
         // The CRD exists already (other tests install it); the release adopts it.
         args.push("--take-ownership");
-        release.helm_in_namespace(&args);
-        release
+        if wait {
+            args.extend(["--wait", "--timeout", "180s"]);
+        }
+        args.extend(["--namespace", self.ns.name.as_str()]);
+        must(&self.helm, &args)
     }
 
     pub fn helm_in_namespace(&self, args: &[&str]) -> String {
