@@ -59,6 +59,11 @@ impl Leadership {
         Self { elected: Some(Arc::new(elected)) }
     }
 
+    /// Whether this replica takes part in an election (others may lead).
+    pub fn is_elected(&self) -> bool {
+        self.elected.is_some()
+    }
+
     pub fn is_leading(&self) -> bool {
         let Some(elected) = &self.elected else { return true };
         let lease = elected.seen.get(&elected.lease);

@@ -34,12 +34,22 @@ pub async fn serve(
     keys: OwnershipKeys,
     runs: Store<ToolRun>,
 ) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving tool outputs");
+    serve_on(listener, outputs, keys, runs).await
+}
+
+/// [`serve`] on a listener already bound.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    outputs: Arc<Outputs>,
+    keys: OwnershipKeys,
+    runs: Store<ToolRun>,
+) -> std::io::Result<()> {
     let state = Arc::new(Served { outputs, keys, runs });
     let app = Router::new()
         .route("/v1/outputs/{namespace}/{run}/{uid}/{file}", put(upload).get(read))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving tool outputs");
     axum::serve(listener, app).await
 }
 

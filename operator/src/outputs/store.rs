@@ -66,7 +66,7 @@ pub fn patience(elapsed: Duration, size: u64) -> (Duration, bool) {
 /// Longest meta document read back (a recorded [`ToolOutput`] is ~300 bytes).
 const MAX_META_BYTES: u64 = 4096;
 /// Part size of multipart uploads: what one upload holds in memory at most.
-const PART_BYTES: usize = 5 << 20;
+pub(super) const PART_BYTES: usize = 5 << 20;
 
 /// The S3 client's HTTP: reqwest over rustls (ring) trusting the Mozilla
 /// roots compiled in, because the operator's image (`FROM scratch`) has no
@@ -190,6 +190,11 @@ impl Outputs {
 
     pub(super) fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// Counts `bytes` a standby copied from the leader (the sweep recounts).
+    pub(super) fn add_used(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(super) fn set_used(&self, bytes: u64) {

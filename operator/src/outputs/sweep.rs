@@ -38,12 +38,14 @@ pub fn keep(run: Option<&ToolRun>) -> Keep {
     }
 }
 
-/// Sweeps every `every` while this replica leads, once `runs` has listed.
+/// Sweeps every `every` once `runs` has listed: a store of its own
+/// (`own_disk`: the embedded store, which standbys copy) on every replica,
+/// a shared one (S3) only while this replica leads.
 pub async fn sweep_every(
     outputs: std::sync::Arc<Outputs>,
     runs: Store<ToolRun>,
     namespace: Option<String>,
-    leadership: Leadership,
+    (leadership, own_disk): (Leadership, bool),
     every: Duration,
     keys: mining_api::ownership::OwnershipKeys,
 ) {
@@ -52,7 +54,7 @@ pub async fn sweep_every(
     }
     let party_of = |run: &ToolRun| super::server::party_of(&keys, run);
     loop {
-        if leadership.is_leading() {
+        if own_disk || leadership.is_leading() {
             sweep(&outputs, &runs, namespace.as_deref(), &party_of).await;
         }
         tokio::time::sleep(every).await;

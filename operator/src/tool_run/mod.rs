@@ -94,11 +94,23 @@ impl WorkKind for ToolRun {
                 tracing::error!(error = %err, "the outputs server stopped");
             }
         });
+        // With election, a standby keeps a copy of the leader's embedded
+        // store, and is ready once it holds one.
+        if outputs.embedded && !outputs.url.is_empty() && shell.leadership.is_elected() {
+            tokio::spawn(crate::outputs::mirror_every(
+                outputs.store.clone(),
+                shell.store.clone(),
+                keys.clone(),
+                outputs.url.clone(),
+                shell.leadership.clone(),
+                shell.readiness.clone(),
+            ));
+        }
         tokio::spawn(crate::outputs::sweep_every(
             outputs.store,
             shell.store.clone(),
             shell.namespace.clone(),
-            shell.leadership.clone(),
+            (shell.leadership.clone(), outputs.embedded),
             OUTPUTS_SWEEP,
             keys,
         ));

@@ -163,6 +163,9 @@ pub struct OutputsShared {
     pub url: String,
     /// Where the outputs server listens.
     pub addr: std::net::SocketAddr,
+    /// The embedded store (a directory of the leading replica, copied by
+    /// standbys: `crate::outputs::mirror`), not a shared one (S3).
+    pub embedded: bool,
 }
 
 /// Puts `job` in the queue controller's LocalQueue `queue`, when there is one.

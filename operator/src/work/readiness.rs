@@ -18,8 +18,11 @@ use tracing::info;
 
 /// Which registered watches have delivered their first complete list.
 pub struct Readiness {
-    watches: Mutex<Vec<(String, Arc<AtomicBool>)>>,
-    /// What `/readyz` reads: true once every registered watch has listed.
+    /// What is awaited: (name, done, whether reconciles wait for it too).
+    watches: Mutex<Vec<(String, Arc<AtomicBool>, bool)>>,
+    /// True once every watch has listed: what reconciles wait for.
+    listed: AtomicBool,
+    /// What `/readyz` reads: every watch listed and everything else awaited done.
     ready: Arc<AtomicBool>,
 }
 
@@ -32,36 +35,58 @@ pub struct Listed {
 
 impl Readiness {
     pub fn new(ready: Arc<AtomicBool>) -> Arc<Self> {
-        Arc::new(Self { watches: Mutex::default(), ready })
+        Arc::new(Self { watches: Mutex::default(), listed: AtomicBool::new(false), ready })
     }
 
     /// Registers a watch (`name`: what it lists, for the log) whose first
     /// list the operator waits for; until it has listed, nothing is ready.
     pub fn register(self: &Arc<Self>, name: impl Into<String>) -> Listed {
+        self.awaits(name.into(), true)
+    }
+
+    /// Registers something else `/readyz` waits for (not reconciles): a
+    /// standby's first copy of the leader's files (`crate::outputs::mirror`).
+    pub fn register_for_readyz(self: &Arc<Self>, name: impl Into<String>) -> Listed {
+        self.awaits(name.into(), false)
+    }
+
+    fn awaits(self: &Arc<Self>, name: String, reconciles_wait: bool) -> Listed {
         let listed = Arc::new(AtomicBool::new(false));
         let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        watches.push((name.into(), listed.clone()));
+        watches.push((name, listed.clone(), reconciles_wait));
+        if reconciles_wait {
+            self.listed.store(false, Ordering::Release);
+        }
         self.ready.store(false, Ordering::Release);
         Listed { listed, readiness: self.clone() }
     }
 
     /// Whether every registered watch has listed everything.
     pub fn all_listed(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.listed.load(Ordering::Acquire)
     }
 
     /// The watches still listing, for a log line.
     pub fn listing(&self) -> Vec<String> {
         let watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        watches.iter().filter(|(_, listed)| !listed.load(Ordering::Acquire)).map(|(n, _)| n.clone()).collect()
+        watches
+            .iter()
+            .filter(|(_, listed, _)| !listed.load(Ordering::Acquire))
+            .map(|(n, ..)| n.clone())
+            .collect()
     }
 
     fn check(&self) {
         // Under the lock, so a registration cannot slip between the count and the flag.
         let watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        let all = watches.iter().all(|(_, listed)| listed.load(Ordering::Acquire));
-        if all && !watches.is_empty() && !self.ready.swap(true, Ordering::AcqRel) {
-            info!(watches = watches.len(), "caches synced; ready");
+        let done = |(_, listed, _): &&(String, Arc<AtomicBool>, bool)| listed.load(Ordering::Acquire);
+        let any = watches.iter().any(|(.., reconciles_wait)| *reconciles_wait);
+        let listed = any && watches.iter().filter(|(.., reconciles_wait)| *reconciles_wait).all(|w| done(&w));
+        if listed && !self.listed.swap(true, Ordering::AcqRel) {
+            info!(watches = watches.len(), "caches synced");
+        }
+        if listed && watches.iter().all(|w| done(&w)) && !self.ready.swap(true, Ordering::AcqRel) {
+            info!(awaited = watches.len(), "ready");
         }
     }
 }
@@ -71,6 +96,14 @@ impl Listed {
     /// complete (later relists keep serving the old contents until they finish).
     pub fn saw<K>(&self, event: &watcher::Event<K>) {
         if matches!(event, watcher::Event::InitDone) && !self.listed.swap(true, Ordering::AcqRel) {
+            self.readiness.check();
+        }
+    }
+
+    /// Marks something awaited that is not a watch as done (a standby's
+    /// first copy of the leader's files, `crate::outputs::mirror`).
+    pub fn done(&self) {
+        if !self.listed.swap(true, Ordering::AcqRel) {
             self.readiness.check();
         }
     }
@@ -118,6 +151,20 @@ mod tests {
         assert!(!readiness.all_listed(), "a new watch has not listed yet");
         runs.saw::<ToolRun>(&watcher::Event::InitDone);
         assert!(readiness.all_listed());
+    }
+
+    /// A standby's first copy holds `/readyz`, never the reconciles.
+    #[test]
+    fn what_only_readyz_waits_for_holds_no_reconcile() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let readiness = Readiness::new(ready.clone());
+        let copy = readiness.register_for_readyz("a copy");
+        readiness.register("tool runs").saw::<ToolRun>(&watcher::Event::InitDone);
+        assert!(readiness.all_listed(), "reconciles go on");
+        assert!(!ready.load(Ordering::Acquire), "not ready before the copy");
+        assert_eq!(readiness.listing(), ["a copy"]);
+        copy.done();
+        assert!(ready.load(Ordering::Acquire));
     }
 
     #[test]

@@ -265,12 +265,13 @@ async fn oidc_mode_with_the_api_server_as_issuer_reads_its_keys_under_the_charts
 /// Installs a tokens-mode release with `values`, runs the example `report`
 /// tool as alice through the frontend's Service, and reads its CSV with the
 /// Python SDK through the same Service: the bytes must be the CSV the test
-/// makes. Returns the release (to look at, then uninstall).
+/// makes. Returns the release (to look at, then uninstall), the CSV's URI
+/// and its SHA-256.
 async fn report_read_through_the_service(
     prefix: &str,
     values: &[&str],
     secrets: &[(&str, &[(&str, &str)])],
-) -> Release {
+) -> (Release, String, String) {
     use sha2::Digest as _;
     let tokens = ["--set", "frontend.auth.mode=tokens", "--set", "frontend.auth.tokens=alice-secret alice"];
     let values = [&tokens[..], &["--set", "frontend.replicas=1"], values].concat();
@@ -300,10 +301,11 @@ async fn report_read_through_the_service(
     }
     let digest: String =
         sha2::Sha256::digest(expected.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    let read = release.read("alice-secret", csv["uri"].as_str().unwrap()).await;
+    let uri = csv["uri"].as_str().unwrap().to_string();
+    let read = release.read("alice-secret", &uri).await;
     assert_eq!(read["contents"][0]["sha256"], digest, "{read:#}");
     assert_eq!(read["contents"][0]["bytes"], expected.len() as u64);
-    release
+    (release, uri, digest)
 }
 
 #[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
@@ -311,10 +313,37 @@ async fn report_read_through_the_service(
 async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
     // Two operator replicas (the default): only the leader's volume holds
     // files, and the outputs Service reaches only the leader.
-    let release = report_read_through_the_service("helm-files", &[], &[]).await;
+    let (release, uri, digest) = report_read_through_the_service("helm-files", &[], &[]).await;
     let outputs = format!("{}-operator-outputs", release.fullname());
     let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
     assert_eq!(ready_addresses(&endpoints).len(), 1, "{endpoints:?}");
+    // An upgrade that replaces both replicas, the leader too: the file is
+    // still read, byte for byte, from the new leader (a standby's copy).
+    let leader_before = leader_pod(&release).await;
+    release.helm_in_namespace(&[
+        "upgrade",
+        &release.name,
+        "--reuse-values",
+        "--set",
+        "operator.podAnnotations.rolled=again",
+        "--take-ownership",
+    ]);
+    release.rolled_out().await;
+    let leader_after = eventually("a new leader", TIMEOUT, || async {
+        Some(leader_pod(&release).await).filter(|pod| *pod != leader_before)
+    })
+    .await;
+    let pods = release.ns.api::<Pod>();
+    assert!(
+        pods.get_opt(&leader_before).await.unwrap().is_none(),
+        "{leader_before} was replaced by {leader_after}"
+    );
+    let read = eventually("the file to be read through the new leader", TIMEOUT, || async {
+        let read = release.read("alice-secret", &uri).await;
+        (read["contents"][0]["sha256"] == digest).then_some(read)
+    })
+    .await;
+    assert_eq!(read["contents"][0]["sha256"], digest, "{read:#}");
     // The default install binds nobody in its workflow namespace: the
     // audit of who holds the callers' runs lists nobody (exit status 0).
     let audited = std::process::Command::new(cluster_tests::mcp::release_binary("kubectl-mining"))
@@ -352,7 +381,7 @@ async fn a_tools_files_reach_its_caller_through_the_charts_service_from_an_s3_st
     ];
     let credentials: &[(&str, &str)] =
         &[("AWS_ACCESS_KEY_ID", "chart-access"), ("AWS_SECRET_ACCESS_KEY", "chart-secret-key")];
-    let release =
+    let (release, _, _) =
         report_read_through_the_service("helm-s3", &values, &[("s3-credentials", credentials)]).await;
     // The bytes are in the bucket, under the configured prefix.
     let stored =
@@ -404,4 +433,14 @@ async fn the_override_variant_installs_and_mines_under_the_accounts_and_contexts
         (workflow.status?.phase? == mining_api::WorkflowPhase::Succeeded).then_some(())
     })
     .await;
+}
+
+/// The operator Pod the Lease names as leader.
+async fn leader_pod(release: &Release) -> String {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = release.ns.api();
+    let lease = format!("{}-operator", release.fullname());
+    eventually("the operator Lease to have a holder", TIMEOUT, || async {
+        leases.get_opt(&lease).await.ok().flatten()?.spec?.holder_identity
+    })
+    .await
 }
