@@ -84,7 +84,25 @@ pub async fn mirror_every(
     while readiness.listing().iter().any(|name| name != FIRST_COPY) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let client = reqwest::Client::builder().timeout(COPY_TIMEOUT).build().unwrap_or_default();
+    // The Mozilla roots compiled in: the image has no system certificates
+    // (the Service is plain HTTP, but an https `--outputs-url` must work too).
+    let client = telemetry::bundled_roots_tls([]).map_err(|err| err.to_string()).and_then(|tls| {
+        let builder = reqwest::Client::builder().tls_backend_preconfigured(tls);
+        builder
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(COPY_TIMEOUT)
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    let client = match client {
+        Ok(client) => client,
+        Err(err) => {
+            // Never a replica that is not ready for ever: say why, and stand by without copies.
+            tracing::error!(error = %err, "cannot make an HTTP client: this standby keeps no copy of the leader's files");
+            first_copy.done();
+            return;
+        }
+    };
     // What this replica holds already.
     let mut held: HashSet<(String, String, String)> = HashSet::new();
     loop {
