@@ -94,15 +94,15 @@ impl WorkKind for ToolRun {
                 tracing::error!(error = %err, "the outputs server stopped");
             }
         });
-        // With election, a standby keeps a copy of the leader's embedded
-        // store, and is ready once it holds one.
+        // With election, every replica keeps a copy of the embedded store
+        // (a standby is ready once it holds one; see crate::outputs::mirror).
         if outputs.embedded && !outputs.url.is_empty() && shell.leadership.is_elected() {
             tokio::spawn(crate::outputs::mirror_every(
                 outputs.store.clone(),
                 shell.store.clone(),
                 keys.clone(),
-                outputs.url.clone(),
-                shell.leadership.clone(),
+                (outputs.url.clone(), outputs.addr.port()),
+                (shell.leadership.clone(), shell.client.clone()),
                 shell.readiness.clone(),
             ));
         }
