@@ -66,6 +66,11 @@ pub struct OutputSettings {
     /// Needs the ownership key (tokens are derived from it).
     #[arg(long = "outputs-store", env = "OUTPUTS_STORE", requires = "url")]
     pub store: Option<String>,
+    /// The embedded store's directory is one volume every replica mounts
+    /// (the chart's PersistentVolumeClaim): no copies between replicas, and
+    /// only the leader sweeps it. Without it each replica's is its own.
+    #[arg(long = "outputs-store-shared", env = "OUTPUTS_STORE_SHARED")]
+    pub shared_volume: bool,
     /// The base URL tool Pods upload to (this operator's outputs server as
     /// Pods reach it, e.g. the chart's Service `http://NAME.NS.svc:8082`).
     #[arg(long = "outputs-url", env = "OUTPUTS_URL", requires = "store")]

@@ -1,29 +1,29 @@
-//! A standby's copy of the leader's files, for the embedded store: the
-//! store is a directory of the leading replica, so without a copy every
-//! leader change (a `helm upgrade`, a drain, a crash) would drop the files
-//! of every finished run that has not expired yet.
+//! Every replica's copy of the embedded store. The store is a directory of
+//! each replica (an emptyDir), and the leader's is the one served: without
+//! copies every change of leader (a `helm upgrade`, a drain, a crash)
+//! would drop the files of every finished run that has not expired yet.
 //!
 //! Each replica fetches, every few seconds, the files that succeeded runs
 //! record in their status and it does not hold yet: from the leader
 //! through the outputs Service (the URL tool Pods upload to), else from
-//! any other replica (the Pods sharing its own Pod's name, instance and
-//! component labels, at its outputs port), with a read token it signs
-//! itself (every replica holds the ownership key); it keeps a file only if
-//! its size and SHA-256 are the ones the run recorded, so no Pod that
-//! answers can plant bytes. A new leader that started empty (a fresh
-//! replica can win the Lease during a rolling upgrade) so fills its store
-//! from the standbys within seconds. A new replica is not ready until its
-//! first copy is complete (or [`FIRST_COPY_PATIENCE`] passed), so a
-//! rolling upgrade replaces the old replicas only once a new one holds
-//! their files.
+//! any other replica (the running Pods sharing its own Pod's name,
+//! instance and component labels, at its outputs port), with a read token
+//! it signs itself (every replica holds the ownership key); it keeps a file
+//! only if its size and SHA-256 are the ones the run recorded, so no Pod
+//! that answers can plant bytes. A fresh replica that wins the Lease during
+//! a rolling upgrade so fills its store from the others within seconds. A
+//! new replica is not ready until its first copy is complete (or
+//! [`FIRST_COPY_PATIENCE`] passed), so a rolling upgrade removes an old
+//! replica only once a new one holds its files.
 //!
-//! Not copied: files of runs still running (their uploads go to the leader
-//! only; a run whose leader is replaced mid-upload sees its upload fail and
-//! may upload again), and files of a run that succeeded in the last
-//! [`MIRROR_EVERY`] before the leader died without a successor ready.
+//! Lost on a change of leader: the files of runs still running (uploaded to
+//! the leader only: the run then succeeds with the files its new leader
+//! holds), and those of a run that succeeded within [`MIRROR_EVERY`] before
+//! its leader died. Not used with a store the replicas share (S3, or one
+//! PersistentVolumeClaim): nothing to copy there.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kube::runtime::reflector::Store;
@@ -34,28 +34,38 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt as _, PutPayload};
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
+use tokio::time::Instant;
 
 use super::Outputs;
-use crate::leader::Leadership;
-use crate::work::Readiness;
 
-/// How often a standby looks for files it lacks.
+/// How often a replica looks for files it lacks.
 pub const MIRROR_EVERY: Duration = Duration::from_secs(5);
 /// How long a new replica waits for its first complete copy before it
-/// says it is ready anyway (the leader may be gone with its files).
+/// says it is ready anyway (the files' holders may be gone).
 pub const FIRST_COPY_PATIENCE: Duration = Duration::from_secs(120);
+/// What `/readyz` waits for, by name.
+pub const FIRST_COPY: &str = "a copy of the other replicas' tool files";
 /// How long one file's copy may take.
 const COPY_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest wait before a file that could not be copied is asked for again.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+/// Every this many passes (a minute) what it holds is looked at again: a
+/// sweep may have removed a copy its cache did not yet know to keep.
+const RECHECK_HELD_EVERY: u32 = 12;
 /// Why a copy failed when the source does not hold the file, or nothing answers there.
 const LACKS_IT: &str = "no such file there";
-/// How long a read token the standby signs is valid.
-const READ_TOKEN_SECONDS: u64 = 600;
+/// How long a read token the replica signs is valid (checked as a read starts).
+const READ_TOKEN_SECONDS: u64 = 60;
 
-/// One file a standby should hold: (namespace, run name, uid, the recorded file).
+/// One file a replica should hold: (namespace, run name, uid, the recorded file).
 type Wanted = (String, String, String, ToolOutput);
+/// A file as `held` and `retry` know it: (namespace, uid, name/sha256).
+type FileKey = (String, String, String);
 
 /// The files succeeded runs record (pure): what the store keeps of them.
-pub fn wanted(runs: &[Arc<ToolRun>]) -> Vec<Wanted> {
+/// A record that no upload could have made (a bad name, more files or
+/// bytes than any run may hand over) is skipped: status is a claim.
+pub fn wanted(runs: &[Arc<ToolRun>], max_file_bytes: u64) -> Vec<Wanted> {
     let mut wanted = Vec::new();
     for run in runs {
         if run.phase() != ToolRunPhase::Succeeded {
@@ -63,38 +73,75 @@ pub fn wanted(runs: &[Arc<ToolRun>]) -> Vec<Wanted> {
         }
         let meta = &run.metadata;
         let (Some(ns), Some(name), Some(uid)) = (&meta.namespace, &meta.name, &meta.uid) else { continue };
-        for output in run.status.iter().flat_map(|s| s.outputs.iter()) {
+        let outputs = run.status.as_ref().map(|s| s.outputs.as_slice()).unwrap_or_default();
+        if tool_outputs::check_recorded(outputs).is_err() {
+            continue;
+        }
+        for output in outputs.iter().filter(|o| o.size <= max_file_bytes) {
             wanted.push((ns.clone(), name.clone(), uid.clone(), output.clone()));
         }
     }
     wanted
 }
 
-/// What a standby's `/readyz` waits for, by name (see [`Readiness`]).
-const FIRST_COPY: &str = "a copy of the leader's tool files";
+/// Says `/readyz` may pass, once: when the first copy is complete, when
+/// [`FIRST_COPY_PATIENCE`] ran out, or when the copying task ends (a panic
+/// included), so no replica stays unready for ever.
+#[derive(Clone)]
+pub struct FirstCopy(Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>);
 
-/// Copies from the leader while this replica does not lead; says ready
-/// (through `readiness`) once a pass found nothing missing, once it leads,
-/// or after [`FIRST_COPY_PATIENCE`].
-pub async fn mirror_every(
-    outputs: Arc<Outputs>,
-    runs: Store<ToolRun>,
-    keys: mining_api::ownership::OwnershipKeys,
-    (leader_url, outputs_port): (String, u16),
-    (leadership, api): (Leadership, kube::Client),
-    readiness: Arc<Readiness>,
-) {
-    let first_copy = readiness.register_for_readyz(FIRST_COPY);
-    let started = tokio::time::Instant::now();
-    // The runs' cache complete first (every other watch listed), or a
-    // partial list would look like nothing to copy.
-    while readiness.listing().iter().any(|name| name != FIRST_COPY) {
+impl FirstCopy {
+    pub fn new(done: impl FnOnce() + Send + 'static) -> Self {
+        Self(Arc::new(Mutex::new(Some(Box::new(done)))))
+    }
+
+    fn done(&self) -> bool {
+        let done = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        done.map(|done| done()).is_some()
+    }
+}
+
+/// Calls [`FirstCopy::done`] when dropped.
+struct DoneOnDrop(FirstCopy);
+
+impl Drop for DoneOnDrop {
+    fn drop(&mut self) {
+        self.0.done();
+    }
+}
+
+/// What the copying task needs.
+pub struct Mirror {
+    pub outputs: Arc<Outputs>,
+    pub runs: Store<ToolRun>,
+    pub keys: mining_api::ownership::OwnershipKeys,
+    /// The outputs Service: the leader.
+    pub leader_url: String,
+    /// The port the other replicas' outputs servers listen on.
+    pub outputs_port: u16,
+    pub api: kube::Client,
+    /// Whether every other watch has listed (the runs' cache is complete).
+    pub caches_listed: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// Copies every [`MIRROR_EVERY`], for as long as the process runs.
+pub async fn mirror_every(mirror: Mirror, first_copy: FirstCopy) {
+    let _ends = DoneOnDrop(first_copy.clone());
+    let patience = first_copy.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(FIRST_COPY_PATIENCE).await;
+        if patience.done() {
+            tracing::warn!("ready without a copy of every file of the other replicas");
+        }
+    });
+    // A partial list of runs would look like nothing to copy.
+    while !(mirror.caches_listed)() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The Mozilla roots compiled in: the image has no system certificates
-    // (the Service is plain HTTP, but an https `--outputs-url` must work too).
+    // The Mozilla roots compiled in (the image has no system certificates),
+    // and never a proxy: the requests carry read tokens.
     let client = telemetry::bundled_roots_tls([]).map_err(|err| err.to_string()).and_then(|tls| {
-        let builder = reqwest::Client::builder().tls_backend_preconfigured(tls);
+        let builder = reqwest::Client::builder().tls_backend_preconfigured(tls).no_proxy();
         builder
             .connect_timeout(Duration::from_secs(5))
             .timeout(COPY_TIMEOUT)
@@ -104,21 +151,20 @@ pub async fn mirror_every(
     let client = match client {
         Ok(client) => client,
         Err(err) => {
-            // Never a replica that is not ready for ever: say why, and stand by without copies.
-            tracing::error!(error = %err, "cannot make an HTTP client: this replica keeps no copy of other replicas' files");
-            first_copy.done();
+            tracing::error!(error = %err, "cannot make an HTTP client: this replica keeps no copy of the others' files");
             return;
         }
     };
-    // What this replica holds already.
-    let mut held: HashSet<(String, String, String)> = HashSet::new();
+    let mut copier = Copier::default();
     loop {
-        let mut sources = Sources::new(leader_url.clone(), Some((api.clone(), outputs_port)));
-        let missing = copy_missing(&outputs, &runs, &keys, &mut sources, &client, &mut held).await;
-        if missing == 0 || leadership.is_leading() {
-            first_copy.done();
-        } else if started.elapsed() > FIRST_COPY_PATIENCE && !first_copy.is_listed() {
-            tracing::warn!(missing, "ready without a copy of every file of the other replicas");
+        copier.passes += 1;
+        if copier.passes.is_multiple_of(RECHECK_HELD_EVERY) {
+            copier.held.clear();
+        }
+        let peers = Some((mirror.api.clone(), mirror.outputs_port));
+        let mut sources = Sources::new(mirror.leader_url.clone(), peers);
+        if copier.copy_missing(&mirror.outputs, &mirror.runs, &mirror.keys, &mut sources, &client).await == 0
+        {
             first_copy.done();
         }
         tokio::time::sleep(MIRROR_EVERY).await;
@@ -138,7 +184,7 @@ impl Sources {
         Self { leader, peers, listed: None }
     }
 
-    async fn urls(&mut self) -> &[String] {
+    async fn urls(&mut self) -> Vec<String> {
         if self.listed.is_none() {
             let mut urls = vec![self.leader.clone()];
             if let Some((api, port)) = &self.peers {
@@ -146,13 +192,13 @@ impl Sources {
             }
             self.listed = Some(urls);
         }
-        self.listed.as_deref().unwrap_or_default()
+        self.listed.clone().unwrap_or_default()
     }
 }
 
-/// The outputs servers of the other replicas: the Pods of this Pod's
-/// namespace with its name, instance and component labels (`POD_NAME`,
-/// `POD_NAMESPACE`: the chart sets both; none without them).
+/// The outputs servers of the other running replicas: the Pods of this
+/// Pod's namespace with its name, instance and component labels
+/// (`POD_NAME`, `POD_NAMESPACE`: the chart sets both; none without them).
 async fn peer_urls(api: &kube::Client, port: u16) -> Vec<String> {
     use k8s_openapi::api::core::v1::Pod;
     let (Ok(me), Ok(namespace)) = (std::env::var("POD_NAME"), std::env::var("POD_NAMESPACE")) else {
@@ -176,10 +222,13 @@ async fn peer_urls(api: &kube::Client, port: u16) -> Vec<String> {
             return Vec::new();
         }
     };
+    // Only running, undeleted Pods: an ended Pod's address may be another's by now.
     listed
         .into_iter()
-        .filter(|pod| pod.metadata.name.as_deref() != Some(me.as_str()))
-        .filter_map(|pod| pod.status?.pod_ip)
+        .filter(|pod| {
+            pod.metadata.name.as_deref() != Some(me.as_str()) && pod.metadata.deletion_timestamp.is_none()
+        })
+        .filter_map(|pod| pod.status.filter(|s| s.phase.as_deref() == Some("Running"))?.pod_ip)
         .map(
             |ip| {
                 if ip.contains(':') { format!("http://[{ip}]:{port}") } else { format!("http://{ip}:{port}") }
@@ -188,57 +237,85 @@ async fn peer_urls(api: &kube::Client, port: u16) -> Vec<String> {
         .collect()
 }
 
-/// One pass; returns how many wanted files are still missing (not counting
-/// those no source holds).
-async fn copy_missing(
-    outputs: &Outputs,
-    runs: &Store<ToolRun>,
-    keys: &mining_api::ownership::OwnershipKeys,
-    sources: &mut Sources,
-    client: &reqwest::Client,
-    held: &mut HashSet<(String, String, String)>,
-) -> usize {
-    let wanted = wanted(&runs.state());
-    let key_of = |ns: &str, uid: &str, o: &ToolOutput| {
-        (ns.to_string(), uid.to_string(), format!("{}/{}", o.name, o.sha256))
-    };
-    let live: HashSet<_> = wanted.iter().map(|(ns, _, uid, o)| key_of(ns, uid, o)).collect();
-    held.retain(|key| live.contains(key));
-    let mut missing = 0;
-    for (namespace, name, uid, output) in wanted {
-        let key = key_of(&namespace, &uid, &output);
-        if held.contains(&key) {
-            continue;
-        }
-        let recorded = outputs.recorded(&namespace, &uid).await.unwrap_or_default();
-        if recorded.iter().any(|o| *o == output) {
-            held.insert(key);
-            continue;
-        }
-        let mut failed = None;
-        for source in sources.urls().await.to_vec() {
-            match copy_one(outputs, keys, &source, client, [&namespace, &name, &uid], &output).await {
-                Ok(()) => {
-                    tracing::info!(namespace = %namespace, run = %name, file = %output.name, bytes = output.size,
-                        %source, "copied a tool output from another replica");
-                    held.insert(key.clone());
-                    failed = None;
-                    break;
-                }
-                // This one lacks it: another may not.
-                Err(why) if why == LACKS_IT => {}
-                Err(why) => failed = Some(why),
+/// What one replica's copying remembers between passes.
+#[derive(Default)]
+pub(super) struct Copier {
+    /// Files this replica holds.
+    held: HashSet<FileKey>,
+    /// Files that could not be copied: failures in a row, when to ask
+    /// again, and whether every source lacked it (nothing to wait for).
+    retry: HashMap<FileKey, (u32, Instant, bool)>,
+    passes: u32,
+}
+
+impl Copier {
+    /// One pass; returns how many wanted files are still missing (not
+    /// counting those no source holds).
+    pub(super) async fn copy_missing(
+        &mut self,
+        outputs: &Outputs,
+        runs: &Store<ToolRun>,
+        keys: &mining_api::ownership::OwnershipKeys,
+        sources: &mut Sources,
+        client: &reqwest::Client,
+    ) -> usize {
+        let wanted = wanted(&runs.state(), outputs.limits().file_bytes);
+        let key_of = |ns: &str, uid: &str, o: &ToolOutput| {
+            (ns.to_string(), uid.to_string(), format!("{}/{}", o.name, o.sha256))
+        };
+        let live: HashSet<FileKey> = wanted.iter().map(|(ns, _, uid, o)| key_of(ns, uid, o)).collect();
+        self.held.retain(|key| live.contains(key));
+        self.retry.retain(|key, _| live.contains(key));
+        let mut missing = 0;
+        for (namespace, name, uid, output) in wanted {
+            let key = key_of(&namespace, &uid, &output);
+            if self.held.contains(&key) {
+                continue;
             }
+            if let Some((_, next, lacked)) = self.retry.get(&key)
+                && Instant::now() < *next
+            {
+                missing += usize::from(!lacked);
+                continue;
+            }
+            let recorded = outputs.recorded(&namespace, &uid).await.unwrap_or_default();
+            if recorded.iter().any(|o| *o == output) {
+                self.held.insert(key);
+                continue;
+            }
+            let mut failed = None;
+            let mut copied = false;
+            for source in sources.urls().await {
+                match copy_one(outputs, keys, &source, client, [&namespace, &name, &uid], &output).await {
+                    Ok(()) => {
+                        tracing::info!(namespace = %namespace, run = %name, file = %output.name,
+                            bytes = output.size, %source, "copied a tool output from another replica");
+                        copied = true;
+                        break;
+                    }
+                    // This one lacks it: another may not.
+                    Err(why) if why == LACKS_IT => {}
+                    Err(why) => failed = Some(why),
+                }
+            }
+            if copied {
+                self.retry.remove(&key);
+                self.held.insert(key);
+                continue;
+            }
+            // Asked again later, less often each time; a file every source
+            // lacks (lost with an earlier leader) is nothing to wait for.
+            if let Some(why) = &failed {
+                tracing::debug!(namespace = %namespace, run = %name, file = %output.name, %why,
+                    "cannot copy a tool output yet");
+                missing += 1;
+            }
+            let failures = self.retry.get(&key).map_or(0, |(n, ..)| *n) + 1;
+            let wait = MIRROR_EVERY.saturating_mul(1 << (failures - 1).min(8)).min(MAX_RETRY_WAIT);
+            self.retry.insert(key, (failures, Instant::now() + wait, failed.is_none()));
         }
-        // Every source lacks it (lost with an earlier leader): nothing to
-        // wait for, though it is asked for again next time.
-        if let Some(why) = failed.filter(|_| !held.contains(&key)) {
-            tracing::debug!(namespace = %namespace, run = %name, file = %output.name, %why,
-                "cannot copy a tool output yet");
-            missing += 1;
-        }
+        missing
     }
-    missing
 }
 
 /// Fetches one file from `source` and keeps it if it is what the run recorded.
@@ -270,6 +347,13 @@ async fn copy_one(
     }
     if !response.status().is_success() {
         return Err(format!("{source} answered {}", response.status()));
+    }
+    // What the source says it holds, before any byte is read.
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if header("content-length").is_some_and(|length| length != output.size.to_string())
+        || header("x-content-sha256").is_some_and(|sha| sha != output.sha256)
+    {
+        return Err(format!("{source} holds another {} than the run recorded", output.name));
     }
     let data = Path::from(tool_outputs::object_key(run[0], run[2], &output.name));
     let mut writer = BufWriter::with_capacity(outputs.store().clone(), data, super::store::PART_BYTES);
@@ -304,113 +388,9 @@ async fn copy_one(
     let meta = Path::from(tool_outputs::meta_key(run[0], run[2], &output.name));
     let record = serde_json::to_vec(output).map_err(|err| err.to_string())?;
     outputs.store().put(&meta, PutPayload::from(record)).await.map_err(|err| err.to_string())?;
-    outputs.add_used(output.size);
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::outputs::Limits;
-
-    fn run(phase: ToolRunPhase, outputs: Vec<ToolOutput>) -> Arc<ToolRun> {
-        let mut run: ToolRun = serde_json::from_value(serde_json::json!({
-            "apiVersion": "mining-operator.dev/v1alpha1", "kind": "ToolRun",
-            "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
-            "spec": {"tool": "t", "arguments": "{}", "jobTemplate": {"spec": {"template": {}}}}
-        }))
-        .unwrap();
-        let status = mining_api::ToolRunStatus { phase: Some(phase), outputs, ..Default::default() };
-        run.status = Some(status);
-        Arc::new(run)
-    }
-
-    fn in_memory() -> Arc<Outputs> {
-        let limits = Limits {
-            file_bytes: 1 << 20,
-            run_bytes: 1 << 20,
-            total_bytes: 1 << 30,
-            uploads_at_once: 4,
-            caller_bytes: 1 << 30,
-            uploads_per_caller: 4,
-        };
-        Arc::new(Outputs::with_store(Arc::new(object_store::memory::InMemory::new()), limits))
-    }
-
-    #[test]
-    fn only_succeeded_runs_files_are_wanted() {
-        let output = ToolOutput {
-            name: "data.csv".into(),
-            media_type: "text/csv".into(),
-            size: 3,
-            sha256: "ab".repeat(32),
-        };
-        let runs = [ToolRunPhase::Succeeded, ToolRunPhase::Failed, ToolRunPhase::Running]
-            .map(|phase| run(phase, vec![output.clone()]));
-        assert_eq!(wanted(&runs), vec![("ns".into(), "r".into(), "u".into(), output)]);
-    }
-
-    async fn serving(outputs: Arc<Outputs>, keys: &mining_api::ownership::OwnershipKeys) -> String {
-        let (runs, _) = kube::runtime::reflector::store();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(super::super::server::serve_on(listener, outputs, keys.clone(), runs));
-        url
-    }
-
-    fn only(urls: &[&str]) -> Sources {
-        let listed = Some(urls.iter().map(|u| u.to_string()).collect());
-        Sources { leader: urls[0].to_string(), peers: None, listed }
-    }
-
-    /// A replica copies what the run recorded from the leader's server, or
-    /// from another replica when the leader lacks it (a fresh leader), and
-    /// keeps nothing a server sends that differs from the record.
-    #[tokio::test]
-    async fn a_replica_copies_the_recorded_files_from_the_leader_or_another_replica() {
-        // The process's TLS provider, as main installs it (reqwest needs one).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let keys = mining_api::ownership::OwnershipKeys::new(vec![7; 32], None).unwrap();
-        let (holder, empty_leader, copier) = (in_memory(), in_memory(), in_memory());
-        let body = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"n,v\n1,1\n"))]);
-        let stored = holder.upload(["ns", "r", "u"], "", "data.csv", Some("text/csv"), body).await.unwrap();
-        let holder_url = serving(holder.clone(), &keys).await;
-        let empty_url = serving(empty_leader, &keys).await;
-        let (runs, mut writer) = kube::runtime::reflector::store();
-        let client = reqwest::Client::new();
-        let mut held = HashSet::new();
-        let apply = |writer: &mut kube::runtime::reflector::store::Writer<ToolRun>, run: Arc<ToolRun>| {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply((*run).clone()))
-        };
-
-        // A record the served bytes do not match: nothing is kept, and it counts as missing.
-        let forged = ToolOutput { sha256: "00".repeat(32), ..stored.clone() };
-        apply(&mut writer, run(ToolRunPhase::Succeeded, vec![forged]));
-        assert_eq!(
-            copy_missing(&copier, &runs, &keys, &mut only(&[&holder_url]), &client, &mut held).await,
-            1
-        );
-        assert!(copier.recorded("ns", "u").await.unwrap().is_empty());
-
-        // The run's own record: the leader lacks it, another replica has it.
-        apply(&mut writer, run(ToolRunPhase::Succeeded, vec![stored.clone()]));
-        let mut sources = only(&[&empty_url, &holder_url]);
-        assert_eq!(copy_missing(&copier, &runs, &keys, &mut sources, &client, &mut held).await, 0);
-        assert_eq!(copier.recorded("ns", "u").await.unwrap(), vec![stored.clone()]);
-        let (_, bytes) = copier.read("ns", "u", "data.csv").await.unwrap();
-        let bytes: Vec<bytes::Bytes> = futures::TryStreamExt::try_collect(bytes).await.unwrap();
-        assert_eq!(bytes.concat(), b"n,v\n1,1\n");
-
-        // A file no source holds (lost with an earlier leader), nor any
-        // server answering: nothing to wait for, nothing kept.
-        let lost = ToolOutput { name: "lost.csv".into(), ..stored.clone() };
-        let mut other = (*run(ToolRunPhase::Succeeded, vec![lost])).clone();
-        other.metadata.name = Some("other".into());
-        other.metadata.uid = Some("u2".into());
-        apply(&mut writer, Arc::new(other));
-        let mut sources = only(&[&empty_url, "http://127.0.0.1:1"]);
-        assert_eq!(copy_missing(&copier, &runs, &keys, &mut sources, &client, &mut held).await, 0);
-        assert!(copier.recorded("ns", "u2").await.unwrap().is_empty());
-        assert_eq!(copier.recorded("ns", "u").await.unwrap(), vec![stored], "what it held stays");
-    }
-}
+#[path = "mirror_tests.rs"]
+mod tests;

@@ -14,7 +14,7 @@
 //! admission checks compare) on any Kubernetes (no native sidecars needed).
 
 mod leader_pod;
-mod mirror;
+pub mod mirror;
 mod server;
 mod store;
 mod sweep;
@@ -22,7 +22,6 @@ mod sweep;
 mod tests;
 
 pub use leader_pod::{LEADER_LABEL, mark as mark_leader_pod};
-pub use mirror::mirror_every;
 pub use server::serve;
 pub use store::{Limits, Outputs, Refusal};
 pub use sweep::sweep_every;

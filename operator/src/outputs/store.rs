@@ -192,11 +192,6 @@ impl Outputs {
         &self.store
     }
 
-    /// Counts `bytes` a standby copied from the leader (the sweep recounts).
-    pub(super) fn add_used(&self, bytes: u64) {
-        self.used.fetch_add(bytes, Ordering::Relaxed);
-    }
-
     pub(super) fn set_used(&self, bytes: u64) {
         self.used.store(bytes, Ordering::Relaxed);
     }

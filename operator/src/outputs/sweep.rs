@@ -38,9 +38,9 @@ pub fn keep(run: Option<&ToolRun>) -> Keep {
     }
 }
 
-/// Sweeps every `every` once `runs` has listed: a store of its own
-/// (`own_disk`: the embedded store, which standbys copy) on every replica,
-/// a shared one (S3) only while this replica leads.
+/// Sweeps every `every` once `runs` has listed: a store on a volume of
+/// each replica (`own_disk`) on every replica, one they share (S3, one
+/// claim) only while this replica leads.
 pub async fn sweep_every(
     outputs: std::sync::Arc<Outputs>,
     runs: Store<ToolRun>,

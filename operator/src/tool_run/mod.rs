@@ -94,23 +94,31 @@ impl WorkKind for ToolRun {
                 tracing::error!(error = %err, "the outputs server stopped");
             }
         });
-        // With election, every replica keeps a copy of the embedded store
-        // (a standby is ready once it holds one; see crate::outputs::mirror).
-        if outputs.embedded && !outputs.url.is_empty() && shell.leadership.is_elected() {
-            tokio::spawn(crate::outputs::mirror_every(
-                outputs.store.clone(),
-                shell.store.clone(),
-                keys.clone(),
-                (outputs.url.clone(), outputs.addr.port()),
-                (shell.leadership.clone(), shell.client.clone()),
-                shell.readiness.clone(),
-            ));
+        // With election and a volume per replica, every replica keeps a
+        // copy of the embedded store, and a new one is ready once it holds
+        // one (registered here, before it can say ready without it).
+        if outputs.own_disk && !outputs.url.is_empty() && shell.leadership.is_elected() {
+            use crate::outputs::mirror;
+            let first_copy = shell.readiness.register_for_readyz(mirror::FIRST_COPY);
+            let readiness = shell.readiness.clone();
+            let copying = mirror::Mirror {
+                outputs: outputs.store.clone(),
+                runs: shell.store.clone(),
+                keys: keys.clone(),
+                leader_url: outputs.url.clone(),
+                outputs_port: outputs.addr.port(),
+                api: shell.client.clone(),
+                caches_listed: Box::new(move || {
+                    readiness.listing().iter().all(|name| name == mirror::FIRST_COPY)
+                }),
+            };
+            tokio::spawn(mirror::mirror_every(copying, mirror::FirstCopy::new(move || first_copy.done())));
         }
         tokio::spawn(crate::outputs::sweep_every(
             outputs.store,
             shell.store.clone(),
             shell.namespace.clone(),
-            (shell.leadership.clone(), outputs.embedded),
+            (shell.leadership.clone(), outputs.own_disk),
             OUTPUTS_SWEEP,
             keys,
         ));

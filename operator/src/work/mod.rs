@@ -163,9 +163,9 @@ pub struct OutputsShared {
     pub url: String,
     /// Where the outputs server listens.
     pub addr: std::net::SocketAddr,
-    /// The embedded store (a directory of the leading replica, copied by
-    /// standbys: `crate::outputs::mirror`), not a shared one (S3).
-    pub embedded: bool,
+    /// The embedded store on a volume of each replica (copied between them:
+    /// `crate::outputs::mirror`), not one they share (S3, one claim).
+    pub own_disk: bool,
 }
 
 /// Puts `job` in the queue controller's LocalQueue `queue`, when there is one.

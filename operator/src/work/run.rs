@@ -130,7 +130,8 @@ pub async fn run(
             store,
             url: config.outputs.url.clone().unwrap_or_default(),
             addr: config.outputs.addr,
-            embedded: config.outputs.store.as_deref().is_some_and(|url| url.starts_with("file://")),
+            own_disk: config.outputs.store.as_deref().is_some_and(|url| url.starts_with("file://"))
+                && !config.outputs.shared_volume,
         }),
     };
     let with_outputs = shared.outputs.is_some();

@@ -119,14 +119,7 @@ pub async fn run(
     let image_store = nix::unistd::geteuid()
         .is_root()
         .then(|| crate::image::ImageStore::new(config.podman.clone(), config.state_dir.join("images")));
-    let puller = image_store.is_some().then(|| {
-        let scratch = config.state_dir.join("pull");
-        std::sync::Arc::new(crate::pull::Puller::new(
-            config.podman.clone(),
-            config.registry_certs.clone(),
-            scratch,
-        ))
-    });
+    let puller = image_store.as_ref().map(|_| crate::pull::Puller::of(&config));
     let mut agent = Agent {
         client: client.clone(),
         config,

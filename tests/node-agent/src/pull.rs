@@ -101,6 +101,12 @@ impl Puller {
         Self { podman, certs, scratch, serial: tokio::sync::Mutex::new(()) }
     }
 
+    /// The agent's, as its flags say (auth files under its state directory).
+    pub fn of(config: &crate::Config) -> std::sync::Arc<Self> {
+        let scratch = config.state_dir.join("pull");
+        std::sync::Arc::new(Self::new(config.podman.clone(), config.registry_certs.clone(), scratch))
+    }
+
     /// The `certs.d` directory of `host`, when this node reaches it.
     pub fn reaches(&self, host: &str) -> Option<PathBuf> {
         let safe = !host.is_empty() && !host.contains(['/', '\\']) && host != "." && host != "..";

@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::Container;
 use super::*;
 
 /// The first wait after a failed pull; it doubles up to [`MAX_PULL_BACKOFF`].
-/// (A kubelet waits 10 s doubling to 300 s; shorter here, so that a test
-/// that adds the missing pull secret sees the next pull within seconds.)
-const FIRST_PULL_BACKOFF: Duration = Duration::from_secs(5);
-const MAX_PULL_BACKOFF: Duration = Duration::from_secs(20);
+/// (A kubelet waits 10 s doubling to 300 s; far shorter here, so that a
+/// test that adds the missing pull secret sees the next pull within
+/// seconds, well inside an operator's pod-start bound of 20 s.)
+const FIRST_PULL_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_PULL_BACKOFF: Duration = Duration::from_secs(4);
 
 /// What one Pod's pulls have done so far, per container name.
 #[derive(Default)]
