@@ -229,7 +229,7 @@ cmd_down() {
   # The tags of images the node pulled from this cluster's registry (their
   # layers stay when another tag, a local build's, shares them).
   if command -v podman >/dev/null; then
-    podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY_HOST/" \
+    podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep -F "$REGISTRY_HOST/" \
       | xargs -r podman rmi >/dev/null 2>&1 || true
   fi
   rm -rf "$STATE"

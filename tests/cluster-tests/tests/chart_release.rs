@@ -311,8 +311,8 @@ async fn report_read_through_the_service(
 #[ignore = "needs the local cluster, whose node agent maps the chart's images; tests/run.sh runs it there"]
 #[tokio::test]
 async fn a_tools_files_reach_its_caller_through_the_charts_service_from_the_leaders_embedded_store() {
-    // Two operator replicas (the default): only the leader's volume holds
-    // files, and the outputs Service reaches only the leader.
+    // Two operator replicas (the default), each with a volume of its own:
+    // the outputs Service reaches only the leader, and the other keeps a copy.
     let (release, uri, digest) = report_read_through_the_service("helm-files", &[], &[]).await;
     let outputs = format!("{}-operator-outputs", release.fullname());
     let endpoints = release.ns.api::<Endpoints>().get(&outputs).await.unwrap();
