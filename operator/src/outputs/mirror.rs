@@ -88,7 +88,10 @@ pub fn wanted(runs: &[Arc<ToolRun>], max_file_bytes: u64) -> Vec<Wanted> {
 /// [`FIRST_COPY_PATIENCE`] ran out, or when the copying task ends (a panic
 /// included), so no replica stays unready for ever.
 #[derive(Clone)]
-pub struct FirstCopy(Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>);
+pub struct FirstCopy(Arc<Mutex<Option<Said>>>);
+
+/// What says it (once).
+type Said = Box<dyn FnOnce() + Send>;
 
 impl FirstCopy {
     pub fn new(done: impl FnOnce() + Send + 'static) -> Self {
@@ -279,7 +282,7 @@ impl Copier {
                 continue;
             }
             let recorded = outputs.recorded(&namespace, &uid).await.unwrap_or_default();
-            if recorded.iter().any(|o| *o == output) {
+            if recorded.contains(&output) {
                 self.held.insert(key);
                 continue;
             }
